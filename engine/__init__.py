@@ -1,0 +1,32 @@
+"""Inference core: exact required-prefix completion on llama.cpp, with KV reuse and cancellation.
+
+`engine` knows nothing of LSP, documents or positions. Import of this package is cheap; the
+llama.cpp bindings load only when `Engine` is first touched.
+"""
+
+from engine.types import (
+    Completion,
+    CompletionRequest,
+    DecodeStats,
+    EngineConfig,
+    ModelLoadError,
+    SamplingConfig,
+)
+
+__all__ = [
+    "Completion",
+    "CompletionRequest",
+    "DecodeStats",
+    "Engine",
+    "EngineConfig",
+    "ModelLoadError",
+    "SamplingConfig",
+]
+
+
+def __getattr__(name: str):
+    if name == "Engine":
+        from engine.engine import Engine
+
+        return Engine
+    raise AttributeError(name)

@@ -1,0 +1,86 @@
+"""Typed values that cross the engine's boundary: what a caller asks for and what it gets back.
+
+The engine owns model, context, KV cache, sampler and cancellation; it owns no documents,
+positions or request identity. Everything it is told arrives in a `CompletionRequest`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How to load the model. `model_path=None` means the default model shipped from PyPI."""
+
+    model_path: Path | None = None
+    context_tokens: int = 2048
+    threads: int | None = None  # None: all cores
+    batch_tokens: int = 512
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """Seed 003's sampler settings. Temperature 0 is greedy."""
+
+    temperature: float = 0.0
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    repetition_penalty: float = 1.0
+    seed: int = 0
+    single_line: bool = True
+    logprobs: bool = False
+
+
+@dataclass(frozen=True)
+class CompletionRequest:
+    """One completion: `prompt` ends at a word boundary; the output must begin with `required`."""
+
+    prompt: str
+    required: str = ""
+    max_tokens: int = 16
+    stop: tuple[str, ...] = ()
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    max_cover_decodes: int = 8
+    exact: bool = True  # False: per-step masking only (seed 001), kept for comparison
+
+
+@dataclass(frozen=True)
+class DecodeStats:
+    """Diagnostics without text: what the KV cache held and what this request cost."""
+
+    prompt_tokens: int = 0
+    reused_tokens: int = 0
+    decoded_tokens: int = 0  # prompt tokens decoded for this request (0 when reused whole)
+    cover_decodes: int = 0  # extra decodes spent by the covering search
+    generated_tokens: int = 0
+    kv_tokens: int = 0
+    ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class Completion:
+    """The generated text (beginning with the required prefix unless the constraint was dropped)."""
+
+    text: str
+    stop_reason: str  # "eos" | "stop" | "line" | "length" | "cancelled"
+    stats: DecodeStats
+    required_satisfied: bool = True
+    logprobs: tuple[float, ...] = ()
+
+    @property
+    def cancelled(self) -> bool:
+        return self.stop_reason == "cancelled"
+
+
+class ModelLoadError(RuntimeError):
+    """The model could not be loaded. The message names the path and what to do about it."""
+
+    def __init__(self, path: Path | str | None, problem: str, remedy: str) -> None:
+        self.path = None if path is None else str(path)
+        self.problem = problem
+        self.remedy = remedy
+        where = f" ({self.path})" if self.path else ""
+        super().__init__(f"cannot load model{where}: {problem}. {remedy}")
