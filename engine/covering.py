@@ -1,0 +1,132 @@
+"""Exact character-prefix conditioning: the most probable token path that spells the required bytes.
+
+A *covering* of R is a token path whose bytes start with R where every token but the last is a
+strict prefix of what remains. Coverings are disjoint events whose union is "the output starts
+with R", so scoring whole coverings (not single steps) is exact. Per-step masking is biased toward
+short tokens (" yes"+"terday" over " yesterday"); this search is not.
+
+Best-first branch and bound: a partial path is only expanded while its probability beats the best
+complete covering found, since probabilities only shrink as a path grows. Each expansion costs one
+decode; the budget bounds the worst case, past which the search finishes greedily (per-step
+masking) from its most promising open path.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from engine.sampler import Sampler, log_sum_exp
+from engine.vocab import VocabIndex
+
+
+class RowSource(Protocol):
+    """Logits after the prompt plus a path of tokens; `decodes` counts the real model calls."""
+
+    decodes: int
+
+    def row(self, path: tuple[int, ...]) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class Covering:
+    path: tuple[int, ...]
+    log_prob: float  # relative to the prompt's row (a constant offset is irrelevant to choices)
+
+
+@dataclass(order=True)
+class _Open:
+    priority: float
+    path: tuple[int, ...] = field(compare=False)
+    log_prob: float = field(compare=False)
+    consumed: int = field(compare=False)
+
+
+@dataclass
+class _Found:
+    """Complete coverings seen at one expanded node: node path + any token of `ids`."""
+
+    path: tuple[int, ...]
+    ids: np.ndarray
+    log_probs: np.ndarray  # path log-prob + each id's log-prob
+
+
+class CoveringSearch:
+    """One search over one prompt; create a new one per request."""
+
+    def __init__(self, vocab: VocabIndex, rows: RowSource, max_decodes: int) -> None:
+        self._vocab = vocab
+        self._rows = rows
+        self._max_decodes = max_decodes
+        self._best: Covering | None = None
+        self._found: list[_Found] = []
+        self._open: list[_Open] = []
+        self.exhausted = False
+
+    def run(self, required: bytes, sampler: Sampler | None = None) -> Covering | None:
+        """The most probable covering (greedy), or one drawn in proportion to path probability
+        among the explored coverings when `sampler` has a temperature. None: nothing is consistent."""
+        start = self._rows.decodes
+        self._visit(required, (), 0.0, 0, self._rows.row(()), 0.0)
+        while self._open:
+            node = heapq.heappop(self._open)
+            if self._best is not None and node.log_prob <= self._best.log_prob:
+                break
+            if self._rows.decodes - start >= self._max_decodes:
+                self.exhausted = True
+                self._descend_greedily(required, node)
+                break
+            row = self._rows.row(node.path)
+            self._visit(required, node.path, node.log_prob, node.consumed, row, log_sum_exp(row))
+        if sampler is not None and sampler.config.temperature > 0 and self._found:
+            return self._sample(sampler)
+        return self._best
+
+    def _visit(self, required: bytes, path, log_prob, consumed, row: np.ndarray, norm: float) -> None:
+        remaining = required[consumed:]
+        candidates = self._vocab.candidates(remaining)
+        if candidates.covering.size:
+            scores = log_prob + (row[candidates.covering].astype(np.float64) - norm)
+            best = int(scores.argmax())
+            self._offer(Covering(path + (int(candidates.covering[best]),), float(scores[best])))
+            self._found.append(_Found(path, candidates.covering, scores))
+        for token, length in candidates.partial:
+            child = log_prob + float(row[token]) - norm
+            if self._best is None or child > self._best.log_prob:
+                heapq.heappush(self._open, _Open(-child, path + (token,), child, consumed + length))
+
+    def _offer(self, covering: Covering) -> None:
+        if self._best is None or covering.log_prob > self._best.log_prob:
+            self._best = covering
+
+    def _descend_greedily(self, required: bytes, node: _Open) -> None:
+        """Per-step masking from `node` until the bytes are covered (budget already spent)."""
+        path, log_prob, consumed = node.path, node.log_prob, node.consumed
+        while True:
+            row = self._rows.row(path)
+            norm = log_sum_exp(row)
+            candidates = self._vocab.candidates(required[consumed:])
+            ids = candidates.all_ids()
+            if ids.size == 0:
+                return
+            token = int(ids[int(row[ids].argmax())])
+            log_prob += float(row[token]) - norm
+            path = path + (token,)
+            length = len(self._vocab.pieces[token])
+            if consumed + length >= len(required):
+                self._offer(Covering(path, log_prob))
+                return
+            consumed += length
+
+    def _sample(self, sampler: Sampler) -> Covering:
+        temperature = sampler.config.temperature
+        scores = np.concatenate([found.log_probs for found in self._found]) / temperature
+        pick = sampler.choose_weighted(np.exp(scores - scores.max()))
+        for found in self._found:
+            if pick < found.ids.size:
+                return Covering(found.path + (int(found.ids[pick]),), float(found.log_probs[pick]))
+            pick -= found.ids.size
+        raise AssertionError("weighted pick out of range")
