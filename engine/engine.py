@@ -1,0 +1,180 @@
+"""The engine: one model, one context, one KV cache, and `complete()` for a whole request.
+
+`complete` tokenizes the prompt (reusing the last tokenization when the text is unchanged),
+windows it to the context, runs a `Sequence` and turns its pieces into text: UTF-8 decoded
+incrementally, cut at the first stop sequence or line break, never returned when cancelled.
+"""
+
+from __future__ import annotations
+
+import codecs
+import math
+import threading
+import time
+from dataclasses import dataclass
+
+from engine.kv import KvCache
+from engine.llama_backend import LlamaContext, LlamaModel
+from engine.model_files import resolve_model
+from engine.sequence import Sequence
+from engine.stops import first_stop
+from engine.types import Completion, CompletionRequest, DecodeStats, EngineConfig, ModelLoadError, SamplingConfig
+from engine.vocab import VocabIndex
+
+MIN_PROMPT_TOKENS = 64  # below this a context cannot hold a useful prompt beside the budget
+LINE_BREAKS = ("\n", "\r")
+
+
+class BudgetError(ValueError):
+    """The request's token budget does not fit in the context."""
+
+
+@dataclass
+class _TokenizedPrompt:
+    text: str = ""
+    tokens: tuple[int, ...] = ()
+
+
+class Engine:
+    """Not thread-safe except for `cancel`: run `complete` on one worker thread."""
+
+    def __init__(self, model: LlamaModel, context: LlamaContext, vocab: VocabIndex, config: EngineConfig):
+        self.config = config
+        self.model_path = model.path
+        self._model = model
+        self._context = context
+        self.vocab = vocab
+        self.kv = KvCache(context)
+        self._bos = list(model.tokenize(b"", add_bos=True))
+        self._last_prompt = _TokenizedPrompt()
+        self._current_cancel = threading.Event()
+
+    @classmethod
+    def load(cls, config: EngineConfig = EngineConfig()) -> Engine:
+        """Load the model (the default one when `config.model_path` is None). Raises ModelLoadError."""
+        if config.context_tokens < 2 * MIN_PROMPT_TOKENS:
+            raise ModelLoadError(
+                config.model_path,
+                f"a context of {config.context_tokens} tokens is too small",
+                f"Set `contextTokens` to at least {2 * MIN_PROMPT_TOKENS} (2048 is the default)",
+            )
+        path = resolve_model(config.model_path)
+        model = LlamaModel(path)
+        try:
+            context = LlamaContext(model, config.context_tokens, config.batch_tokens, config.threads)
+        except Exception:
+            model.close()
+            raise
+        vocab = VocabIndex(model.pieces(), model.eog_flags(), model.control_flags())
+        return cls(model, context, vocab, config)
+
+    @property
+    def n_ctx(self) -> int:
+        return self._context.n_ctx
+
+    def tokenize(self, text: str) -> tuple[int, ...]:
+        """Prompt tokens, BOS first; the previous result is reused for an unchanged text."""
+        if text != self._last_prompt.text or not self._last_prompt.tokens:
+            raw = text.encode("utf-8", "replace")
+            self._last_prompt = _TokenizedPrompt(text, tuple(self._model.tokenize(raw, add_bos=True)))
+        return self._last_prompt.tokens
+
+    def count_tokens(self, text: str) -> int:
+        return len(self._model.tokenize(text.encode("utf-8", "replace"), add_bos=True))
+
+    def window(self, tokens: tuple[int, ...], reserve: int) -> tuple[int, ...]:
+        """Keep the prompt's tail within the context. The start moves in large steps, so the kept
+        tokens stay a common prefix from one keystroke to the next and the KV cache is reused."""
+        budget = self.n_ctx - reserve
+        if budget < MIN_PROMPT_TOKENS:
+            raise BudgetError(
+                f"the context of {self.n_ctx} tokens cannot hold {reserve} generated tokens and a prompt; "
+                "raise `contextTokens` or lower `maxTokens`"
+            )
+        if len(tokens) <= budget:
+            return tokens
+        head = len(self._bos)
+        step = max(MIN_PROMPT_TOKENS, budget // 4)
+        drop = math.ceil((len(tokens) - budget) / step) * step
+        return tokens[:head] + tokens[head + drop :]
+
+    def sequence(self, sampling: SamplingConfig = SamplingConfig(), cancel: threading.Event | None = None) -> Sequence:
+        """A seed-003 style sequence over this engine's KV cache (for callers that stream)."""
+        return Sequence(self.kv, self.vocab, sampling, cancel)
+
+    def cancel(self) -> None:
+        """Thread-safe: the running `complete` returns within one decode step."""
+        self._current_cancel.set()
+
+    def complete(self, request: CompletionRequest, cancel: threading.Event | None = None) -> Completion:
+        started = time.perf_counter()
+        cancel = cancel or threading.Event()
+        self._current_cancel = cancel
+        required = request.required.encode("utf-8", "replace")
+        reserve = request.max_tokens + len(required) + 1
+        prompt = self.window(self.tokenize(request.prompt), reserve)
+        seq = self.sequence(request.sampling, cancel)
+        text, reason, generated, logprobs = "", "cancelled", 0, []
+        if seq.decode_prompt(prompt, required, request.exact, request.max_cover_decodes):
+            text, reason, generated, logprobs = self._generate(seq, request, len(required))
+        if reason == "cancelled":
+            text = ""  # never a stale suggestion
+        diag = seq.diagnostics()
+        stats = DecodeStats(
+            prompt_tokens=diag.prompt_tokens,
+            reused_tokens=diag.reused_tokens,
+            decoded_tokens=diag.decoded_tokens,
+            cover_decodes=diag.cover_decodes,
+            generated_tokens=generated,
+            kv_tokens=diag.kv_tokens,
+            ms=(time.perf_counter() - started) * 1000,
+        )
+        return Completion(text, reason, stats, seq.required_satisfied, tuple(logprobs))
+
+    def _generate(self, seq: Sequence, request: CompletionRequest, required_bytes: int):
+        """Sample until end, stop sequence, line break, budget or cancel. A token counts against
+        `max_tokens` when it adds bytes beyond the required prefix (what the user already typed)."""
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        produced = 0
+        text = ""
+        counted = generated = 0
+        logprobs: list[float] = []
+        while counted < request.max_tokens:
+            result = seq.sample_next(request.sampling.logprobs)
+            if result.was_cancelled:
+                return text, "cancelled", generated, logprobs
+            if result.is_eos:
+                return text, "eos", generated, logprobs
+            generated += 1
+            if result.logprob is not None:
+                logprobs.append(result.logprob)
+            produced += len(result.piece)
+            counted += produced > required_bytes
+            text += decoder.decode(result.piece)
+            free_from = len(request.required) if seq.required_satisfied else 0
+            cut = self._cut(text, free_from, request)
+            if cut is not None:
+                return cut[0], cut[1], generated, logprobs
+        return text, "length", generated, logprobs
+
+    @staticmethod
+    def _cut(text: str, free_from: int, request: CompletionRequest) -> tuple[str, str] | None:
+        """Where generated text ends early: a stop sequence or, in single-line mode, a line break."""
+        free = text[free_from:]
+        found = first_stop(free, request.stop) if request.stop else None
+        ends = []
+        if found is not None:
+            ends.append((found[0], "stop"))
+        if request.sampling.single_line:
+            breaks = [i for i in (free.find(b) for b in LINE_BREAKS) if i >= 0]
+            if breaks:
+                ends.append((min(breaks), "line"))
+        if not ends:
+            return None
+        end, reason = min(ends)
+        return text[: free_from + end], reason
+
+    def close(self) -> None:
+        self.kv.forget()
+        self._context.close()
+        self._model.close()

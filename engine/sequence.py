@@ -1,0 +1,149 @@
+"""One autocomplete sequence in the shape of seed 003: decode a prompt, then sample pieces.
+
+`decode_prompt` brings the KV cache to the prompt (reusing what it holds) and, when a required
+prefix is set, resolves it: the exact covering search picks the token path that spells it, or
+per-step masking constrains each step. `sample_next` returns one piece at a time with the signals
+a caller needs (end of generation, cancellation, the raw model's wish to stop, log-probability).
+`cancel` is the one cross-thread call.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from engine.covering import CoveringSearch
+from engine.kv import Cancelled, KvCache
+from engine.prefix import RequiredPrefix
+from engine.sampler import Sampler, log_sum_exp
+from engine.types import SamplingConfig
+from engine.vocab import VocabIndex
+
+
+@dataclass(frozen=True)
+class SampleResult:
+    token: int | None
+    piece: bytes  # may end inside a UTF-8 character: accumulate bytes before decoding
+    is_eos: bool = False
+    was_cancelled: bool = False
+    argmax_is_eog: bool = False  # the raw distribution's top token ends generation
+    logprob: float | None = None  # raw-model log-probability of the token, when asked for
+
+
+@dataclass(frozen=True)
+class SequenceDiagnostics:
+    """No text: token counts only."""
+
+    prompt_tokens: int
+    reused_tokens: int
+    decoded_tokens: int
+    cover_decodes: int
+    kv_tokens: int
+
+
+class _PathRows:
+    """Rows after prompt + path for the covering search, counting real decodes only."""
+
+    def __init__(self, kv: KvCache, prompt: tuple[int, ...], cancel: threading.Event) -> None:
+        self._kv, self._prompt, self._cancel = kv, prompt, cancel
+        self.decodes = 0
+
+    def row(self, path: tuple[int, ...]) -> np.ndarray:
+        before = self._kv.decoded
+        row = self._kv.logits_after(self._prompt + path, self._cancel)
+        self.decodes += self._kv.decoded != before
+        return row
+
+
+class Sequence:
+    def __init__(
+        self,
+        kv: KvCache,
+        vocab: VocabIndex,
+        sampling: SamplingConfig,
+        cancel: threading.Event | None = None,
+    ) -> None:
+        self._kv = kv
+        self._vocab = vocab
+        self._sampler = Sampler(sampling, vocab.banned)
+        self._cancel = cancel or threading.Event()
+        self._context: tuple[int, ...] = ()
+        self._forced: list[int] = []  # the chosen covering, emitted before free sampling
+        self._prefix = RequiredPrefix(vocab)
+        self._diagnostics = SequenceDiagnostics(0, 0, 0, 0, 0)
+        self.required_satisfied = True
+
+    def cancel(self) -> None:
+        """Thread-safe and non-blocking: the running or next step returns was_cancelled."""
+        self._cancel.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
+
+    def decode_prompt(
+        self, tokens: tuple[int, ...], required: bytes = b"", exact: bool = True, max_cover_decodes: int = 8
+    ) -> bool:
+        """Bring KV to `tokens` and resolve the required prefix. False when cancelled."""
+        reused = self._kv.shared_prefix(tokens)
+        decoded_before = self._kv.decoded
+        self._context = tokens
+        self._forced = []
+        self._prefix.set(b"")
+        self.required_satisfied = True
+        cover_decodes = 0
+        prompt_decoded = None
+        try:
+            self._kv.logits_after(tokens, self._cancel)
+            prompt_decoded = self._kv.decoded - decoded_before
+            if required and exact:
+                rows = _PathRows(self._kv, tokens, self._cancel)
+                covering = CoveringSearch(self._vocab, rows, max_cover_decodes).run(required, self._sampler)
+                cover_decodes = rows.decodes
+                if covering is None:
+                    self.required_satisfied = False  # nothing consistent: the constraint is dropped
+                else:
+                    self._forced = list(covering.path)
+            elif required:
+                self._prefix.set(required)
+        except Cancelled:
+            return False
+        finally:
+            self._diagnostics = SequenceDiagnostics(
+                prompt_tokens=len(tokens),
+                reused_tokens=min(reused, len(tokens)),
+                decoded_tokens=self._kv.decoded - decoded_before if prompt_decoded is None else prompt_decoded,
+                cover_decodes=cover_decodes,
+                kv_tokens=self._kv.held,
+            )
+        return True
+
+    def sample_next(self, want_logprob: bool = False) -> SampleResult:
+        """The next piece. A forced covering token needs no logits unless a log-probability is asked."""
+        if self._cancel.is_set():
+            return SampleResult(None, b"", was_cancelled=True)
+        try:
+            if self._forced:
+                token = self._forced.pop(0)
+                row = self._kv.logits_after(self._context, self._cancel) if want_logprob else None
+                argmax_is_eog = False
+            else:
+                row = self._kv.logits_after(self._context, self._cancel)
+                allowed = self._prefix.allowed()
+                if self._prefix.dropped:
+                    self.required_satisfied = False
+                token = self._sampler.choose(row, self._context, allowed)
+                self._prefix.consume(token)
+                argmax_is_eog = allowed is None and bool(self._vocab.eog[int(row.argmax())])
+        except Cancelled:
+            return SampleResult(None, b"", was_cancelled=True)
+        logprob = float(row[token]) - log_sum_exp(row) if (want_logprob and row is not None) else None
+        if self._vocab.eog[token]:
+            return SampleResult(token, b"", is_eos=True, argmax_is_eog=argmax_is_eog, logprob=logprob)
+        self._context = self._context + (token,)
+        return SampleResult(token, self._vocab.pieces[token], argmax_is_eog=argmax_is_eog, logprob=logprob)
+
+    def diagnostics(self) -> SequenceDiagnostics:
+        return replace(self._diagnostics, kv_tokens=self._kv.held)
