@@ -1,0 +1,31 @@
+# Two entry points that set everything up on a fresh machine:
+#   make demo   install, then complete one mid-word sentence with the default model
+#   make test   install with the test extras (and the VS Code test's Node packages), then pytest
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: install install-test demo test bench bench-quick
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+install: $(PY)
+	$(PY) -m pip install --quiet -e .
+
+install-test: $(PY)
+	$(PY) -m pip install --quiet -e '.[test,bench]'
+	cd editors/vscode && npm ci --no-audit --no-fund --silent
+
+demo: install
+	$(PY) -m lsp_server complete --text "Thanks for sending over the draft yest"
+
+test: install-test
+	$(PY) -m pytest -q
+
+bench: install-test
+	$(PY) -m bench
+
+bench-quick: install-test
+	$(PY) -m bench --quick
