@@ -1,0 +1,77 @@
+"""pygls's LSP protocol with two corrections: every request gets an answer, and documents are ours.
+
+1. pygls turns a message whose params fail to deserialize into an exception inside the JSON
+   object hook (`JsonRPCProtocol.structure_message`), which its read loop logs and drops: the
+   client waits forever. Here a request gets an InvalidParams error naming the bad fields (paths,
+   never values, which may be document text), and a bad notification is logged and skipped.
+2. The built-in didOpen/didChange/didClose handlers would also keep a copy of every document in
+   pygls's workspace, with its own line rules; `lsp_server.documents` keeps the one copy used.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import cattrs
+from lsprotocol import types
+from pygls.exceptions import JsonRpcInvalidParams
+from pygls.protocol import LanguageServerProtocol
+from pygls.protocol.json_rpc import JsonRPCNotification, JsonRPCRequestMessage
+from pygls.protocol.language_server import lsp_method
+
+logger = logging.getLogger(__name__)
+
+
+class _Answered:
+    """Stands in for a message that could not be read and has already been dealt with."""
+
+
+def _describe(exc: Exception) -> str:
+    """Which fields were wrong, by JSON path; never the values."""
+    if isinstance(exc, cattrs.BaseValidationError):
+        lines = cattrs.transform_error(exc, path="params")
+        return "; ".join(line.split(":", 1)[0] if "@" not in line else line for line in lines)
+    return type(exc).__name__
+
+
+class CpcProtocol(LanguageServerProtocol):
+    def structure_message(self, data: dict[str, Any]) -> Any:
+        method = data.get("method") if "jsonrpc" in data else None
+        if not isinstance(method, str):  # a nested object, or a response to one of our requests
+            return super().structure_message(data)
+        kind = self.get_message_type(method)
+        if kind is None:  # a custom method: JSON-RPC allows omitting params
+            kind = JsonRPCRequestMessage if "id" in data else JsonRPCNotification
+            data = {"params": None, **data}
+        try:
+            return self._converter.structure(data, kind)
+        except Exception as exc:
+            problem = _describe(exc)
+            if "id" not in data:
+                logger.warning("ignoring %s notification with invalid params: %s", method, problem)
+                return _Answered()
+            logger.warning("answering %s request with InvalidParams: %s", method, problem)
+            error = JsonRpcInvalidParams(f"invalid params for {method}: {problem}")
+            self._send_response(data["id"], error=error.to_response_error())
+            return _Answered()
+
+    def handle_message(self, message: Any) -> None:
+        if not isinstance(message, _Answered):
+            super().handle_message(message)
+
+    def _user_handler(self, method: str, params: Any):
+        if (handler := self.fm.features.get(method)) is not None:
+            yield handler, (params,), None
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_OPEN)
+    def lsp_text_document__did_open(self, params: types.DidOpenTextDocumentParams):
+        yield from self._user_handler(types.TEXT_DOCUMENT_DID_OPEN, params)
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
+    def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams):
+        yield from self._user_handler(types.TEXT_DOCUMENT_DID_CHANGE, params)
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CLOSE)
+    def lsp_text_document__did_close(self, params: types.DidCloseTextDocumentParams):
+        yield from self._user_handler(types.TEXT_DOCUMENT_DID_CLOSE, params)

@@ -1,0 +1,218 @@
+"""One engine worker thread where the newest request wins.
+
+The engine may be used from one thread only, and a completion can take a second on a small
+machine, so it runs on a dedicated thread (not pygls's pool, which also reads stdin). At most one
+job waits: a new one replaces it, and the one running is told to stop (the engine checks the
+cancel flag between decode steps). A replaced job's future resolves at once with no completion,
+so the request it belongs to answers immediately and never with a stale suggestion.
+
+Loading runs on the same thread, so completions submitted before or while a model loads simply
+wait for it; once a load has failed they answer "no-model" at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, InvalidStateError
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from engine import Completion, CompletionRequest, EngineConfig, ModelLoadError
+
+logger = logging.getLogger(__name__)
+
+
+class EngineLike(Protocol):
+    """The part of `engine.Engine` the scheduler uses (a fake in unit tests)."""
+
+    def complete(self, request: CompletionRequest, cancel: threading.Event) -> Completion: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Answer:
+    """How a job ended. `completion` is set only for reason "done"."""
+
+    completion: Completion | None
+    reason: str  # "done" | "superseded" | "cancelled" | "no-model" | "failed" | "closed"
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    config: EngineConfig
+    error: str | None  # None: loaded; else what went wrong and what to do
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass(eq=False)
+class Job:
+    """One completion request on its way through the worker."""
+
+    request: CompletionRequest
+    tag: str | None = None  # the document it belongs to, so an edit can cancel it
+    cancel_flag: threading.Event = field(default_factory=threading.Event)
+    future: Future[Answer] = field(default_factory=Future)
+
+
+def _resolve(future: Future, value: object) -> None:
+    """Set a result unless someone (a cancelled asyncio wrapper, an earlier answer) got there first."""
+    try:
+        if not future.done():
+            future.set_result(value)
+    except InvalidStateError:
+        pass
+
+
+class Scheduler:
+    def __init__(self, load_engine: Callable[[EngineConfig], EngineLike]) -> None:
+        self._load_engine = load_engine
+        self._cond = threading.Condition()
+        self._pending: Job | None = None
+        self._running: Job | None = None
+        self._wanted: tuple[EngineConfig, list[Future[LoadResult]]] | None = None
+        self._engine: EngineLike | None = None
+        self._closed = False
+        self.last: Completion | None = None  # what the engine last returned, for stats
+        self.load_error: str | None = None  # why the current model is missing, if it is
+        self._thread = threading.Thread(target=self._work, name="cpc-engine", daemon=True)
+        self._thread.start()
+
+    # --- called from any thread -----------------------------------------------------------
+
+    def load(self, config: EngineConfig) -> Future[LoadResult]:
+        """Replace the engine. Running work stops; waiting work runs on the new model."""
+        future: Future[LoadResult] = Future()
+        with self._cond:
+            if self._closed:
+                _resolve(future, LoadResult(config, "the server is shutting down", 0.0))
+                return future
+            waiting = self._wanted[1] if self._wanted else []
+            self._wanted = (config, [*waiting, future])
+            if self._running is not None:
+                self._stop(self._running, "superseded")
+            self._cond.notify()
+        return future
+
+    def submit(self, request: CompletionRequest, tag: str | None = None) -> Job:
+        """Queue `request` as the only job; every older job stops and answers "superseded"."""
+        job = Job(request, tag)
+        with self._cond:
+            if self._closed:
+                _resolve(job.future, Answer(None, "closed"))
+                return job
+            for old in (self._pending, self._running):
+                if old is not None:
+                    self._stop(old, "superseded")
+            self._pending = job
+            self._cond.notify()
+        return job
+
+    def cancel(self, job: Job, reason: str = "cancelled") -> None:
+        with self._cond:
+            self._stop(job, reason)
+
+    def cancel_tag(self, tag: str, reason: str = "superseded") -> None:
+        """Stop whatever work belongs to `tag` (a document that just changed)."""
+        with self._cond:
+            for job in (self._pending, self._running):
+                if job is not None and job.tag == tag:
+                    self._stop(job, reason)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop all work, close the engine, end the thread."""
+        with self._cond:
+            self._closed = True
+            for job in (self._pending, self._running):
+                if job is not None:
+                    self._stop(job, "closed")
+            if self._wanted:
+                for future in self._wanted[1]:
+                    _resolve(future, LoadResult(self._wanted[0], "the server is shutting down", 0.0))
+                self._wanted = None
+            self._cond.notify()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+    # --- the worker -------------------------------------------------------------------------
+
+    def _stop(self, job: Job, reason: str) -> None:
+        """Caller holds the lock."""
+        job.cancel_flag.set()
+        if self._pending is job:
+            self._pending = None
+        _resolve(job.future, Answer(None, reason))
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                while not (self._closed or self._wanted or (self._pending and self._ready())):
+                    self._cond.wait()
+                if self._closed:
+                    break
+                wanted, job = self._wanted, None
+                if wanted is not None:
+                    self._wanted = None
+                else:
+                    job, self._pending = self._pending, None
+                    self._running = job
+            if wanted is not None:
+                self._load(*wanted)
+            elif job is not None:
+                self._complete(job)
+                with self._cond:
+                    self._running = None
+        self._close_engine()
+
+    def _ready(self) -> bool:
+        """A job can run (or be told there is no model) once a load has been attempted."""
+        return self._engine is not None or self.load_error is not None
+
+    def _close_engine(self) -> None:
+        engine, self._engine = self._engine, None
+        if engine is not None:
+            try:
+                engine.close()
+            except Exception:
+                logger.exception("closing the engine failed")
+
+    def _load(self, config: EngineConfig, futures: list[Future[LoadResult]]) -> None:
+        self._close_engine()
+        started = time.perf_counter()
+        error: str | None = None
+        try:
+            self._engine = self._load_engine(config)
+        except ModelLoadError as exc:
+            error = str(exc)
+        except Exception as exc:  # a bug or an unexpected library failure: report, keep serving
+            logger.exception("loading the model failed")
+            error = f"cannot load model: {type(exc).__name__}: {exc}"
+        self.load_error = error
+        result = LoadResult(config, error, time.perf_counter() - started)
+        for future in futures:
+            _resolve(future, result)
+
+    def _complete(self, job: Job) -> None:
+        if job.cancel_flag.is_set():
+            return
+        if self._engine is None:
+            _resolve(job.future, Answer(None, "no-model"))
+            return
+        try:
+            completion = self._engine.complete(job.request, cancel=job.cancel_flag)
+        except Exception:
+            logger.exception("completion failed")
+            _resolve(job.future, Answer(None, "failed"))
+            return
+        self.last = completion
+        if completion.cancelled or job.cancel_flag.is_set():
+            _resolve(job.future, Answer(None, "cancelled"))
+        else:
+            _resolve(job.future, Answer(completion, "done"))

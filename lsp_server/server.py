@@ -1,0 +1,289 @@
+"""The language server: thin handlers over documents, settings, the split and the scheduler.
+
+A completion request goes: document + position → offset (negotiated encoding) → `split` →
+`request_for` → scheduler (newest wins) → `suggestion_for` → an item in client units.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
+from urllib.parse import unquote
+
+from lsprotocol import types
+from pygls.lsp.server import LanguageServer
+
+from engine import EngineConfig
+from lsp_server import __version__
+from lsp_server.documents import UTF16, Documents, Range, offset_at, position_at
+from lsp_server.protocol import CpcProtocol
+from lsp_server.scheduler import Answer, EngineLike, LoadResult, Scheduler
+from lsp_server.settings import SECTION, Settings, apply
+from lsp_server.split import split
+from lsp_server.suggestion import Suggestion, request_for, suggestion_for
+
+logger = logging.getLogger(__name__)
+
+STATS_METHOD = "cpcLsp/stats"
+LOAD_WAIT_SECONDS = 60.0  # how long a request waits for a model that is still loading
+
+
+def _load_real_engine(config: EngineConfig) -> EngineLike:
+    from engine import Engine
+
+    return Engine.load(config)
+
+
+class CpcServer(LanguageServer):
+    """Holds the state the handlers share; the handlers themselves are in `build_server`."""
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        load_engine: Callable[[EngineConfig], EngineLike] = _load_real_engine,
+    ) -> None:
+        super().__init__(
+            "cpc-lsp",
+            __version__,
+            text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
+            protocol_cls=CpcProtocol,
+        )
+        self.defaults = settings or Settings()
+        self.settings = self.defaults
+        self.documents = Documents()
+        self.scheduler = Scheduler(load_engine)
+        self.encoding = UTF16
+        self.initialized = False
+        self.requests = 0  # completion requests seen, for log lines and stats
+
+    # --- client capabilities ---------------------------------------------------------------
+
+    def _capability(self, path: str) -> Any:
+        node: Any = getattr(self.protocol, "client_capabilities", None)
+        for name in path.split("."):
+            node = getattr(node, name, None)
+        return node
+
+    def supports_inline_completion(self) -> bool:
+        return self._capability("text_document.inline_completion") is not None
+
+    # --- settings and model ----------------------------------------------------------------
+
+    def apply_settings(self, raw: Any) -> None:
+        updated, problems = apply(self.settings, raw, self.defaults)
+        for problem in problems:
+            logger.warning("%s", problem)
+            self.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning, message=problem))
+        previous, self.settings = self.settings, updated
+        _allow_text_in_logs(updated.log_document_text)
+        if self.initialized and updated.engine_config() != previous.engine_config():
+            asyncio.ensure_future(self.load_model())
+
+    async def load_model(self) -> LoadResult:
+        """Load (or reload) the model in the background, with progress if the client shows it."""
+        config = self.settings.engine_config()
+        name = str(config.model_path) if config.model_path else "the default model"
+        loading = self.scheduler.load(config)
+        self.log(types.MessageType.Info, f"loading {name} ({config.context_tokens} context tokens)")
+        token = await self._begin_progress(f"Loading {name}")
+        result = await asyncio.wrap_future(loading)
+        if token is not None:
+            done = "model loaded" if result.ok else "model failed to load"
+            self.work_done_progress.end(token, types.WorkDoneProgressEnd(message=done))
+        if result.ok:
+            self.log(types.MessageType.Info, f"loaded {name} in {result.seconds:.1f} s")
+        else:
+            logger.error("%s", result.error)
+            message = f"cpc-lsp: {result.error}"
+            self.window_show_message(types.ShowMessageParams(type=types.MessageType.Error, message=message))
+            self.log(types.MessageType.Error, message)
+        return result
+
+    async def _begin_progress(self, title: str) -> str | None:
+        if not self._capability("window.work_done_progress"):
+            return None
+        token = f"cpc-lsp/load/{uuid.uuid4()}"
+        try:
+            await self.work_done_progress.create_async(token)
+        except Exception:  # the client refused: go on without a progress bar
+            logger.info("client declined a progress token")
+            return None
+        self.work_done_progress.begin(token, types.WorkDoneProgressBegin(title=title))
+        return token
+
+    def log(self, kind: types.MessageType, message: str) -> None:
+        """To the client's log (`window/logMessage`) and to stderr."""
+        logger.log(logging.ERROR if kind == types.MessageType.Error else logging.INFO, "%s", message)
+        self.window_log_message(types.LogMessageParams(type=kind, message=message))
+
+    # --- completion ------------------------------------------------------------------------
+
+    async def suggest(self, uri: str, position: types.Position) -> tuple[str, Suggestion] | None:
+        """The suggestion at `position` and the text it was made from; None when there is none."""
+        doc = self.documents.get(uri)
+        if doc is None:
+            return None
+        self.requests += 1
+        number = self.requests
+        settings = self.settings
+        cursor = offset_at(doc.text, position.line, position.character, self.encoding)
+        parts = split(doc.text, cursor)
+        job = self.scheduler.submit(request_for(parts, settings), tag=unquote(uri))
+        try:
+            answer = await asyncio.wait_for(asyncio.wrap_future(job.future), LOAD_WAIT_SECONDS)
+        except asyncio.CancelledError:  # $/cancelRequest: re-raised, pygls answers -32800
+            self.scheduler.cancel(job)
+            logger.info("#%d cancelled by the client", number)
+            raise
+        except asyncio.TimeoutError:
+            self.scheduler.cancel(job, "timeout")
+            answer = Answer(None, "timeout")
+        if self.documents.get(uri) is not doc:  # edited while we worked: the answer is stale
+            answer = Answer(None, "superseded")
+        found = None
+        if answer.completion is not None:
+            found = suggestion_for(parts, answer.completion, single_line=settings.single_line)
+        self._log_answer(number, answer, parts, found, settings.log_document_text)
+        return None if found is None else (doc.text, found)
+
+    def _log_answer(self, number: int, answer: Answer, parts, found, with_text: bool) -> None:
+        if answer.completion is None:
+            logger.info("#%d %s", number, answer.reason)
+            return
+        s = answer.completion.stats
+        logger.info(
+            "#%d %s: stop=%s required=%d chars prompt=%d reused=%d decoded=%d cover=%d "
+            "generated=%d ms=%.0f",
+            number, "shown" if found else "nothing to add", answer.completion.stop_reason,
+            len(parts.required), s.prompt_tokens, s.reused_tokens, s.decoded_tokens,
+            s.cover_decodes, s.generated_tokens, s.ms,
+        )  # fmt: skip
+        if with_text:
+            logger.debug("#%d required=%r suggestion=%r", number, parts.required, found)
+
+    def range_of(self, text: str, found: Suggestion) -> types.Range:
+        start = position_at(text, found.word_start, self.encoding)
+        end = position_at(text, found.cursor, self.encoding)
+        return types.Range(types.Position(*start), types.Position(*end))
+
+    def stats(self) -> dict[str, Any] | None:
+        """The last engine call's diagnostics, without text."""
+        last = self.scheduler.last
+        if last is None:
+            return None
+        numbers = {_camel(k): v for k, v in asdict(last.stats).items()}
+        return {
+            **numbers,
+            "stopReason": last.stop_reason,
+            "requiredSatisfied": last.required_satisfied,
+            "requests": self.requests,
+        }
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def _allow_text_in_logs(allowed: bool) -> None:
+    """pygls logs every message it sends at INFO, suggestions included: keep it quiet unless asked."""
+    logging.getLogger("pygls").setLevel(logging.NOTSET if allowed else logging.WARNING)
+
+
+def _change_range(change: Any) -> Range | None:
+    if isinstance(change, types.TextDocumentContentChangePartial):
+        r = change.range
+        return Range(r.start.line, r.start.character, r.end.line, r.end.character)
+    return None
+
+
+def build_server(
+    settings: Settings | None = None,
+    load_engine: Callable[[EngineConfig], EngineLike] = _load_real_engine,
+) -> CpcServer:
+    server = CpcServer(settings, load_engine)
+    _allow_text_in_logs(server.settings.log_document_text)
+
+    @server.feature(types.INITIALIZE)
+    def initialize(ls: CpcServer, params: types.InitializeParams) -> None:
+        ls.encoding = str(getattr(ls.workspace.position_encoding, "value", ls.workspace.position_encoding))
+        ls.apply_settings(params.initialization_options)
+        logger.info("position encoding %s", ls.encoding)
+
+    @server.feature(types.INITIALIZED)
+    async def initialized(ls: CpcServer, params: types.InitializedParams) -> None:
+        ls.initialized = True
+        await ls.load_model()
+
+    @server.feature(types.SHUTDOWN)
+    def shutdown(ls: CpcServer, params: None) -> None:
+        ls.scheduler.close()
+
+    @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
+    async def did_change_configuration(ls: CpcServer, params: types.DidChangeConfigurationParams) -> None:
+        raw = params.settings
+        if raw is None and ls._capability("workspace.configuration"):
+            query = types.ConfigurationParams([types.ConfigurationItem(section=SECTION)])
+            raw = (await ls.workspace_configuration_async(query) or [None])[0]
+        ls.apply_settings(raw)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
+    def did_open(ls: CpcServer, params: types.DidOpenTextDocumentParams) -> None:
+        doc = params.text_document
+        ls.documents.open(doc.uri, doc.text, doc.version)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
+    def did_change(ls: CpcServer, params: types.DidChangeTextDocumentParams) -> None:
+        uri = params.text_document.uri
+        ls.scheduler.cancel_tag(unquote(uri))  # work on the old text is stale
+        changes = [(_change_range(c), c.text) for c in params.content_changes]
+        if not ls.documents.change(uri, params.text_document.version, changes, ls.encoding):
+            logger.warning("didChange for a document that is not open")
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
+    def did_close(ls: CpcServer, params: types.DidCloseTextDocumentParams) -> None:
+        ls.scheduler.cancel_tag(unquote(params.text_document.uri))
+        ls.documents.close(params.text_document.uri)
+
+    @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
+    async def inline_completion(
+        ls: CpcServer, params: types.InlineCompletionParams
+    ) -> list[types.InlineCompletionItem]:
+        result = await ls.suggest(params.text_document.uri, params.position)
+        if result is None:
+            return []
+        text, found = result
+        return [types.InlineCompletionItem(insert_text=found.insert_text, range=ls.range_of(text, found))]
+
+    @server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions())
+    async def completion(ls: CpcServer, params: types.CompletionParams) -> types.CompletionList:
+        """The fallback for clients without inline completion (Neovim 0.11).
+
+        A client that has inline completion gets nothing here: answering both would make each
+        keystroke's two requests supersede each other.
+        """
+        result = None
+        if not ls.supports_inline_completion():
+            result = await ls.suggest(params.text_document.uri, params.position)
+        if result is None:
+            return types.CompletionList(is_incomplete=True, items=[])
+        text, found = result
+        item = types.CompletionItem(
+            label=found.insert_text,
+            kind=types.CompletionItemKind.Text,
+            detail="cpc-lsp",
+            sort_text="0",
+            insert_text_format=types.InsertTextFormat.PlainText,
+            text_edit=types.TextEdit(ls.range_of(text, found), found.insert_text),
+        )
+        return types.CompletionList(is_incomplete=True, items=[item])
+
+    @server.feature(STATS_METHOD)
+    def stats(ls: CpcServer, params: Any) -> dict[str, Any] | None:
+        return ls.stats()
+
+    return server

@@ -1,0 +1,66 @@
+"""The word-boundary split: where the prompt ends and what the completion must begin with.
+
+Pure text logic, no protocol and no model. The prompt ends before the horizontal whitespace that
+precedes the partial word, so the tokenizer only ever sees whole words and typing inside a word
+leaves the prompt (and its KV cache) unchanged.
+
+Definitions (code points, not bytes or UTF-16 units):
+
+- A *word character* is a Unicode letter (L*), combining mark (M*: keeps a decomposed accent with
+  its letter), number (N*) or the underscore. Everything else, e.g. ``.``, ``(``, ``"`` or ``-``,
+  ends a word, so ``{re`` has the partial word ``re``.
+- *Horizontal whitespace* is a tab or a space separator (Zs: space, no-break space, ideographic
+  space...). Line breaks are not horizontal: a partial word never reaches back over a line.
+- The *suffix* is the text after the cursor up to the end of its line.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from dataclasses import dataclass
+
+LINE_BREAKS = "\r\n"
+
+
+def is_word_char(ch: str) -> bool:
+    """True for the characters a partial word is made of (see the module docstring)."""
+    return ch == "_" or unicodedata.category(ch)[0] in "LMN"
+
+
+def is_horizontal_space(ch: str) -> bool:
+    """True for whitespace that does not break a line."""
+    return ch == "\t" or unicodedata.category(ch) == "Zs"
+
+
+@dataclass(frozen=True)
+class Split:
+    """A document cut at the cursor: ``prompt + required == text[:cursor]``."""
+
+    prompt: str  # everything before the boundary whitespace
+    required: str  # boundary whitespace + partial word: the completion must begin with it
+    word: str  # the partial word alone (the tail of `required`)
+    suffix: str  # the rest of the cursor's line, which a suggestion must not repeat
+    word_start: int  # offset of the partial word in the document (code points)
+    cursor: int  # offset of the cursor in the document (code points)
+
+
+def split(text: str, cursor: int) -> Split:
+    """Cut `text` at `cursor` (clamped to the text) into prompt, required prefix and suffix."""
+    cursor = max(0, min(cursor, len(text)))
+    word_start = cursor
+    while word_start > 0 and is_word_char(text[word_start - 1]):
+        word_start -= 1
+    boundary = word_start
+    while boundary > 0 and is_horizontal_space(text[boundary - 1]):
+        boundary -= 1
+    line_end = cursor
+    while line_end < len(text) and text[line_end] not in LINE_BREAKS:
+        line_end += 1
+    return Split(
+        prompt=text[:boundary],
+        required=text[boundary:cursor],
+        word=text[word_start:cursor],
+        suffix=text[cursor:line_end],
+        word_start=word_start,
+        cursor=cursor,
+    )

@@ -1,0 +1,78 @@
+"""The one path from a cursor to a suggestion, shared by the server and `python -m lsp_server complete`.
+
+`request_for` turns a split document into what the engine is asked; `suggestion_for` turns the
+engine's answer back into the text that replaces the partial word. Neither knows about LSP
+positions or threads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine import Completion, CompletionRequest
+from lsp_server.settings import Settings
+from lsp_server.split import LINE_BREAKS, Split, is_word_char
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """Replace ``document[word_start:cursor]`` (the partial word) with `insert_text`."""
+
+    word_start: int
+    cursor: int
+    insert_text: str  # the partial word followed by what the model adds
+
+
+def request_for(split: Split, settings: Settings) -> CompletionRequest:
+    return CompletionRequest(
+        prompt=split.prompt,
+        required=split.required,
+        max_tokens=settings.max_tokens,
+        stop=settings.stop,
+        sampling=settings.sampling(),
+        max_cover_decodes=settings.max_cover_decodes,
+    )
+
+
+def suggestion_for(split: Split, completion: Completion, *, single_line: bool) -> Suggestion | None:
+    """What to show, or None when the completion adds nothing usable.
+
+    A completion that does not begin with the required prefix (the engine dropped the
+    constraint) would not finish the user's word, so it is not shown.
+    """
+    if completion.cancelled or not completion.text.startswith(split.required):
+        return None
+    added = completion.text[len(split.required) :]
+    if single_line:
+        added = _first_line(added)
+    added = stop_before_suffix(added, split.suffix)
+    if not added.strip():
+        return None
+    return Suggestion(split.word_start, split.cursor, split.word + added)
+
+
+def _first_line(text: str) -> str:
+    for i, ch in enumerate(text):
+        if ch in LINE_BREAKS:
+            return text[:i]
+    return text
+
+
+def stop_before_suffix(added: str, suffix: str) -> str:
+    """Cut `added` where it starts to retype the rest of the line, so accepting it duplicates nothing.
+
+    The cut is at the first place where the rest of the line (trimmed) appears, or where the added
+    text ends with its opening punctuation (``"hi")`` before ``);`` keeps ``"hi"``). A word
+    character never starts such a partial overlap: ``the`` before ``end`` is not cut to ``th``.
+    """
+    rest = suffix.strip()
+    if not rest:
+        return added
+    cut = added.find(rest)
+    if cut < 0:
+        for i, ch in enumerate(added):
+            tail = added[i:].rstrip()
+            if tail and not ch.isspace() and not is_word_char(ch) and rest.startswith(tail):
+                cut = i
+                break
+    return added if cut < 0 else added[:cut].rstrip()
