@@ -12,10 +12,10 @@ $(PY):
 	$(PY) -m pip install --quiet --upgrade pip
 
 install: $(PY)
-	$(PY) -m pip install --quiet -e .
+	$(PY) -m pip install --quiet --find-links "$$(scripts/llama-wheel.sh $(PY))" -e .
 
 install-test: $(PY)
-	$(PY) -m pip install --quiet -e '.[test,bench]'
+	$(PY) -m pip install --quiet --find-links "$$(scripts/llama-wheel.sh $(PY))" -e '.[test,bench]'
 	cd editors/vscode && npm ci --no-audit --no-fund --silent
 
 demo: install

@@ -43,7 +43,7 @@ class SequenceDiagnostics:
     kv_tokens: int
 
 
-class _PathRows:
+class PathRows:
     """Rows after prompt + path for the covering search, counting real decodes only."""
 
     def __init__(self, kv: KvCache, prompt: tuple[int, ...], cancel: threading.Event) -> None:
@@ -99,7 +99,7 @@ class Sequence:
             self._kv.logits_after(tokens, self._cancel)
             prompt_decoded = self._kv.decoded - decoded_before
             if required and exact:
-                rows = _PathRows(self._kv, tokens, self._cancel)
+                rows = PathRows(self._kv, tokens, self._cancel)
                 covering = CoveringSearch(self._vocab, rows, max_cover_decodes).run(required, self._sampler)
                 cover_decodes = rows.decodes
                 if covering is None:
