@@ -28,11 +28,17 @@ class _Answered:
 
 
 def _describe(exc: Exception) -> str:
-    """Which fields were wrong, by JSON path; never the values."""
+    """Which fields were wrong, by JSON path; never the values, which may be document text."""
     if isinstance(exc, cattrs.BaseValidationError):
-        lines = cattrs.transform_error(exc, path="params")
-        return "; ".join(line.split(":", 1)[0] if "@" not in line else line for line in lines)
+        return "; ".join(cattrs.transform_error(exc, format_exception=_problem))
     return type(exc).__name__
+
+
+def _problem(exc: BaseException, expected: type | None) -> str:
+    if isinstance(exc, KeyError):
+        return "required field missing"
+    name = getattr(expected, "__name__", None)
+    return f"invalid value, expected {name}" if name else "invalid value"
 
 
 class CpcProtocol(LanguageServerProtocol):

@@ -97,7 +97,6 @@ class CpcServer(LanguageServer):
         if result.ok:
             self.log(types.MessageType.Info, f"loaded {name} in {result.seconds:.1f} s")
         else:
-            logger.error("%s", result.error)
             message = f"cpc-lsp: {result.error}"
             self.window_show_message(types.ShowMessageParams(type=types.MessageType.Error, message=message))
             self.log(types.MessageType.Error, message)
@@ -205,8 +204,8 @@ def build_server(
     settings: Settings | None = None,
     load_engine: Callable[[EngineConfig], EngineLike] = _load_real_engine,
 ) -> CpcServer:
+    _allow_text_in_logs(settings is not None and settings.log_document_text)
     server = CpcServer(settings, load_engine)
-    _allow_text_in_logs(server.settings.log_document_text)
 
     @server.feature(types.INITIALIZE)
     def initialize(ls: CpcServer, params: types.InitializeParams) -> None:

@@ -1,0 +1,86 @@
+"""The command line: `complete` through the real engine, clear failures, and TCP on localhost."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+PYTHON = [sys.executable, "-m", "lsp_server"]
+
+
+def run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([*PYTHON, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_complete_prints_the_suggestion_as_json():
+    done = run("complete", "--text", "Thanks for sending over the draft yest", "--json")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert (out["prompt"], out["required"], out["suffix"]) == ("Thanks for sending over the draft", " yest", "")
+    assert out["insertText"].startswith("yesterday")
+    assert out["added"] == out["insertText"][4:]
+    assert out["stats"]["decoded_tokens"] > 0
+
+
+def test_complete_plain_output_is_the_accepted_line():
+    done = run("complete", "--text", "Thanks for sending over the draft yest", "--suffix", " and")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("Thanks for sending over the draft yesterday")
+    assert done.stdout.rstrip("\n").endswith(" and")
+
+
+def test_a_bad_model_fails_with_a_clear_message():
+    done = run("complete", "--text", "hello wor", "--model", "/nonexistent/cpc-model.gguf")
+    assert done.returncode != 0
+    assert "/nonexistent/cpc-model.gguf" in done.stderr
+    assert done.stdout == ""
+
+
+def test_bad_arguments_exit_non_zero():
+    assert run("--tcp", "99999").returncode != 0
+    assert run("complete").returncode != 0  # --text is required
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _message(body: dict) -> bytes:
+    data = json.dumps(body).encode()
+    return b"Content-Length: %d\r\n\r\n" % len(data) + data
+
+
+def test_tcp_listens_on_localhost():
+    port = _free_port()
+    server = subprocess.Popen([*PYTHON, "--tcp", str(port)], stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                conn = socket.create_connection(("127.0.0.1", port), timeout=10)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail("server did not listen")
+                time.sleep(0.1)
+        with conn:
+            conn.sendall(_message({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"capabilities": {}}}))
+            reply = b""
+            while b'"id": 1' not in reply and b'"id":1' not in reply:
+                chunk = conn.recv(65536)
+                assert chunk, "connection closed"
+                reply += chunk
+        assert b"inlineCompletionProvider" in reply
+        listening = subprocess.run(["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True)
+        if listening.returncode == 0 and listening.stdout.strip():
+            assert "127.0.0.1" in listening.stdout
+    finally:
+        server.kill()
+        server.wait(10)

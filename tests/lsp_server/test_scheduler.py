@@ -1,0 +1,149 @@
+"""Newest request wins, on one worker thread. A fake engine stands in: this tests scheduling logic only."""
+
+import threading
+import time
+
+from engine import Completion, CompletionRequest, DecodeStats, EngineConfig, ModelLoadError
+from lsp_server.scheduler import Scheduler
+
+WAIT = 5.0
+
+
+class FakeEngine:
+    """Echoes the prompt; `block` makes complete() spin until cancelled, like decode steps would."""
+
+    def __init__(self, block: bool = False) -> None:
+        self.block = block
+        self.started = threading.Event()
+        self.threads: set[str] = set()
+        self.calls: list[str] = []
+        self.closed = False
+
+    def complete(self, request: CompletionRequest, cancel: threading.Event) -> Completion:
+        self.threads.add(threading.current_thread().name)
+        self.calls.append(request.prompt)
+        self.started.set()
+        while self.block and not cancel.is_set():
+            time.sleep(0.001)  # one "decode step"
+        if cancel.is_set():
+            return Completion("", "cancelled", DecodeStats())
+        return Completion(request.required + " done", "eos", DecodeStats(decoded_tokens=1))
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def loaded(engine: FakeEngine) -> Scheduler:
+    scheduler = Scheduler(lambda config: engine)
+    assert scheduler.load(EngineConfig()).result(WAIT).ok
+    return scheduler
+
+
+def test_a_job_runs_on_the_dedicated_thread():
+    engine = FakeEngine()
+    scheduler = loaded(engine)
+    answer = scheduler.submit(CompletionRequest("p", "r")).future.result(WAIT)
+    assert answer.reason == "done" and answer.completion.text == "r done"
+    assert engine.threads == {"cpc-engine"}
+    assert scheduler.last is answer.completion
+    scheduler.close()
+    assert engine.closed
+
+
+def test_a_new_request_supersedes_the_running_one_at_once():
+    engine = FakeEngine(block=True)
+    scheduler = loaded(engine)
+    first = scheduler.submit(CompletionRequest("first"))
+    assert engine.started.wait(WAIT)
+    engine.block = False
+    second = scheduler.submit(CompletionRequest("second"))
+    assert first.future.result(WAIT).reason == "superseded"
+    assert first.cancel_flag.is_set()
+    assert second.future.result(WAIT).reason == "done"
+    scheduler.close()
+
+
+def test_a_queued_request_is_replaced_and_never_runs():
+    engine = FakeEngine(block=True)
+    scheduler = loaded(engine)
+    running = scheduler.submit(CompletionRequest("running"))
+    assert engine.started.wait(WAIT)
+    queued = scheduler.submit(CompletionRequest("queued"))
+    engine.block = False
+    newest = scheduler.submit(CompletionRequest("newest"))
+    assert running.future.result(WAIT).reason == "superseded"
+    assert queued.future.result(WAIT).reason == "superseded"
+    assert newest.future.result(WAIT).reason == "done"
+    assert "queued" not in engine.calls
+    scheduler.close()
+
+
+def test_cancel_by_document_and_by_job():
+    engine = FakeEngine(block=True)
+    scheduler = loaded(engine)
+    job = scheduler.submit(CompletionRequest("p"), tag="file:///a")
+    assert engine.started.wait(WAIT)
+    scheduler.cancel_tag("file:///b")
+    assert not job.future.done()
+    scheduler.cancel_tag("file:///a")
+    assert job.future.result(WAIT).reason == "superseded"
+    other = scheduler.submit(CompletionRequest("q"))
+    scheduler.cancel(other)
+    assert other.future.result(WAIT).reason == "cancelled"
+    scheduler.close()
+
+
+def test_requests_wait_for_the_load():
+    gate = threading.Event()
+    engine = FakeEngine()
+
+    def slow_load(config):
+        assert gate.wait(WAIT)
+        return engine
+
+    scheduler = Scheduler(slow_load)
+    early = scheduler.submit(CompletionRequest("before any load"))
+    loading = scheduler.load(EngineConfig())
+    time.sleep(0.05)
+    assert not early.future.done()
+    gate.set()
+    assert loading.result(WAIT).ok
+    assert early.future.result(WAIT).reason == "done"
+    scheduler.close()
+
+
+def test_a_failed_load_answers_no_model_and_never_hangs():
+    def broken(config):
+        raise ModelLoadError("/nope.gguf", "file not found", "Set cpcLsp.model to a GGUF file")
+
+    scheduler = Scheduler(broken)
+    result = scheduler.load(EngineConfig()).result(WAIT)
+    assert not result.ok and "/nope.gguf" in result.error and "Set cpcLsp.model" in result.error
+    assert scheduler.submit(CompletionRequest("p")).future.result(WAIT).reason == "no-model"
+    scheduler.close()
+
+
+def test_reload_closes_the_old_engine_and_engine_errors_do_not_kill_the_worker():
+    engines = [FakeEngine(), FakeEngine()]
+    scheduler = Scheduler(lambda config: engines.pop(0))
+    first = engines[0]
+    scheduler.load(EngineConfig()).result(WAIT)
+    scheduler.load(EngineConfig(context_tokens=1024)).result(WAIT)
+    assert first.closed
+    second = scheduler._engine
+    second.complete = lambda request, cancel: 1 / 0
+    assert scheduler.submit(CompletionRequest("p")).future.result(WAIT).reason == "failed"
+    second.complete = FakeEngine().complete
+    assert scheduler.submit(CompletionRequest("p")).future.result(WAIT).reason == "done"
+    scheduler.close()
+
+
+def test_close_answers_everything():
+    engine = FakeEngine(block=True)
+    scheduler = loaded(engine)
+    job = scheduler.submit(CompletionRequest("p"))
+    assert engine.started.wait(WAIT)
+    scheduler.close()
+    assert job.future.result(WAIT).reason == "closed"
+    assert scheduler.submit(CompletionRequest("late")).future.result(WAIT).reason == "closed"
+    assert not scheduler.load(EngineConfig()).result(WAIT).ok

@@ -1,0 +1,49 @@
+"""From the engine's completion to what is shown: required prefix, one line, no repeated suffix."""
+
+from engine import Completion, DecodeStats
+from lsp_server.settings import Settings
+from lsp_server.split import split
+from lsp_server.suggestion import request_for, stop_before_suffix, suggestion_for
+
+
+def done(text: str, reason: str = "line") -> Completion:
+    return Completion(text, reason, DecodeStats())
+
+
+def test_request_carries_the_split_and_settings():
+    parts = split("the draft yest", 14)
+    req = request_for(parts, Settings(max_tokens=3, stop=("X",), max_cover_decodes=2, temperature=0.5))
+    assert (req.prompt, req.required, req.max_tokens, req.stop, req.max_cover_decodes) == (
+        "the draft", " yest", 3, ("X",), 2
+    )
+    assert req.sampling.temperature == 0.5
+
+
+def test_insert_text_is_the_partial_word_plus_the_completion():
+    parts = split("the draft yest", 14)
+    found = suggestion_for(parts, done(" yesterday."), single_line=True)
+    assert (found.word_start, found.cursor, found.insert_text) == (10, 14, "yesterday.")
+
+
+def test_nothing_to_add():
+    parts = split("the draft yest", 14)
+    assert suggestion_for(parts, done(" yest"), single_line=True) is None
+    assert suggestion_for(parts, done(" yest   "), single_line=True) is None
+    assert suggestion_for(parts, done(" yesterday", "cancelled"), single_line=True) is None
+    assert suggestion_for(parts, done(" tomorrow"), single_line=True) is None  # constraint dropped
+
+
+def test_single_line_cuts_at_the_first_line_break():
+    parts = split("a b", 3)
+    assert suggestion_for(parts, done(" bc\r\nd"), single_line=True).insert_text == "bc"
+    assert suggestion_for(parts, done(" bc\nd"), single_line=False).insert_text == "bc\nd"
+
+
+def test_suffix_is_not_repeated():
+    parts = split('print("hel")', 10)
+    assert suggestion_for(parts, done('hello")'), single_line=True).insert_text == "hello"
+    assert stop_before_suffix('"hi")', ");") == '"hi"'
+    assert stop_before_suffix("x + 1)", ")") == "x + 1"
+    assert stop_before_suffix("the", "end") == "the"  # a word character never starts an overlap
+    assert stop_before_suffix("terday", "terday") == ""
+    assert stop_before_suffix("abc", "   ") == "abc"
