@@ -1,0 +1,90 @@
+'use strict';
+// What the extension sends the server, built from the user's `cpcLsp.*` settings.
+//
+// The manifest (package.json `contributes.configuration`) is the one list of settings: their
+// names, types, defaults and descriptions. This module reads it and never imports `vscode`, so the
+// tests start the real server with exactly the options the extension would send.
+
+const manifest = require('./package.json');
+
+const SECTION = 'cpcLsp';
+
+// Settings under these prefixes configure the client (how to start the server, tracing); they
+// are not forwarded to the server.
+const CLIENT_PREFIXES = ['server.', 'trace.'];
+
+const PROPERTIES = manifest.contributes.configuration.properties;
+
+function clone(value) {
+  return value === undefined ? undefined : JSON.parse(JSON.stringify(value));
+}
+
+/** The manifest's default for `cpcLsp.<key>`. */
+function defaultOf(key) {
+  const property = PROPERTIES[`${SECTION}.${key}`];
+  if (!property) {
+    throw new Error(`unknown setting ${SECTION}.${key}`);
+  }
+  return clone(property.default);
+}
+
+/** Keys (without the `cpcLsp.` prefix) of the settings the server reads, in manifest order. */
+function serverSettingKeys() {
+  return Object.keys(PROPERTIES)
+    .filter((name) => name.startsWith(`${SECTION}.`))
+    .map((name) => name.slice(SECTION.length + 1))
+    .filter((key) => !CLIENT_PREFIXES.some((prefix) => key.startsWith(prefix)));
+}
+
+/**
+ * The server's settings as one JSON object.
+ *
+ * @param {(key: string) => unknown} get  the user's value for `cpcLsp.<key>`, or undefined
+ *   (VS Code's `WorkspaceConfiguration.get` already falls back to the manifest default).
+ */
+function serverSettings(get) {
+  const settings = {};
+  for (const key of serverSettingKeys()) {
+    const value = get(key);
+    settings[key] = value === undefined || value === null ? defaultOf(key) : clone(value);
+  }
+  return settings;
+}
+
+/** `initializationOptions` for the `initialize` request. */
+function initializationOptions(settings) {
+  return { [SECTION]: settings };
+}
+
+/** Params of the `workspace/didChangeConfiguration` notification sent when a setting changes. */
+function didChangeConfigurationParams(settings) {
+  return { settings: { [SECTION]: settings } };
+}
+
+/**
+ * How to start the server: `{ command, args }`, spoken to over stdio.
+ *
+ * @param {(key: string) => unknown} get  as for `serverSettings`
+ */
+function serverExecutable(get) {
+  let command = get('server.command');
+  if (typeof command !== 'string' || command.trim() === '') {
+    command = defaultOf('server.command');
+  }
+  let args = get('server.args');
+  if (!Array.isArray(args)) {
+    args = defaultOf('server.args');
+  }
+  return { command: command.trim(), args: args.map(String) };
+}
+
+module.exports = {
+  SECTION,
+  CLIENT_PREFIXES,
+  defaultOf,
+  serverSettingKeys,
+  serverSettings,
+  initializationOptions,
+  didChangeConfigurationParams,
+  serverExecutable,
+};
