@@ -1,0 +1,145 @@
+"""Keystroke latency through the real server, side by side with the peer, and cancellation.
+
+For each size (32/214/838 tokens) a fresh document is opened and a word is typed one character
+per request: didChange, then textDocument/inlineCompletion at the cursor, then cpcLsp/stats for
+what the engine decoded. The first keystroke on a new document is cold (its prompt shares
+nothing with the KV cache); the others are warm. Right after each of our keystrokes the peer,
+llama-cpp-python's own prefix-cached `Llama.create_completion` on the same model file, gets the
+same text (partial word in the prompt, the naive way), the same token budget, temperature 0, and
+a line-break stop (the server suggests one line). Each pair runs back to back, so both see the
+same machine load.
+
+Cancellation: a request is sent, `$/cancelRequest` follows while the engine works, and the time
+from the cancel to the request's answer is measured, then how long the next request takes.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from bench.lsp_client import Editor
+from bench.prompts import SIZES, Typing, documents
+from bench.stats import maximum, median, ratio
+
+
+class Peer:
+    """llama-cpp-python's high-level API on the same GGUF, with settings matching the engine's."""
+
+    def __init__(self, model_path: str, n_ctx: int = 2048) -> None:
+        import os
+
+        from llama_cpp import Llama
+
+        threads = os.cpu_count() or 1
+        self.llm = Llama(
+            model_path, n_ctx=n_ctx, n_batch=512, n_ubatch=512, n_threads=threads,
+            n_threads_batch=threads, swa_full=True, verbose=False,
+        )  # fmt: skip
+
+    def complete(self, text: str, max_tokens: int) -> tuple[float, int]:
+        """(ms, generated tokens) for one completion of `text`."""
+        started = time.perf_counter()
+        out = self.llm.create_completion(text, max_tokens=max_tokens, temperature=0.0, stop=["\n"])
+        return (time.perf_counter() - started) * 1000, out["usage"]["completion_tokens"]
+
+    def close(self) -> None:
+        self.llm.close()
+
+
+def _type_word(editor: Editor, peer: Peer | None, uri: str, doc: Typing, max_tokens: int) -> list[dict[str, Any]]:
+    editor.open(uri, doc.base)
+    keystrokes = []
+    for k, ch in enumerate(doc.word):
+        editor.type(uri, ch)
+        reply = editor.inline(uri)
+        stats = editor.stats() or {}
+        step = {
+            "keystroke": k + 1,
+            "ms": reply.ms,
+            "prompt_tokens": stats.get("promptTokens"),
+            "decoded_tokens": stats.get("decodedTokens"),
+            "cover_decodes": stats.get("coverDecodes"),
+            "generated_tokens": stats.get("generatedTokens"),
+            "engine_ms": stats.get("ms"),
+        }
+        if peer is not None:
+            step["peer_ms"], step["peer_generated"] = peer.complete(doc.base + doc.word[: k + 1], max_tokens)
+        keystrokes.append(step)
+    editor.close(uri)
+    return keystrokes
+
+
+def keystrokes(editor: Editor, peer: Peer | None, count_tokens, max_tokens: int, quick: bool) -> list[dict[str, Any]]:
+    """One row per size: cold, warm median/max, the peer's, decoded prompt tokens per warm keystroke."""
+    docs_per_size = 1 if quick else 3
+    rows = []
+    for size in SIZES:
+        docs = documents(count_tokens, size, docs_per_size, min_word=5 if quick else 7, first_line=40 + size // 4)
+        cold, warm, peer_cold, peer_warm, decoded, tokens, generated, peer_generated = ([] for _ in range(8))
+        for d, doc in enumerate(docs):
+            steps = _type_word(editor, peer, f"file:///bench/latency/{size}-{d}.py", doc, max_tokens)
+            first, rest = steps[0], steps[1:]
+            cold.append(first["ms"])
+            tokens.append(first["prompt_tokens"])
+            warm += [s["ms"] for s in rest]
+            decoded += [s["decoded_tokens"] for s in rest]
+            generated += [s["generated_tokens"] for s in steps]
+            if peer is not None:
+                peer_cold.append(first["peer_ms"])
+                peer_warm += [s["peer_ms"] for s in rest]
+                peer_generated += [s["peer_generated"] for s in steps]
+        rows.append({
+            "tokens": median(tokens),
+            "documents": len(docs),
+            "warm_keystrokes": len(warm),
+            "cold_ms": median(cold),
+            "warm_median_ms": median(warm),
+            "warm_max_ms": maximum(warm),
+            "peer_cold_ms": median(peer_cold),
+            "peer_warm_median_ms": median(peer_warm),
+            "peer_warm_max_ms": maximum(peer_warm),
+            "warm_over_peer": ratio(median(warm), median(peer_warm)),
+            "cold_over_warm": ratio(median(cold), median(warm)),
+            "warm_decoded_prompt_tokens_max": maximum(decoded),
+            "warm_decoded_prompt_tokens_median": median(decoded),
+            "generated_median": median(generated),
+            "peer_generated_median": median(peer_generated),
+        })  # fmt: skip
+    return rows
+
+
+def cancellation(editor: Editor, count_tokens, quick: bool, delay_s: float = 0.15) -> dict[str, Any]:
+    """`$/cancelRequest` to answer for a cold request (cancelled while its prompt decodes) and a warm
+    one (cancelled while it generates), and how long the same request takes right after the cancel
+    (cold again, since a cancelled prompt decode is not kept; warm when only generation stopped)."""
+    runs = 2 if quick else 5
+    docs = documents(count_tokens, SIZES[-1], runs, min_word=5, first_line=1500)
+    found: dict[str, dict[str, list]] = {p: {"answer": [], "code": [], "next": []} for p in ("cold", "warm")}
+    for d, doc in enumerate(docs):
+        uri = f"file:///bench/cancel/{d}.py"
+        editor.open(uri, doc.base)
+        for phase, typed, wait in (("cold", doc.word[0], delay_s), ("warm", doc.word[1], 0.02)):
+            editor.type(uri, typed)
+            msg_id, future = editor.client.send("textDocument/inlineCompletion", editor.inline_params(uri))
+            time.sleep(wait)
+            cancel_sent = editor.client.notify("$/cancelRequest", {"id": msg_id})
+            reply = future.result(120)
+            follow = editor.inline(uri)  # the same request again; it also makes the prompt warm
+            if reply.received < cancel_sent:  # answered before the cancel left: not a sample
+                continue
+            found[phase]["answer"].append((reply.received - cancel_sent) * 1000)
+            found[phase]["code"].append((reply.error or {}).get("code"))
+            found[phase]["next"].append(follow.ms)
+        editor.close(uri)
+    phases = []
+    for phase, got in found.items():
+        phases.append({
+            "phase": f"{phase} ({'prompt decode' if phase == 'cold' else 'generation'})",
+            "samples": len(got["answer"]),
+            "answer_median_ms": median(got["answer"]),
+            "answer_max_ms": maximum(got["answer"]),
+            "code_-32800": f"{sum(c == -32800 for c in got['code'])}/{len(got['code'])}",
+            "next_median_ms": median(got["next"]),
+        })  # fmt: skip
+    return {"phases": phases, "delay_before_cancel_ms": {"cold": delay_s * 1000, "warm": 20.0}}
