@@ -101,10 +101,23 @@ def test_an_unchanged_prompt_decodes_nothing_and_one_more_word_decodes_only_its_
     again = complete(engine, prompt, " yeste")
     assert again.stats.decoded_tokens == 0
     assert again.stats.reused_tokens == again.stats.prompt_tokens
-    longer = complete(engine, prompt + " yesterday.", " I")
-    added = engine.count_tokens(prompt + " yesterday.") - engine.count_tokens(prompt)
+    edited = prompt + " on Thursday."
+    longer = complete(engine, edited, " I")
+    added = engine.count_tokens(edited) - engine.count_tokens(prompt)
     assert longer.stats.decoded_tokens == added
+    assert longer.stats.reused_tokens == engine.count_tokens(prompt)
     assert longer.text.startswith(" I")
+
+
+def test_accepting_a_suggestion_costs_no_prompt_work(engine):
+    """The tokens of a suggestion are already in KV (and their rows remembered) when the user
+    accepts it, so the next request's prompt needs no decode."""
+    prompt = "Please review the attached contract before"
+    first = complete(engine, prompt, " tom")
+    accepted = prompt + first.text.split(",")[0].split(".")[0]
+    assert accepted != prompt
+    after = complete(engine, accepted, " ")
+    assert after.stats.decoded_tokens == 0
 
 
 def test_a_cancel_from_another_thread_stops_within_one_step_and_the_sequence_stays_usable(engine):
