@@ -22,6 +22,7 @@ from engine.types import Completion, CompletionRequest, DecodeStats, EngineConfi
 from engine.vocab import VocabIndex
 
 MIN_PROMPT_TOKENS = 64  # below this a context cannot hold a useful prompt beside the budget
+CHARS_PER_CONTEXT_TOKEN = 8  # text kept before tokenizing: generous, the token window trims the rest
 LINE_BREAKS = ("\n", "\r")
 
 
@@ -82,6 +83,18 @@ class Engine:
     def count_tokens(self, text: str) -> int:
         return len(self._model.tokenize(text.encode("utf-8", "replace"), add_bos=True))
 
+    def clip(self, text: str) -> str:
+        """Drop the head of a huge prompt before tokenizing it, so a 5 MB document is never
+        tokenized whole. Like `window`, the cut moves in large steps and then to the next line
+        start, so it stays put while the user types at the end."""
+        keep = self.n_ctx * CHARS_PER_CONTEXT_TOKEN
+        if len(text) <= keep:
+            return text
+        step = keep // 4
+        cut = math.ceil((len(text) - keep) / step) * step
+        line = text.find("\n", cut, cut + step)
+        return text[cut if line < 0 else line + 1 :]
+
     def window(self, tokens: tuple[int, ...], reserve: int) -> tuple[int, ...]:
         """Keep the prompt's tail within the context. The start moves in large steps, so the kept
         tokens stay a common prefix from one keystroke to the next and the KV cache is reused."""
@@ -112,7 +125,7 @@ class Engine:
         self._current_cancel = cancel
         required = request.required.encode("utf-8", "replace")
         reserve = request.max_tokens + len(required) + 1
-        prompt = self.window(self.tokenize(request.prompt), reserve)
+        prompt = self.window(self.tokenize(self.clip(request.prompt)), reserve)
         seq = self.sequence(request.sampling, cancel)
         text, reason, generated, logprobs = "", "cancelled", 0, []
         if seq.decode_prompt(prompt, required, request.exact, request.max_cover_decodes):

@@ -191,3 +191,15 @@ def test_the_cli_fails_clearly_on_a_bad_model(tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert out.returncode != 0
     assert "not a GGUF file" in out.stderr and str(bad) in out.stderr
+
+
+def test_a_huge_prompt_is_clipped_before_tokenizing_and_typing_at_its_end_reuses_the_cache(engine):
+    huge = "".join(f"def function_{i}(value):\n    return value * {i}\n\n" for i in range(120_000))
+    assert len(huge) > 5_000_000
+    clipped = engine.clip(huge)
+    assert len(clipped) <= engine.n_ctx * 8 and huge.endswith(clipped)
+    assert engine.clip(huge + "def next_fun") == clipped + "def next_fun"  # the cut stays put
+    first = complete(engine, huge + "def", " comp", max_tokens=4)
+    second = complete(engine, huge + "def", " compu", max_tokens=4)
+    assert first.text.startswith(" comp") and second.text.startswith(" compu")
+    assert second.stats.decoded_tokens == 0
