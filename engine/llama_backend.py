@@ -17,14 +17,24 @@ from pathlib import Path
 import numpy as np
 
 import llama_cpp
-from llama_cpp import _logger as llama_logger
 
 from engine.types import ModelLoadError
 
 log = logging.getLogger(__name__)
+native_log = logging.getLogger("llama.cpp")
 
 SEQ = 0  # the one sequence this engine decodes into
 _backend_ready = False
+GGML_LOG_ERROR = 4  # ggml_log_level: NONE, DEBUG, INFO, WARN, ERROR, CONT
+
+
+@llama_cpp.llama_log_callback
+def _forward_native_log(level: int, text: bytes, _user_data) -> None:
+    """llama.cpp's own chatter goes to Python logging (errors as warnings, the rest as debug),
+    never straight to stderr where it would clutter an editor's server log."""
+    message = text.decode("utf-8", "replace").rstrip()
+    if message:
+        native_log.log(logging.WARNING if level == GGML_LOG_ERROR else logging.DEBUG, "%s", message)
 
 
 class DecodeError(RuntimeError):
@@ -34,7 +44,7 @@ class DecodeError(RuntimeError):
 def _init_backend() -> None:
     global _backend_ready
     if not _backend_ready:
-        llama_logger.set_verbose(False)  # llama.cpp prints only errors, to stderr
+        llama_cpp.llama_log_set(_forward_native_log, ctypes.c_void_p(0))
         llama_cpp.llama_backend_init()
         _backend_ready = True
 
