@@ -48,6 +48,11 @@ function serverSettings(get) {
     const value = get(key);
     settings[key] = value === undefined || value === null ? defaultOf(key) : clone(value);
   }
+  // No model path: null asks for the server's default model, which is the one given with
+  // `--model` in `cpcLsp.server.args` if any, else the packaged one.
+  if (typeof settings.model === 'string' && settings.model.trim() === '') {
+    settings.model = null;
+  }
   return settings;
 }
 

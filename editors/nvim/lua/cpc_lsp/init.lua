@@ -1,0 +1,287 @@
+--- cpc_lsp: a thin Neovim client for the cpc-lsp language server.
+---
+--- ```lua
+--- vim.opt.runtimepath:append('/path/to/cpc-lsp/editors/nvim')
+--- require('cpc_lsp').setup({ settings = { maxTokens = 8 } })
+--- ```
+---
+--- Neovim 0.12+: suggestions appear as ghost text (`vim.lsp.inline_completion`); the accept key
+--- takes them. Neovim 0.11: no inline completion exists, so the server's `textDocument/completion`
+--- fallback fills the completion menu as you type (`vim.lsp.completion`); the accept key takes the
+--- first entry.
+
+local M = {}
+
+--- Name of the LSP config (`vim.lsp.config[M.name]`) and of the client.
+M.name = 'cpc_lsp'
+
+--- @class cpc_lsp.Options
+--- @field cmd? string[]|string Command that starts the server. Default: `{ 'cpc-lsp' }`.
+--- @field filetypes? string[] Filetypes to attach to. Default: nil, every buffer that is a file,
+---   with or without a filetype.
+--- @field settings? table Server settings (the `cpcLsp` section), e.g. `{ maxTokens = 8 }`.
+---   Unset keys keep the server's defaults.
+--- @field accept_key? string|false Insert-mode key that accepts a suggestion; when there is
+---   none, the key does what it did before (a tab, or a snippet jump). Default: `'<Tab>'`.
+---   `false`: no mapping.
+--- @field debounce_ms? integer 0.11 fallback: pause after a keystroke before asking. Default: 80.
+--- @field completeopt? string|false 0.11 fallback: buffer-local 'completeopt' for attached
+---   buffers. Default: `'menuone,noselect,popup'`. `false`: leave it alone.
+M.defaults = {
+  cmd = { 'cpc-lsp' },
+  filetypes = nil,
+  settings = {},
+  accept_key = '<Tab>',
+  debounce_ms = 80,
+  completeopt = 'menuone,noselect,popup',
+}
+
+--- @type cpc_lsp.Options
+local options = vim.deepcopy(M.defaults)
+
+local group = vim.api.nvim_create_augroup('cpc_lsp', { clear = true })
+
+--- True when this Neovim shows LSP inline completions (0.12+).
+function M.has_inline_completion()
+  local inline = vim.lsp.inline_completion
+  return type(inline) == 'table' and type(inline.enable) == 'function'
+end
+
+--- A JSON object, also when empty (an empty Lua table would be sent as `[]`).
+local function json_object(tbl)
+  if next(tbl) == nil then
+    return vim.empty_dict()
+  end
+  return tbl
+end
+
+--- The `cpcLsp` section as Neovim sends it (initializationOptions, didChangeConfiguration and
+--- answers to workspace/configuration).
+local function section(settings)
+  return { cpcLsp = json_object(vim.deepcopy(settings)) }
+end
+
+--- One server process serves every buffer: it holds a model in memory and does not care about
+--- workspace roots, so any live cpc_lsp client is reused.
+local function reuse_client(client, config)
+  return client.name == config.name and not client:is_stopped()
+end
+
+local function lsp_config()
+  return {
+    cmd = options.cmd,
+    filetypes = options.filetypes,
+    init_options = section(options.settings),
+    settings = section(options.settings),
+    reuse_client = reuse_client,
+  }
+end
+
+--- What `key` did in insert mode before cpc_lsp mapped it in `bufnr`, as a function returning
+--- the keys to feed: the key itself, or the earlier mapping (Neovim maps <Tab> to snippet jumps).
+local function fallback_for(bufnr, key)
+  local previous = vim.api.nvim_buf_call(bufnr, function()
+    return vim.fn.maparg(key, 'i', false, true)
+  end)
+  if vim.tbl_isempty(previous) or (previous.desc or ''):match('^cpc_lsp:') then
+    return function()
+      return key
+    end
+  end
+  return function()
+    if previous.callback then
+      local keys = previous.callback()
+      return previous.expr == 1 and (keys or '') or ''
+    end
+    if previous.expr == 1 then
+      return vim.api.nvim_eval(previous.rhs)
+    end
+    return previous.rhs
+  end
+end
+
+--- Map `key` in insert mode in `bufnr`: `accept()` takes a suggestion (returning the keys to
+--- feed), or returns nil when there is none and the key does what it did before.
+local function map_accept_key(bufnr, key, accept, desc)
+  local fallback = fallback_for(bufnr, key)
+  vim.keymap.set('i', key, function()
+    return accept() or fallback()
+  end, { buffer = bufnr, expr = true, desc = 'cpc_lsp: ' .. desc })
+end
+
+-- Neovim 0.11 ----------------------------------------------------------------------------------
+
+local timer = nil
+
+local function stop_timer()
+  if timer then
+    timer:stop()
+    timer:close()
+    timer = nil
+  end
+end
+
+--- Ask for completion after a keyword character, like autotrigger does for trigger characters.
+local function on_keyword_char(bufnr, triggers)
+  local char = vim.v.char
+  if triggers[char] or vim.fn.match(char, [[\k]]) ~= 0 then
+    return -- a server trigger character is handled by autotrigger itself
+  end
+  stop_timer()
+  timer = assert(vim.uv.new_timer())
+  timer:start(
+    options.debounce_ms,
+    0,
+    vim.schedule_wrap(function()
+      stop_timer()
+      local mode = vim.api.nvim_get_mode().mode
+      if vim.api.nvim_get_current_buf() == bufnr and (mode == 'i' or mode == 'ic') then
+        vim.lsp.completion.get()
+      end
+    end)
+  )
+end
+
+local function attach_completion(client, bufnr)
+  vim.lsp.completion.enable(true, client.id, bufnr, { autotrigger = true })
+  if options.completeopt then
+    vim.bo[bufnr].completeopt = options.completeopt
+  end
+  local triggers = {}
+  local declared = vim.tbl_get(client.server_capabilities, 'completionProvider', 'triggerCharacters')
+  for _, char in ipairs(declared or {}) do
+    triggers[char] = true
+  end
+  vim.api.nvim_create_autocmd('InsertCharPre', {
+    group = group,
+    buffer = bufnr,
+    desc = 'cpc_lsp: ask for a completion of the word being typed',
+    callback = function()
+      on_keyword_char(bufnr, triggers)
+    end,
+  })
+  vim.api.nvim_create_autocmd('InsertLeave', {
+    group = group,
+    buffer = bufnr,
+    callback = stop_timer,
+  })
+
+  if options.accept_key then
+    map_accept_key(bufnr, options.accept_key, function()
+      if vim.fn.pumvisible() == 0 then
+        return nil
+      end
+      -- Nothing selected (completeopt=noselect): take the first entry.
+      return vim.fn.complete_info({ 'selected' }).selected == -1 and '<C-n><C-y>' or '<C-y>'
+    end, 'accept the completion')
+  end
+end
+
+-- Neovim 0.12+ ---------------------------------------------------------------------------------
+
+local function attach_inline(_, bufnr)
+  vim.lsp.inline_completion.enable(true, { bufnr = bufnr })
+  if options.accept_key then
+    map_accept_key(bufnr, options.accept_key, function()
+      return vim.lsp.inline_completion.get({ bufnr = bufnr }) and '' or nil
+    end, 'accept the suggestion')
+  end
+end
+
+-- Attaching ------------------------------------------------------------------------------------
+
+--- Runs when the cpc_lsp client attaches to a buffer (LspAttach).
+function M.on_attach(client, bufnr)
+  if M.has_inline_completion() then
+    attach_inline(client, bufnr)
+  else
+    attach_completion(client, bufnr)
+  end
+end
+
+--- `vim.lsp.enable` attaches on FileType, which never fires for a file without a filetype
+--- (a note called `draft`, a new `:enew` buffer). Attach to those too when no filetypes are set.
+local function attach_without_filetype(bufnr)
+  if options.filetypes ~= nil or not vim.lsp.is_enabled(M.name) then
+    return
+  end
+  if not vim.api.nvim_buf_is_valid(bufnr) then
+    return
+  end
+  if vim.bo[bufnr].buftype ~= '' or vim.bo[bufnr].filetype ~= '' then
+    return
+  end
+  if #vim.lsp.get_clients({ bufnr = bufnr, name = M.name }) > 0 then
+    return
+  end
+  local config = vim.lsp.config[M.name]
+  if config then
+    vim.lsp.start(config, { bufnr = bufnr, reuse_client = reuse_client })
+  end
+end
+
+--- Set up and enable the server. Safe to call again with new options.
+--- @param opts? cpc_lsp.Options
+function M.setup(opts)
+  vim.validate('opts', opts, 'table', true)
+  options = vim.tbl_extend('force', vim.deepcopy(M.defaults), opts or {})
+  if type(options.cmd) == 'string' then
+    options.cmd = { options.cmd }
+  end
+  vim.validate('cmd', options.cmd, 'table')
+  vim.validate('filetypes', options.filetypes, 'table', true)
+  vim.validate('settings', options.settings, 'table')
+  vim.validate('accept_key', options.accept_key, { 'string', 'boolean' })
+  vim.validate('debounce_ms', options.debounce_ms, 'number')
+  vim.validate('completeopt', options.completeopt, { 'string', 'boolean' })
+
+  vim.lsp.config[M.name] = lsp_config()
+
+  vim.api.nvim_clear_autocmds({ group = group })
+  vim.api.nvim_create_autocmd('LspAttach', {
+    group = group,
+    desc = 'cpc_lsp: show suggestions in this buffer',
+    callback = function(args)
+      local client = vim.lsp.get_client_by_id(args.data.client_id)
+      if client and client.name == M.name then
+        M.on_attach(client, args.buf)
+      end
+    end,
+  })
+  -- A file is attached when it is read or created; a buffer with no name (the empty buffer Neovim
+  -- starts with, `:enew`) only once you type in it, so starting Neovim loads no model.
+  vim.api.nvim_create_autocmd({ 'BufReadPost', 'BufNewFile', 'InsertEnter' }, {
+    group = group,
+    desc = 'cpc_lsp: attach to buffers without a filetype',
+    callback = function(args)
+      if args.event ~= 'InsertEnter' and vim.api.nvim_buf_get_name(args.buf) == '' then
+        return
+      end
+      -- After filetype detection (it may run after this autocmd) has had its say.
+      vim.schedule(function()
+        attach_without_filetype(args.buf)
+      end)
+    end,
+  })
+
+  vim.lsp.enable(M.name)
+  local current = vim.api.nvim_get_current_buf()
+  if vim.v.vim_did_enter == 1 and vim.api.nvim_buf_get_name(current) ~= '' then
+    attach_without_filetype(current)
+  end
+end
+
+--- Change server settings while it runs, e.g. `update_settings({ maxTokens = 4 })`.
+--- Keys given replace the current ones; `vim.NIL` restores a server default.
+--- @param settings table
+function M.update_settings(settings)
+  vim.validate('settings', settings, 'table')
+  options.settings = vim.tbl_extend('force', options.settings, settings)
+  vim.lsp.config[M.name] = lsp_config()
+  for _, client in ipairs(vim.lsp.get_clients({ name = M.name })) do
+    client.settings = section(options.settings)
+    client:notify('workspace/didChangeConfiguration', { settings = section(options.settings) })
+  end
+end
+
+return M
