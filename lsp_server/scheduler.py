@@ -59,6 +59,7 @@ class Job:
     request: CompletionRequest
     tag: str | None = None  # the document it belongs to, so an edit can cancel it
     cancel_flag: threading.Event = field(default_factory=threading.Event)
+    started: threading.Event = field(default_factory=threading.Event)  # the engine has it
     future: Future[Answer] = field(default_factory=Future)
 
 
@@ -205,6 +206,7 @@ class Scheduler:
         if self._engine is None:
             _resolve(job.future, Answer(None, "no-model"))
             return
+        job.started.set()
         try:
             completion = self._engine.complete(job.request, cancel=job.cancel_flag)
         except Exception:

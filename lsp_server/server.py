@@ -21,7 +21,7 @@ from engine import EngineConfig
 from lsp_server import __version__
 from lsp_server.documents import UTF16, Documents, Range, offset_at, position_at
 from lsp_server.protocol import CpcProtocol
-from lsp_server.scheduler import Answer, EngineLike, LoadResult, Scheduler
+from lsp_server.scheduler import Answer, EngineLike, Job, LoadResult, Scheduler
 from lsp_server.settings import SECTION, Settings, apply
 from lsp_server.split import split
 from lsp_server.suggestion import Suggestion, request_for, suggestion_for
@@ -133,14 +133,11 @@ class CpcServer(LanguageServer):
         parts = split(doc.text, cursor)
         job = self.scheduler.submit(request_for(parts, settings), tag=unquote(uri))
         try:
-            answer = await asyncio.wait_for(asyncio.wrap_future(job.future), LOAD_WAIT_SECONDS)
+            answer = await self._wait(job)
         except asyncio.CancelledError:  # $/cancelRequest: re-raised, pygls answers -32800
             self.scheduler.cancel(job)
             logger.info("#%d cancelled by the client", number)
             raise
-        except asyncio.TimeoutError:
-            self.scheduler.cancel(job, "timeout")
-            answer = Answer(None, "timeout")
         if self.documents.get(uri) is not doc:  # edited while we worked: the answer is stale
             answer = Answer(None, "superseded")
         found = None
@@ -148,6 +145,18 @@ class CpcServer(LanguageServer):
             found = suggestion_for(parts, answer.completion, single_line=settings.single_line)
         self._log_answer(number, answer, parts, found, settings.log_document_text)
         return None if found is None else (doc.text, found)
+
+    async def _wait(self, job: Job) -> Answer:
+        """The job's answer. Waiting for a model to load is bounded; a running completion is
+        bounded by its token budget (and by newer requests), so it is awaited to the end."""
+        answer = asyncio.wrap_future(job.future)
+        try:
+            return await asyncio.wait_for(asyncio.shield(answer), LOAD_WAIT_SECONDS)
+        except asyncio.TimeoutError:
+            if job.started.is_set():
+                return await answer
+            self.scheduler.cancel(job, "timeout")
+            return Answer(None, "timeout: no model after waiting")
 
     def _log_answer(self, number: int, answer: Answer, parts, found, with_text: bool) -> None:
         if answer.completion is None:
