@@ -5,6 +5,8 @@
 // names, types, defaults and descriptions. This module reads it and never imports `vscode`, so the
 // tests start the real server with exactly the options the extension would send.
 
+const os = require('node:os');
+const path = require('node:path');
 const manifest = require('./package.json');
 
 const SECTION = 'cpcLsp';
@@ -80,7 +82,11 @@ function serverExecutable(get) {
   if (!Array.isArray(args)) {
     args = defaultOf('server.args');
   }
-  return { command: command.trim(), args: args.map(String) };
+  command = command.trim();
+  if (command === '~' || command.startsWith('~/')) {
+    command = path.join(os.homedir(), command.slice(1)); // spawn does not expand `~`
+  }
+  return { command, args: args.map(String) };
 }
 
 module.exports = {

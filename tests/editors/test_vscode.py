@@ -76,7 +76,7 @@ def test_manifest_is_a_loadable_extension(node, vscode_packages):
     source = (VSCODE / "extension.js").read_text(encoding="utf-8")
     registered = set(re.findall(r"registerCommand\('([^']+)'", source))
     assert registered == {c["command"] for c in MANIFEST["contributes"]["commands"]}
-    for path in ("extension.js", "settings.js", "test/inline_completion.js"):
+    for path in ("extension.js", "settings.js", "test/inline_completion.js", "test/activate.js"):
         check = subprocess.run([node, "--check", str(VSCODE / path)], capture_output=True, text=True)
         assert check.returncode == 0, check.stderr
 
@@ -146,6 +146,37 @@ def test_the_settings_ui_allows_what_the_server_accepts():
     assert apply(Settings(), {"stop": ["x"] * stop["maxItems"]})[1] == []
     assert apply(Settings(), {"stop": ["x"] * (stop["maxItems"] + 1)})[1] != []
     assert stop["items"]["minLength"] == 1 and apply(Settings(), {"stop": [""]})[1] != []
+
+
+def test_extension_starts_the_server_and_forwards_settings(node, vscode_packages):
+    """extension.js with stand-ins for `vscode` and LanguageClient (see test/activate.js)."""
+    proc = subprocess.run(
+        [node, str(VSCODE / "test" / "activate.js")], cwd=VSCODE, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    first, restarted = report["clients"]
+    # Started as configured, for every file and untitled document, with the user's settings.
+    assert first["id"] == SECTION  # so vscode-languageclient reads `cpcLsp.trace.server`
+    assert first["serverOptions"] == {"command": "/opt/venv/bin/cpc-lsp", "args": ["--log-level", "debug"]}
+    assert first["documentSelector"] == [{"scheme": "file"}, {"scheme": "untitled"}]
+    sent = first["initializationOptions"][SECTION]
+    assert (sent["maxTokens"], sent["stop"], sent["model"]) == (4, ["\n\n"], None)
+    assert apply(Settings(), first["initializationOptions"]) == (Settings(max_tokens=4, stop=("\n\n",)), [])
+    assert first["started"] and report["errors"] == []
+    assert set(report["commands"]) == {"cpcLsp.restart", "cpcLsp.showLog"}
+    # A server setting is sent to the running server; other settings send nothing.
+    assert report["afterServerSetting"] == {"clients": 1, "notifications": 1}
+    (change,) = report["notifications"]
+    assert change["method"] == "workspace/didChangeConfiguration"
+    assert change["params"]["settings"][SECTION]["maxTokens"] == 8
+    assert report["afterOtherSettings"] == {"clients": 1, "notifications": 1}
+    # Changing how the server starts restarts it, with the settings of that moment.
+    assert report["afterServerArgs"] == {"clients": 2, "notifications": 1}
+    assert first["stopped"]
+    assert restarted["serverOptions"]["args"] == []
+    assert restarted["initializationOptions"][SECTION]["maxTokens"] == 8
+    assert restarted["stopped"]  # by deactivate()
 
 
 # --- the server through the extension's options ------------------------------------------------

@@ -229,6 +229,10 @@ function M.setup(opts)
     options.cmd = { options.cmd }
   end
   vim.validate('cmd', options.cmd, 'table')
+  options.cmd = vim.deepcopy(options.cmd)
+  if type(options.cmd[1]) == 'string' and options.cmd[1]:match('^[~$]') then
+    options.cmd[1] = vim.fs.normalize(options.cmd[1]) -- the process is not started by a shell
+  end
   vim.validate('filetypes', options.filetypes, 'table', true)
   vim.validate('settings', options.settings, 'table')
   vim.validate('accept_key', options.accept_key, { 'string', 'boolean' })
