@@ -1,6 +1,6 @@
 """`python -m bench [--quick]`: how fast, how good, compared with what. Prints one table per concern.
 
-Order (one thing at a time, so measurements do not compete for the two cores):
+Order (one thing at a time, so measurements do not compete for the cores):
 1. engine, in this process: constrained step vs a pass over the vocabulary, prompt decode cold vs
    warm, and the naive / mask / exact suggestions on the quality cases;
 2. the real server (`python -m lsp_server`) over stdio: keystrokes next to the peer, cancellation,
@@ -12,6 +12,7 @@ under docs/ and the README snippet docs/results.md.
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import sys
 import tempfile
@@ -27,20 +28,21 @@ from lsp_server.settings import Settings
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 DOCS = ROOT / "docs"
-FULL_COMMAND = "python -m bench"
+PARTS = ("engine", "keystrokes", "cancel", "quality")
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="small samples, under a minute on 2 cores")
-    parser.add_argument("--per-kind", type=int, default=None, help="quality cases per kind of text (default 50, quick 3)")
+    parser.add_argument("--quick", action="store_true", help="small samples, about a minute on 2 idle cores")
+    parser.add_argument("--only", default=",".join(PARTS), help=f"comma-separated parts to run, of {','.join(PARTS)}")
+    parser.add_argument("--per-kind", type=int, default=None, help="quality cases per kind of text (default 50, quick 2)")
     parser.add_argument("--seed", type=int, default=0, help="case selection seed")
     parser.add_argument("--quality-max-tokens", type=int, default=8, help="token budget of quality requests")
     parser.add_argument("--max-tokens", type=int, default=16, help="token budget of keystroke requests (ours and the peer's)")
     parser.add_argument("--no-peer", action="store_true", help="skip llama-cpp-python's create_completion")
     parser.add_argument("--out", type=Path, default=None, help="JSON file (default bench/results/latest.json, quick.json)")
     parser.add_argument("--plots", action=argparse.BooleanOptionalAction, default=None,
-                        help="write docs/*.png and docs/results.md (default: on for a full run)")  # fmt: skip
+                        help="write docs/*.png and docs/results.md (default: on for a full run of every part)")  # fmt: skip
     return parser
 
 
@@ -48,31 +50,35 @@ def _say(message: str) -> None:
     print(f"[bench] {message}", file=sys.stderr, flush=True)
 
 
-def _engine_part(engine, cases, args, results: dict[str, Any]) -> list:
+def _engine_part(engine, cases, args, parts, results: dict[str, Any]) -> list:
     from bench import engine_costs, quality
     from lsp_server.split import split
 
-    requireds = []
-    for case in cases:
-        doc = case.document()
-        required = split(doc, len(doc)).required.encode()
-        if required not in requireds:
-            requireds.append(required)
-    _say("constrained step vs vocabulary pass")
-    results["constrained_step"] = engine_costs.constrained_step(engine, requireds, args.quick)
-    _say("prompt decode cold vs warm")
-    results["prompt_decode"] = engine_costs.prompt_decode(engine, args.quick)
+    if "engine" in parts:
+        requireds = []
+        for case in cases:
+            doc = case.document()
+            required = split(doc, len(doc)).required.encode()
+            if required not in requireds:
+                requireds.append(required)
+        _say(f"constrained step vs vocabulary pass ({len(requireds)} prefixes)")
+        results["constrained_step"] = engine_costs.constrained_step(engine, requireds, args.quick)
+        _say("prompt decode cold vs warm")
+        results["prompt_decode"] = engine_costs.prompt_decode(engine, args.quick)
+    if "quality" not in parts:
+        return []
     _say(f"quality through the engine: naive, mask, exact ({len(cases)} cases)")
     return quality.run_engine(engine, cases, args.quality_max_tokens)
 
 
-def _server_part(cases, args, results: dict[str, Any], count_tokens, model_path: str) -> list:
+def _server_part(cases, args, parts, results: dict[str, Any], count_tokens, model_path: str) -> list:
     from bench import latency, quality
     from bench.lsp_client import Editor, LspClient, peak_rss_mb
 
     log = Path(tempfile.gettempdir()) / "cpc-lsp-bench-server.log"
     client = LspClient(["--log-level", "warning"], stderr_path=log)
     editor = Editor(client)
+    outcomes: list = []
     try:
         started = time.perf_counter()
         client.initialize({"maxTokens": args.max_tokens})
@@ -81,23 +87,29 @@ def _server_part(cases, args, results: dict[str, Any], count_tokens, model_path:
         editor.inline(warmup)
         editor.close(warmup)
         results["server_ready_s"] = time.perf_counter() - started
-        peer = None
-        if not args.no_peer:
-            _say("loading the peer (llama-cpp-python Llama)")
-            peer = latency.Peer(model_path)
-        _say("keystrokes through the server, side by side with the peer")
-        results["keystrokes"] = latency.keystrokes(editor, peer, count_tokens, args.max_tokens, args.quick)
-        if peer is not None:
-            peer.close()
-        _say("cancellation")
-        results["cancel"] = latency.cancellation(editor, count_tokens, args.quick)
-        _say(f"quality through the server: exact ({len(cases)} cases)")
-        client.notify("workspace/didChangeConfiguration", {"settings": {"cpcLsp": {"maxTokens": args.quality_max_tokens}}})
-        outcomes = quality.run_server(editor, cases)
+        if "keystrokes" in parts:
+            peer = None
+            if not args.no_peer:
+                _say("loading the peer (llama-cpp-python Llama)")
+                peer = latency.Peer(model_path)
+            _say("keystrokes through the server, side by side with the peer")
+            try:
+                results["keystrokes"] = latency.keystrokes(editor, peer, count_tokens, args.max_tokens, args.quick)
+            finally:
+                if peer is not None:
+                    peer.close()
+        if "cancel" in parts:
+            _say("cancellation")
+            results["cancel"] = latency.cancellation(editor, count_tokens, args.quick)
+        if "quality" in parts:
+            _say(f"quality through the server: exact ({len(cases)} cases)")
+            settings = {"cpcLsp": {"maxTokens": args.quality_max_tokens}}
+            client.notify("workspace/didChangeConfiguration", {"settings": settings})
+            outcomes = quality.run_server(editor, cases)
         results["memory"] = {
             "peak_rss_mib": peak_rss_mb(client.pid),
             "model_mib": Path(model_path).stat().st_size / 2**20,
-            "when": "after all requests",
+            "when": f"after: {', '.join(p for p in parts if p != 'engine')}",
         }
         return outcomes
     finally:
@@ -117,78 +129,118 @@ def _cover(outcomes) -> dict[str, Any]:
 
 def _targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
     checks: list[tuple[str, str, bool | None]] = []
-    step = results["constrained_step"]
-    checks.append(("constrained step <= 50 µs", f"{step['indexed_us']:.1f} µs", step["indexed_us"] <= 50))
-    big = results["keystrokes"][-1]
-    r = big["warm_over_peer"]
-    checks.append((f"warm median <= 0.8x peer at {report.num(big['tokens'], 0)} tokens", report.times(r), None if r is None else r <= 0.8))
-    c = big["cold_over_warm"]
-    checks.append((f"cold >= 5x warm median at {report.num(big['tokens'], 0)} tokens", report.times(c), None if c is None else c >= 5))
-    decoded = [row["warm_decoded_prompt_tokens_max"] for row in results["keystrokes"]]
-    worst = maximum([d for d in decoded if d is not None])
-    checks.append(("warm keystroke decodes 0 prompt tokens", f"max {worst}", worst == 0))
-    for row in results["quality"]["rows"]:
-        if row["method"] in ("mask", "exact"):
-            b = row["begins_with_typed"]
-            checks.append((f"{row['method']}: suggestions begin with what was typed", report.pct(b), b == 1.0))
+    if "constrained_step" in results:
+        us = results["constrained_step"]["indexed_us"]
+        checks.append(("constrained step <= 50 µs", f"{us:.1f} µs", us <= 50))
+    if "keystrokes" in results:
+        big = results["keystrokes"][-1]
+        at = f"at {report.num(big['tokens'], 0)} tokens"
+        r, c = big["warm_over_peer"], big["cold_over_warm"]
+        checks.append((f"warm median <= 0.8x peer's {at}", report.times(r), None if r is None else r <= 0.8))
+        checks.append((f"cold >= 5x warm median {at}", report.times(c), None if c is None else c >= 5))
+        decoded = [row["warm_decoded_prompt_tokens_max"] for row in results["keystrokes"]]
+        worst = maximum([d for d in decoded if d is not None])
+        checks.append(("a warm keystroke decodes 0 prompt tokens", f"max {worst}", worst == 0))
+    if "quality" in results:
+        for row in results["quality"]["rows"]:
+            if row["method"] in ("mask", "exact"):
+                b = row["begins_with_typed"]
+                checks.append((f"{row['method']}: suggestions begin with what was typed", report.pct(b), b == 1.0))
     return checks
+
+
+def _tables(results: dict[str, Any], args) -> list[report.Table]:
+    tables = []
+    if "keystrokes" in results:
+        tables.append(report.latency_table(results["keystrokes"], args.max_tokens))
+    if "constrained_step" in results:
+        tables.append(report.step_table(results["constrained_step"]))
+    if "cover_decodes" in results:
+        tables.append(report.cover_table(results["cover_decodes"]))
+    if "prompt_decode" in results:
+        tables.append(report.decode_table(results["prompt_decode"]))
+    if "cancel" in results:
+        tables.append(report.cancel_table(results["cancel"]))
+    if "memory" in results:
+        tables.append(report.memory_table(results["memory"]))
+    if "quality" in results:
+        tables.append(report.quality_table(results["quality"], args.quality_max_tokens))
+    checks = _targets(results)
+    if checks:
+        tables.append(report.targets_table(checks))
+    return tables
+
+
+def _load() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    per_kind = args.per_kind or (3 if args.quick else 50)
-    plots = (not args.quick) if args.plots is None else args.plots
-    out = args.out or RESULTS / ("quick.json" if args.quick else "latest.json")
+    parts = tuple(p for p in PARTS if p in args.only.split(","))
+    per_kind = args.per_kind or (2 if args.quick else 50)
+    full = not args.quick and parts == PARTS
+    plots = full if args.plots is None else args.plots
+    out = args.out or RESULTS / ("latest.json" if full else "quick.json")
     started = time.perf_counter()
 
     cases = build_cases(per_kind, args.seed)
+    command = "python -m bench" + (" --quick" if args.quick else "")
     results: dict[str, Any] = {
-        "command": "python -m bench" + (" --quick" if args.quick else ""),
-        "quick": args.quick,
-        "machine": {"cpus": __import__("os").cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "command": command,
+        "parts": list(parts),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
+                    "load_1min_before": _load()},  # fmt: skip
         "cases": {"count": len(cases), "per_kind": per_kind, "seed": args.seed, "fingerprint": fingerprint(cases)},
     }
-    _say(f"{len(cases)} quality cases (fingerprint {results['cases']['fingerprint']})")
+    _say(f"{len(cases)} quality cases (fingerprint {results['cases']['fingerprint']}); parts: {', '.join(parts)}")
+
     from engine import Engine, EngineConfig
 
     engine = Engine.load(EngineConfig())
     results["model"] = str(engine.model_path)
     try:
-        engine_outcomes = _engine_part(engine, cases, args, results)
-        server_outcomes = _server_part(cases, args, results, engine.count_tokens, results["model"])
+        outcomes = _engine_part(engine, cases, args, parts, results)
+        if set(parts) - {"engine"}:
+            outcomes += _server_part(cases, args, parts, results, engine.count_tokens, results["model"])
     finally:
         engine.close()
 
-    from bench import quality
+    notes = []
+    if "quality" in parts:
+        from bench import quality
 
-    outcomes = engine_outcomes + server_outcomes
-    results["quality"] = quality.summarize(outcomes, cases)
-    results["cover_decodes"] = _cover(outcomes)
+        results["quality"] = quality.summarize(outcomes, cases)
+        results["cover_decodes"] = _cover(outcomes)
+        notes.append(
+            "naive and mask run through the engine with the server's own split/request/suggestion code (the "
+            "server has no setting to choose the method); exact runs through the real server over LSP; the "
+            f"server's and the engine's exact suggestions agree on {results['quality']['server_matches_engine']} cases"
+        )
     results["targets"] = [{"target": n, "measured": v, "ok": ok} for n, v, ok in _targets(results)]
+    results["machine"]["load_1min_after"] = _load()
     results["seconds"] = time.perf_counter() - started
+    load = max(x for x in (results["machine"]["load_1min_before"], results["machine"]["load_1min_after"], 0) if x is not None)
+    if load > (os.cpu_count() or 1) * 0.75:
+        notes.append(f"the machine was busy (1-minute load average up to {load:.1f} on {os.cpu_count()} cores): "
+                     "absolute times are inflated; compare ratios measured side by side")  # fmt: skip
 
-    tables = [
-        report.latency_table(results["keystrokes"], args.max_tokens),
-        report.step_table(results["constrained_step"]),
-        report.cover_table(results["cover_decodes"]),
-        report.decode_table(results["prompt_decode"]),
-        report.cancel_table(results["cancel"]),
-        report.memory_table(results["memory"]),
-        report.quality_table(results["quality"], args.quality_max_tokens),
-        report.targets_table(_targets(results)),
-    ]
-    notes = [
-        "naive and mask run through the engine with the server's split/request/suggestion code (the server has "
-        f"no method setting); exact runs through the real server; server and engine exact suggestions agree on "
-        f"{results['quality']['server_matches_engine']} cases",
-    ]
+    tables = _tables(results, args)
     print("\n\n".join(report.render(t) for t in tables))
-    print(f"\nnote: {notes[0]}\n{len(cases)} cases, fingerprint {results['cases']['fingerprint']}; "
+    print()
+    for note in notes:
+        print(f"note: {note}")
+    print(f"{len(cases)} quality cases, fingerprint {results['cases']['fingerprint']}; "
           f"{results['seconds']:.0f} s; results in {out}")  # fmt: skip
+    results["notes"] = notes
     results["cases"]["list"] = [c.__dict__ for c in cases]
-    results["quality"]["outcomes"] = quality.outcomes_json(outcomes)
+    if "quality" in results:
+        results["quality"]["outcomes"] = quality.outcomes_json(outcomes)
     report.write_json(out, results)
-    if plots:
+    if plots and "keystrokes" in results and "quality" in results:
         from bench import plots as plotting
 
         made = [
@@ -196,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
             plotting.accuracy_plot(results["quality"], DOCS / "accuracy.png"),
         ]
         links = [str(p.relative_to(ROOT)) for p in made]
-        report.write_markdown(DOCS / "results.md", tables, results["command"], links, notes)
+        report.write_markdown(DOCS / "results.md", tables, command, links, notes)
         print(f"plots: {', '.join(links)}; README snippet: docs/results.md")
     return 0
 

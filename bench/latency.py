@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from bench.lsp_client import Editor
+from bench.lsp_client import Editor, insert_text
 from bench.prompts import SIZES, Typing, documents
 from bench.stats import maximum, median, ratio
 
@@ -77,8 +77,10 @@ def keystrokes(editor: Editor, peer: Peer | None, count_tokens, max_tokens: int,
     for size in SIZES:
         docs = documents(count_tokens, size, docs_per_size, min_word=5 if quick else 7, first_line=40 + size // 4)
         cold, warm, peer_cold, peer_warm, decoded, tokens, generated, peer_generated = ([] for _ in range(8))
+        all_steps = []
         for d, doc in enumerate(docs):
             steps = _type_word(editor, peer, f"file:///bench/latency/{size}-{d}.py", doc, max_tokens)
+            all_steps.append(steps)
             first, rest = steps[0], steps[1:]
             cold.append(first["ms"])
             tokens.append(first["prompt_tokens"])
@@ -90,6 +92,7 @@ def keystrokes(editor: Editor, peer: Peer | None, count_tokens, max_tokens: int,
                 peer_warm += [s["peer_ms"] for s in rest]
                 peer_generated += [s["peer_generated"] for s in steps]
         rows.append({
+            "steps": all_steps,
             "tokens": median(tokens),
             "documents": len(docs),
             "warm_keystrokes": len(warm),
@@ -109,37 +112,61 @@ def keystrokes(editor: Editor, peer: Peer | None, count_tokens, max_tokens: int,
     return rows
 
 
+UNLIKELY = "qxzjkvw"
+
+
+def _engine_idle_after(editor: Editor, since: float, timeout_s: float = 120.0) -> float | None:
+    """ms from `since` until the server's stats show the cancelled completion (the engine let go)."""
+    deadline = time.perf_counter() + timeout_s
+    while time.perf_counter() < deadline:
+        stats = editor.stats() or {}
+        if stats.get("stopReason") == "cancelled":
+            return (time.perf_counter() - since) * 1000
+        time.sleep(0.002)
+    return None
+
+
 def cancellation(editor: Editor, count_tokens, quick: bool, delay_s: float = 0.15) -> dict[str, Any]:
-    """`$/cancelRequest` to answer for a cold request (cancelled while its prompt decodes) and a warm
-    one (cancelled while it generates), and how long the same request takes right after the cancel
-    (cold again, since a cancelled prompt decode is not kept; warm when only generation stopped)."""
+    """`$/cancelRequest` while a request works: a cold one (cancelled while its prompt decodes) and
+    a warm one (cancelled while it generates, after typing a letter the suggestion did not expect).
+    Measured: cancel to the request's answer, cancel to the engine being idle (its stats show the
+    cancelled completion), and the same request sent again right after."""
     runs = 2 if quick else 5
     docs = documents(count_tokens, SIZES[-1], runs, min_word=5, first_line=1500)
-    found: dict[str, dict[str, list]] = {p: {"answer": [], "code": [], "next": []} for p in ("cold", "warm")}
+    found: dict[str, dict[str, list]] = {p: {"answer": [], "code": [], "idle": [], "next": []} for p in ("cold", "warm")}
     for d, doc in enumerate(docs):
         uri = f"file:///bench/cancel/{d}.py"
-        editor.open(uri, doc.base)
-        for phase, typed, wait in (("cold", doc.word[0], delay_s), ("warm", doc.word[1], 0.02)):
-            editor.type(uri, typed)
+        editor.open(uri, doc.base + doc.word[0])
+        for phase in ("cold", "warm"):
+            if phase == "warm":
+                shown = insert_text(editor.inline(uri)) or ""
+                expected = shown[1:2]
+                editor.type(uri, next(c for c in UNLIKELY if c != expected))
             msg_id, future = editor.client.send("textDocument/inlineCompletion", editor.inline_params(uri))
-            time.sleep(wait)
+            time.sleep(delay_s if phase == "cold" else 0.02)
             cancel_sent = editor.client.notify("$/cancelRequest", {"id": msg_id})
             reply = future.result(120)
-            follow = editor.inline(uri)  # the same request again; it also makes the prompt warm
             if reply.received < cancel_sent:  # answered before the cancel left: not a sample
+                editor.inline(uri)
                 continue
+            idle = _engine_idle_after(editor, cancel_sent)
             found[phase]["answer"].append((reply.received - cancel_sent) * 1000)
             found[phase]["code"].append((reply.error or {}).get("code"))
-            found[phase]["next"].append(follow.ms)
+            found[phase]["idle"].append(idle)
+            found[phase]["next"].append(editor.inline(uri).ms)  # the same request again (also warms the prompt)
         editor.close(uri)
     phases = []
     for phase, got in found.items():
+        idle = [i for i in got["idle"] if i is not None]
         phases.append({
             "phase": f"{phase} ({'prompt decode' if phase == 'cold' else 'generation'})",
             "samples": len(got["answer"]),
             "answer_median_ms": median(got["answer"]),
             "answer_max_ms": maximum(got["answer"]),
             "code_-32800": f"{sum(c == -32800 for c in got['code'])}/{len(got['code'])}",
+            "idle_median_ms": median(idle),
+            "idle_max_ms": maximum(idle),
             "next_median_ms": median(got["next"]),
         })  # fmt: skip
     return {"phases": phases, "delay_before_cancel_ms": {"cold": delay_s * 1000, "warm": 20.0}}
+

@@ -75,9 +75,10 @@ def decode_table(rows: list[dict[str, Any]]) -> Table:
 
 
 def cancel_table(cancel: dict[str, Any]) -> Table:
-    header = ["phase", "samples", "cancel->answer med", "cancel->answer max", "answered -32800", "next request med"]
+    header = ["phase", "samples", "cancel->answer med", "cancel->answer max", "answered -32800",
+              "cancel->engine idle med", "cancel->engine idle max", "same request again med"]  # fmt: skip
     body = [[p["phase"], num(p["samples"]), num(p["answer_median_ms"]), num(p["answer_max_ms"]), p["code_-32800"],
-             num(p["next_median_ms"])] for p in cancel["phases"]]  # fmt: skip
+             num(p["idle_median_ms"]), num(p["idle_max_ms"]), num(p["next_median_ms"])] for p in cancel["phases"]]  # fmt: skip
     return "cancel: $/cancelRequest to the request's answer, ms (838-token document)", header, body
 
 
