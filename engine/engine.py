@@ -66,7 +66,8 @@ class Engine:
         except Exception:
             model.close()
             raise
-        vocab = VocabIndex(model.pieces(), model.eog_flags(), model.control_flags())
+        pieces = model.pieces()
+        vocab = VocabIndex(pieces, *model.special_flags(pieces))
         return cls(model, context, vocab, config)
 
     @property

@@ -99,11 +99,17 @@ class LlamaModel:
                 out.append(buffer.raw[:n])
         return out
 
-    def eog_flags(self) -> list[bool]:
-        return [bool(llama_cpp.llama_vocab_is_eog(self._vocab, t)) for t in range(self.n_vocab)]
-
-    def control_flags(self) -> list[bool]:
-        return [bool(llama_cpp.llama_vocab_is_control(self._vocab, t)) for t in range(self.n_vocab)]
+    def special_flags(self, pieces: Sequence[bytes]) -> tuple[list[bool], list[bool]]:
+        """(end-of-generation, control) per token. Special tokens render to nothing, so only
+        those (and the declared EOS/EOT ids) are asked about: 262,144 ctypes calls cost a second."""
+        eog = [False] * self.n_vocab
+        control = [False] * self.n_vocab
+        suspects = {t for t, piece in enumerate(pieces) if not piece}
+        suspects.update(t for t in (llama_cpp.llama_vocab_eos(self._vocab), llama_cpp.llama_vocab_eot(self._vocab)) if 0 <= t < self.n_vocab)
+        for token in suspects:
+            eog[token] = bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
+            control[token] = bool(llama_cpp.llama_vocab_is_control(self._vocab, token))
+        return eog, control
 
     def close(self) -> None:
         if self._model:

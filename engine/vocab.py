@@ -51,13 +51,12 @@ class VocabIndex:
         # and free generation never emits a non-EOG one.
         renders_nothing = np.fromiter((not p for p in self.pieces), dtype=bool, count=self.size)
         self.banned = (np.asarray(control, dtype=bool) | renders_nothing) & ~self.eog
-        visible = [(piece, tok) for tok, piece in enumerate(self.pieces) if piece]
-        visible.sort()
-        self._sorted_pieces = [piece for piece, _ in visible]
-        self._sorted_ids = np.fromiter((tok for _, tok in visible), dtype=np.int64, count=len(visible))
+        order = sorted((tok for tok, piece in enumerate(self.pieces) if piece), key=self.pieces.__getitem__)
+        self._sorted_pieces = [self.pieces[tok] for tok in order]
+        self._sorted_ids = np.asarray(order, dtype=np.int64)
         self._by_piece: dict[bytes, list[int]] = {}
-        for piece, tok in visible:
-            self._by_piece.setdefault(piece, []).append(tok)
+        for tok in order:
+            self._by_piece.setdefault(self.pieces[tok], []).append(tok)
         self.max_piece_len = max((len(p) for p in self._sorted_pieces), default=0)
 
     def starting_with(self, prefix: bytes) -> np.ndarray:
