@@ -139,6 +139,15 @@ check('without a suggestion the accept key does what its earlier mapping did', f
   eq(press(bufnr, '<C-J>'), 'earlier', 'C-j without a menu')
 end)
 
+check('update_settings patches the config for new and running clients', function()
+  cpc_lsp.setup({ cmd = { 'cpc-lsp-test' }, filetypes = { 'none' }, settings = { maxTokens = 4 } })
+  cpc_lsp.update_settings({ temperature = 0.5, maxTokens = vim.NIL })
+  local config = vim.lsp.config[cpc_lsp.name]
+  eq(config.settings.cpcLsp.temperature, 0.5, 'temperature')
+  eq(config.settings.cpcLsp.maxTokens, vim.NIL, 'maxTokens (null: the server default)')
+  eq(vim.json.decode(vim.json.encode(config.init_options)), { cpcLsp = { temperature = 0.5, maxTokens = vim.NIL } }, 'JSON')
+end)
+
 local file = assert(io.open(input.out, 'w'))
 file:write(vim.json.encode({ checks = checks }))
 file:close()

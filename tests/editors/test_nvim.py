@@ -142,4 +142,4 @@ def test_setup_options_and_the_012_inline_path(nvim, tmp_path):
     report = run_lua(nvim, "nvim_unit.lua", {}, tmp_path)
     failed = {name: result for name, result in report["checks"].items() if result is not True}
     assert failed == {}
-    assert len(report["checks"]) == 8
+    assert len(report["checks"]) == 9

@@ -127,6 +127,9 @@ local function on_keyword_char(bufnr, triggers)
   if triggers[char] or vim.fn.match(char, [[\k]]) ~= 0 then
     return -- a server trigger character is handled by autotrigger itself
   end
+  if vim.fn.pumvisible() == 1 then
+    return -- the menu is open: autotrigger asks again if the server said the list is incomplete
+  end
   stop_timer()
   timer = assert(vim.uv.new_timer())
   timer:start(
