@@ -18,7 +18,7 @@ def run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 
 
 def test_complete_prints_the_suggestion_as_json():
-    done = run("complete", "--text", "Thanks for sending over the draft yest", "--json")
+    done = run("complete", "--text", "Thanks for sending over the draft yest", "--json", "--max-tokens", "4")
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert (out["prompt"], out["required"], out["suffix"]) == ("Thanks for sending over the draft", " yest", "")
@@ -28,7 +28,7 @@ def test_complete_prints_the_suggestion_as_json():
 
 
 def test_complete_plain_output_is_the_accepted_line():
-    done = run("complete", "--text", "Thanks for sending over the draft yest", "--suffix", " and")
+    done = run("complete", "--text", "Thanks for sending over the draft yest", "--suffix", " and", "--max-tokens", "4")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("Thanks for sending over the draft yesterday")
     assert done.stdout.rstrip("\n").endswith(" and")

@@ -22,6 +22,12 @@ CLIENTS = {"vscode": ("visual-studio-code", "utf-16"), "neovim": ("neovim@v0.11.
 DRAFT = "Thanks for sending over the draft yest"
 
 
+def long_prefix(name: str) -> str:
+    """About a thousand tokens nobody has seen, so the engine is still busy when the next message
+    arrives (the supersede and cancel tests must not race a finished answer)."""
+    return f"Inventory of {name}: " + ", ".join(f"{name}-{i}" for i in range(90)) + ".\n"
+
+
 @pytest_lsp.fixture(scope="module", params=list(CLIENTS), config=ClientServerConfig(server_command=SERVER))
 async def client(lsp_client: LanguageClient, request):
     spec, encoding = CLIENTS[request.param]
@@ -76,9 +82,10 @@ async def inline(client: LanguageClient, uri: str, position: types.Position):
 
 
 def send_inline(client: LanguageClient, uri: str, position: types.Position) -> asyncio.Future:
-    """Send now (the `*_async` client methods only send once awaited) and answer later."""
+    """Send now, answer later (the client's `*_async` methods are coroutines: they send only once
+    awaited, which would serialise the requests a test means to overlap)."""
     params = inline_params(uri, position)
-    return client.protocol.send_request_async(types.TEXT_DOCUMENT_INLINE_COMPLETION, params)
+    return asyncio.wrap_future(client.protocol.send_request(types.TEXT_DOCUMENT_INLINE_COMPLETION, params))
 
 
 def type_text(client: LanguageClient, uri: str, version: int, position: types.Position, text: str) -> None:
@@ -136,9 +143,11 @@ async def test_a_keystroke_inside_a_word_decodes_no_prompt_tokens(client: Langua
 
 
 async def test_a_newer_request_supersedes_an_older_one(client: LanguageClient):
+    busy = long_prefix(f"supersede-{client.encoding}") + "The list is comp"
+    busy_uri = open_doc(client, "supersede-busy.txt", busy)
     text = "def add(a, b):\n    ret"
     uri = open_doc(client, "supersede.py", text)
-    older = send_inline(client, uri, types.Position(1, 2))
+    older = send_inline(client, busy_uri, end_of(client, busy))
     newer = send_inline(client, uri, end_of(client, text))
     assert await older == []  # answered, empty, not stale
     items = await newer
@@ -146,7 +155,7 @@ async def test_a_newer_request_supersedes_an_older_one(client: LanguageClient):
 
 
 async def test_an_edit_supersedes_work_in_flight(client: LanguageClient):
-    text = "The meeting is on Mon"
+    text = long_prefix(f"edit-{client.encoding}") + "The meeting is on Mon"
     uri = open_doc(client, "edit.txt", text)
     before = send_inline(client, uri, end_of(client, text))
     type_text(client, uri, 2, end_of(client, text), "d")
@@ -156,7 +165,7 @@ async def test_an_edit_supersedes_work_in_flight(client: LanguageClient):
 
 
 async def test_cancel_request_answers_request_cancelled(client: LanguageClient):
-    text = "Please review the attached pro"
+    text = long_prefix(f"cancel-{client.encoding}") + "Please review the attached pro"
     uri = open_doc(client, "cancel.txt", text)
     msg_id = f"cancel-me-{client.encoding}"
     pending: Future = client.protocol.send_request(
