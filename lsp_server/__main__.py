@@ -70,7 +70,6 @@ def _setup_logging(level: str) -> None:
 
 def complete(args: argparse.Namespace) -> int:
     """One suggestion through split → request → scheduler → engine → suggestion, like the server."""
-    from lsp_server.server import _load_real_engine
     from lsp_server.scheduler import Scheduler
     from lsp_server.split import split
     from lsp_server.suggestion import request_for, suggestion_for
@@ -80,7 +79,7 @@ def complete(args: argparse.Namespace) -> int:
         print(f"cpc-lsp: --max-tokens must be from 1 to {settings.context_tokens - 1}", file=sys.stderr)
         return 2
     parts = split(args.text + args.suffix, len(args.text))
-    scheduler = Scheduler(_load_real_engine)
+    scheduler = Scheduler()
     try:
         loaded = scheduler.load(settings.engine_config()).result()
         if not loaded.ok:

@@ -33,6 +33,13 @@ class EngineLike(Protocol):
     def close(self) -> None: ...
 
 
+def load_engine(config: EngineConfig) -> EngineLike:
+    """The real engine (llama.cpp loads here, on the worker thread, not at import)."""
+    from engine import Engine
+
+    return Engine.load(config)
+
+
 @dataclass(frozen=True)
 class Answer:
     """How a job ended. `completion` is set only for reason "done"."""
@@ -73,8 +80,8 @@ def _resolve(future: Future, value: object) -> None:
 
 
 class Scheduler:
-    def __init__(self, load_engine: Callable[[EngineConfig], EngineLike]) -> None:
-        self._load_engine = load_engine
+    def __init__(self, load: Callable[[EngineConfig], EngineLike] = load_engine) -> None:
+        self._load_engine = load
         self._cond = threading.Condition()
         self._pending: Job | None = None
         self._running: Job | None = None

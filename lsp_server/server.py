@@ -21,9 +21,9 @@ from engine import EngineConfig
 from lsp_server import __version__
 from lsp_server.documents import UTF16, Documents, Range, offset_at, position_at
 from lsp_server.protocol import CpcProtocol
-from lsp_server.scheduler import Answer, EngineLike, Job, LoadResult, Scheduler
+from lsp_server.scheduler import Answer, EngineLike, Job, LoadResult, Scheduler, load_engine
 from lsp_server.settings import SECTION, Settings, apply
-from lsp_server.split import split
+from lsp_server.split import Split, split
 from lsp_server.suggestion import Suggestion, request_for, suggestion_for
 
 logger = logging.getLogger(__name__)
@@ -32,19 +32,13 @@ STATS_METHOD = "cpcLsp/stats"
 LOAD_WAIT_SECONDS = 60.0  # how long a request waits for a model that is still loading
 
 
-def _load_real_engine(config: EngineConfig) -> EngineLike:
-    from engine import Engine
-
-    return Engine.load(config)
-
-
 class CpcServer(LanguageServer):
     """Holds the state the handlers share; the handlers themselves are in `build_server`."""
 
     def __init__(
         self,
         settings: Settings | None = None,
-        load_engine: Callable[[EngineConfig], EngineLike] = _load_real_engine,
+        load: Callable[[EngineConfig], EngineLike] = load_engine,
     ) -> None:
         super().__init__(
             "cpc-lsp",
@@ -55,21 +49,22 @@ class CpcServer(LanguageServer):
         self.defaults = settings or Settings()
         self.settings = self.defaults
         self.documents = Documents()
-        self.scheduler = Scheduler(load_engine)
+        self.scheduler = Scheduler(load)
         self.encoding = UTF16
         self.initialized = False
         self.requests = 0  # completion requests seen, for log lines and stats
+        self._tasks: set[asyncio.Future] = set()
 
     # --- client capabilities ---------------------------------------------------------------
 
-    def _capability(self, path: str) -> Any:
+    def capability(self, path: str) -> Any:
         node: Any = getattr(self.protocol, "client_capabilities", None)
         for name in path.split("."):
             node = getattr(node, name, None)
         return node
 
     def supports_inline_completion(self) -> bool:
-        return self._capability("text_document.inline_completion") is not None
+        return self.capability("text_document.inline_completion") is not None
 
     # --- settings and model ----------------------------------------------------------------
 
@@ -81,7 +76,9 @@ class CpcServer(LanguageServer):
         previous, self.settings = self.settings, updated
         _allow_text_in_logs(updated.log_document_text)
         if self.initialized and updated.engine_config() != previous.engine_config():
-            asyncio.ensure_future(self.load_model())
+            task = asyncio.ensure_future(self.load_model())
+            self._tasks.add(task)  # the loop keeps only weak references to tasks
+            task.add_done_callback(self._tasks.discard)
 
     async def load_model(self) -> LoadResult:
         """Load (or reload) the model in the background, with progress if the client shows it."""
@@ -103,7 +100,7 @@ class CpcServer(LanguageServer):
         return result
 
     async def _begin_progress(self, title: str) -> str | None:
-        if not self._capability("window.work_done_progress"):
+        if not self.capability("window.work_done_progress"):
             return None
         token = f"cpc-lsp/load/{uuid.uuid4()}"
         try:
@@ -158,7 +155,10 @@ class CpcServer(LanguageServer):
             self.scheduler.cancel(job, "timeout")
             return Answer(None, "timeout: no model after waiting")
 
-    def _log_answer(self, number: int, answer: Answer, parts, found, with_text: bool) -> None:
+    def _log_answer(
+        self, number: int, answer: Answer, parts: Split, found: Suggestion | None, with_text: bool
+    ) -> None:
+        """One line per request: what the engine did, in numbers; text only when asked for."""
         if answer.completion is None:
             logger.info("#%d %s", number, answer.reason)
             return
@@ -211,10 +211,10 @@ def _change_range(change: Any) -> Range | None:
 
 def build_server(
     settings: Settings | None = None,
-    load_engine: Callable[[EngineConfig], EngineLike] = _load_real_engine,
+    load: Callable[[EngineConfig], EngineLike] = load_engine,
 ) -> CpcServer:
     _allow_text_in_logs(settings is not None and settings.log_document_text)
-    server = CpcServer(settings, load_engine)
+    server = CpcServer(settings, load)
 
     @server.feature(types.INITIALIZE)
     def initialize(ls: CpcServer, params: types.InitializeParams) -> None:
@@ -234,7 +234,7 @@ def build_server(
     @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
     async def did_change_configuration(ls: CpcServer, params: types.DidChangeConfigurationParams) -> None:
         raw = params.settings
-        if raw is None and ls._capability("workspace.configuration"):
+        if raw is None and ls.capability("workspace.configuration"):
             query = types.ConfigurationParams([types.ConfigurationItem(section=SECTION)])
             raw = (await ls.workspace_configuration_async(query) or [None])[0]
         ls.apply_settings(raw)

@@ -11,6 +11,7 @@ import time
 import pytest
 
 PYTHON = [sys.executable, "-m", "lsp_server"]
+DRAFT = "Thanks for sending over the draft yest"
 
 
 def run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -18,17 +19,17 @@ def run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 
 
 def test_complete_prints_the_suggestion_as_json():
-    done = run("complete", "--text", "Thanks for sending over the draft yest", "--json", "--max-tokens", "4")
+    done = run("complete", "--text", DRAFT, "--json", "--max-tokens", "4")
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
-    assert (out["prompt"], out["required"], out["suffix"]) == ("Thanks for sending over the draft", " yest", "")
+    assert (out["prompt"], out["required"], out["suffix"]) == (DRAFT[:-5], " yest", "")
     assert out["insertText"].startswith("yesterday")
     assert out["added"] == out["insertText"][4:]
     assert out["stats"]["decoded_tokens"] > 0
 
 
 def test_complete_plain_output_is_the_accepted_line():
-    done = run("complete", "--text", "Thanks for sending over the draft yest", "--suffix", " and", "--max-tokens", "4")
+    done = run("complete", "--text", DRAFT, "--suffix", " and", "--max-tokens", "4")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("Thanks for sending over the draft yesterday")
     assert done.stdout.rstrip("\n").endswith(" and")
@@ -71,7 +72,8 @@ def test_tcp_listens_on_localhost():
                     pytest.fail("server did not listen")
                 time.sleep(0.1)
         with conn:
-            conn.sendall(_message({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"capabilities": {}}}))
+            initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"capabilities": {}}}
+            conn.sendall(_message(initialize))
             reply = b""
             while b'"id": 1' not in reply and b'"id":1' not in reply:
                 chunk = conn.recv(65536)

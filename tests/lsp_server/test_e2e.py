@@ -180,7 +180,7 @@ async def test_cancel_request_answers_request_cancelled(client: LanguageClient):
 
 async def test_invalid_params_get_an_error(client: LanguageClient):
     answer: Future = Future()
-    client.protocol._request_futures["bad-params"] = answer
+    client.protocol._request_futures["bad-params"] = answer  # raw JSON: the client would validate
     client.protocol._send_data(
         {
             "jsonrpc": "2.0",
@@ -191,6 +191,17 @@ async def test_invalid_params_get_an_error(client: LanguageClient):
     )
     with pytest.raises(JsonRpcInvalidParams, match="position"):
         await asyncio.wait_for(asyncio.wrap_future(answer), 30)
+
+
+async def test_the_server_survives_garbage(client: LanguageClient):
+    uri = open_doc(client, "survivor.txt", DRAFT)
+    bad_change = {"textDocument": {"uri": uri}, "contentChanges": [{"text": 5}]}  # no version; text 5
+    send_raw = client.protocol._send_data
+    send_raw({"jsonrpc": "2.0", "method": types.TEXT_DOCUMENT_DID_CHANGE, "params": bad_change})
+    client.protocol.writer.write(b"Content-Length: 9\r\n\r\n{not json")
+    send_raw({"jsonrpc": "2.0", "method": "cpcLsp/unknownNotification", "params": [1]})
+    items = await inline(client, uri, end_of(client, DRAFT))
+    assert items and "yesterday" in items[0].insert_text
 
 
 async def test_unknown_documents_and_out_of_range_positions(client: LanguageClient):

@@ -7,7 +7,8 @@ from lsp_server.settings import Settings, apply
 
 def test_defaults_match_the_issue():
     s = Settings()
-    assert (s.max_tokens, s.temperature, s.single_line, s.context_tokens, s.max_cover_decodes) == (16, 0.0, True, 2048, 8)
+    assert (s.max_tokens, s.temperature, s.single_line) == (16, 0.0, True)
+    assert (s.context_tokens, s.max_cover_decodes) == (2048, 8)
     assert s.model is None and s.stop == ()
 
 
