@@ -2,7 +2,8 @@
 
 Clients send settings as JSON under the section ``cpcLsp`` (in ``initializationOptions`` and
 ``workspace/didChangeConfiguration``). Updates are patches: a key that is absent keeps its value,
-``null`` restores the default, and an invalid value is reported and leaves the old value in place.
+``null`` restores the default (for ``model``, so does ``""``: the model given on the command line,
+else the one from PyPI), and an invalid value is reported and leaves the old value in place.
 Unknown keys are ignored, since editors put their own keys in the same section (``trace.server``).
 """
 
@@ -90,7 +91,7 @@ def _bool(value: Any) -> bool:
 def _model(value: Any) -> str | None:
     if not isinstance(value, str):
         raise _Invalid("expected a path to a .gguf file")
-    return value.strip() or None  # "" means the default model, as null does
+    return value.strip()
 
 
 def _stop(value: Any) -> tuple[str, ...]:
@@ -145,8 +146,8 @@ def apply(current: Settings, raw: Any, defaults: Settings = Settings()) -> tuple
         if key not in _SCHEMA:
             continue
         name, check = _SCHEMA[key]
-        if value is None:
-            changes[name] = getattr(defaults, name)
+        if value is None or (key == "model" and isinstance(value, str) and not value.strip()):
+            changes[name] = getattr(defaults, name)  # null (or an empty model path): the default
             continue
         try:
             changes[name] = check(value)

@@ -36,8 +36,11 @@ def test_absent_keys_keep_their_value_and_null_restores_the_default():
     s, _ = apply(Settings(), {"maxTokens": 3, "temperature": 0.5})
     s, _ = apply(s, {"temperature": None})
     assert (s.max_tokens, s.temperature) == (3, 0.0)
+    s, _ = apply(s, {"model": "/other.gguf"})
     s, _ = apply(s, {"model": None}, defaults=Settings(model="/cli.gguf"))
     assert s.model == "/cli.gguf"
+    s, _ = apply(Settings(model="/other.gguf"), {"model": " "}, defaults=Settings(model="/cli.gguf"))
+    assert s.model == "/cli.gguf"  # VS Code sends "" for "not set"
 
 
 def test_invalid_values_are_reported_and_keep_the_old_value():
