@@ -75,8 +75,8 @@ def complete(args: argparse.Namespace) -> int:
     from lsp_server.suggestion import request_for, suggestion_for
 
     settings = Settings(model=_model_setting(args), max_tokens=args.max_tokens)
-    if not 1 <= settings.max_tokens < settings.context_tokens:
-        print(f"cpc-lsp: --max-tokens must be from 1 to {settings.context_tokens - 1}", file=sys.stderr)
+    if not 1 <= settings.max_tokens <= settings.context_tokens // 2:
+        print(f"cpc-lsp: --max-tokens must be from 1 to {settings.context_tokens // 2}", file=sys.stderr)
         return 2
     parts = split(args.text + args.suffix, len(args.text))
     scheduler = Scheduler()

@@ -115,7 +115,7 @@ _SCHEMA: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "repetitionPenalty": ("repetition_penalty", _float(0.0, 10.0, open_low=True)),
     "seed": ("seed", _int(0, 2**32 - 1)),
     "singleLine": ("single_line", _bool),
-    "contextTokens": ("context_tokens", _int(64, 131_072)),
+    "contextTokens": ("context_tokens", _int(128, 131_072)),
     "stop": ("stop", _stop),
     "maxCoverDecodes": ("max_cover_decodes", _int(0, 1024)),
     "logDocumentText": ("log_document_text", _bool),
@@ -154,9 +154,9 @@ def apply(current: Settings, raw: Any, defaults: Settings = Settings()) -> tuple
         except _Invalid as exc:
             problems.append(f"{SECTION}.{key}: {exc}; keeping {_show(getattr(current, name))}")
     updated = replace(current, **changes)
-    if updated.max_tokens >= updated.context_tokens:
+    if 2 * updated.max_tokens > updated.context_tokens:  # the rest is for the prompt
         problems.append(
-            f"{SECTION}.maxTokens must be smaller than contextTokens "
+            f"{SECTION}.maxTokens must be at most half of contextTokens "
             f"({updated.context_tokens}); keeping {current.max_tokens} and {current.context_tokens}"
         )
         updated = replace(updated, max_tokens=current.max_tokens, context_tokens=current.context_tokens)

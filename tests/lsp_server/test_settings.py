@@ -54,8 +54,10 @@ def test_invalid_values_are_reported_and_keep_the_old_value():
 
 
 def test_max_tokens_must_fit_the_context():
-    s, problems = apply(Settings(), {"maxTokens": 300, "contextTokens": 256})
+    s, problems = apply(Settings(), {"maxTokens": 129, "contextTokens": 256})
     assert s == Settings() and len(problems) == 1
+    s, problems = apply(Settings(), {"maxTokens": 128, "contextTokens": 256})
+    assert (s.max_tokens, s.context_tokens, problems) == (128, 256, [])
 
 
 def test_unknown_keys_and_non_objects():
