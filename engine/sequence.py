@@ -87,7 +87,6 @@ class Sequence:
         self, tokens: tuple[int, ...], required: bytes = b"", exact: bool = True, max_cover_decodes: int = 8
     ) -> bool:
         """Bring KV to `tokens` and resolve the required prefix. False when cancelled."""
-        reused = self._kv.shared_prefix(tokens)
         decoded_before = self._kv.decoded
         self._context = tokens
         self._forced = []
@@ -111,10 +110,12 @@ class Sequence:
         except Cancelled:
             return False
         finally:
+            if prompt_decoded is None:  # cancelled during the prompt itself
+                prompt_decoded = self._kv.decoded - decoded_before
             self._diagnostics = SequenceDiagnostics(
                 prompt_tokens=len(tokens),
-                reused_tokens=min(reused, len(tokens)),
-                decoded_tokens=self._kv.decoded - decoded_before if prompt_decoded is None else prompt_decoded,
+                reused_tokens=max(0, len(tokens) - prompt_decoded),
+                decoded_tokens=prompt_decoded,
                 cover_decodes=cover_decodes,
                 kv_tokens=self._kv.held,
             )

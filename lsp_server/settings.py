@@ -36,12 +36,13 @@ class Settings:
     context_tokens: int = 2048
     stop: tuple[str, ...] = ()
     max_cover_decodes: int = 8
+    threads: int = 0  # CPU threads for the model; 0: all cores
     log_document_text: bool = False  # debug only: lets logs carry document text
 
     def engine_config(self) -> EngineConfig:
         """What loading the engine needs; a change here means a reload."""
         path = None if self.model is None else Path(self.model).expanduser()
-        return EngineConfig(model_path=path, context_tokens=self.context_tokens)
+        return EngineConfig(model_path=path, context_tokens=self.context_tokens, threads=self.threads or None)
 
     def sampling(self) -> SamplingConfig:
         return SamplingConfig(
@@ -118,6 +119,7 @@ _SCHEMA: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "contextTokens": ("context_tokens", _int(128, 131_072)),
     "stop": ("stop", _stop),
     "maxCoverDecodes": ("max_cover_decodes", _int(0, 1024)),
+    "threads": ("threads", _int(0, 256)),
     "logDocumentText": ("log_document_text", _bool),
 }
 
