@@ -22,6 +22,7 @@ from typing import Any
 
 from bench import report
 from bench.cases import build_cases, fingerprint
+from bench.machine import CpuWatch, process_cpu_seconds
 from bench.stats import maximum, median
 from lsp_server.settings import Settings
 
@@ -35,7 +36,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small samples, about a minute on 2 idle cores")
     parser.add_argument("--only", default=",".join(PARTS), help=f"comma-separated parts to run, of {','.join(PARTS)}")
-    parser.add_argument("--per-kind", type=int, default=None, help="quality cases per kind of text (default 50, quick 2)")
+    parser.add_argument("--per-kind", type=int, default=None, help="quality cases per kind of text (default 50, quick 1)")
     parser.add_argument("--seed", type=int, default=0, help="case selection seed")
     parser.add_argument("--quality-max-tokens", type=int, default=8, help="token budget of quality requests")
     parser.add_argument("--max-tokens", type=int, default=16, help="token budget of keystroke requests (ours and the peer's)")
@@ -71,49 +72,52 @@ def _engine_part(engine, cases, args, parts, results: dict[str, Any]) -> list:
     return quality.run_engine(engine, cases, args.quality_max_tokens)
 
 
-def _server_part(cases, args, parts, results: dict[str, Any], count_tokens, model_path: str) -> list:
-    from bench import latency, quality
-    from bench.lsp_client import Editor, LspClient, peak_rss_mb
+def _start_server(args):
+    """The server starts first: it loads its model while this process loads its own."""
+    from bench.lsp_client import LspClient
 
     log = Path(tempfile.gettempdir()) / "cpc-lsp-bench-server.log"
     client = LspClient(["--log-level", "warning"], stderr_path=log)
+    client.initialize({"maxTokens": args.max_tokens})
+    return client
+
+
+def _server_part(client, cases, args, parts, results: dict[str, Any], count_tokens, model_path: str) -> list:
+    from bench import latency, quality
+    from bench.lsp_client import Editor, peak_rss_mb
+
     editor = Editor(client)
     outcomes: list = []
-    try:
-        started = time.perf_counter()
-        client.initialize({"maxTokens": args.max_tokens})
-        warmup = "file:///bench/warmup.txt"  # waits for the model, which loads in the background
-        editor.open(warmup, "The server is ready when this sentence gets an ans")
-        editor.inline(warmup)
-        editor.close(warmup)
-        results["server_ready_s"] = time.perf_counter() - started
-        if "keystrokes" in parts:
-            peer = None
-            if not args.no_peer:
-                _say("loading the peer (llama-cpp-python Llama)")
-                peer = latency.Peer(model_path)
-            _say("keystrokes through the server, side by side with the peer")
-            try:
-                results["keystrokes"] = latency.keystrokes(editor, peer, count_tokens, args.max_tokens, args.quick)
-            finally:
-                if peer is not None:
-                    peer.close()
-        if "cancel" in parts:
-            _say("cancellation")
-            results["cancel"] = latency.cancellation(editor, count_tokens, args.quick)
-        if "quality" in parts:
-            _say(f"quality through the server: exact ({len(cases)} cases)")
-            settings = {"cpcLsp": {"maxTokens": args.quality_max_tokens}}
-            client.notify("workspace/didChangeConfiguration", {"settings": settings})
-            outcomes = quality.run_server(editor, cases)
-        results["memory"] = {
-            "peak_rss_mib": peak_rss_mb(client.pid),
-            "model_mib": Path(model_path).stat().st_size / 2**20,
-            "when": f"after: {', '.join(p for p in parts if p != 'engine')}",
-        }
-        return outcomes
-    finally:
-        client.shutdown()
+    warmup = "file:///bench/warmup.txt"  # waits for the model if it is still loading
+    editor.open(warmup, "The server is ready when this sentence gets an ans")
+    editor.inline(warmup)
+    editor.close(warmup)
+    if "keystrokes" in parts:
+        peer = None
+        if not args.no_peer:
+            _say("loading the peer (llama-cpp-python Llama)")
+            peer = latency.Peer(model_path)
+        _say("keystrokes through the server, side by side with the peer")
+        try:
+            results["keystrokes"] = latency.keystrokes(editor, peer, count_tokens, args.max_tokens, args.quick)
+        finally:
+            if peer is not None:
+                peer.close()
+    if "cancel" in parts:
+        _say("cancellation")
+        results["cancel"] = latency.cancellation(editor, count_tokens, args.quick)
+    if "quality" in parts:
+        _say(f"quality through the server: exact ({len(cases)} cases)")
+        settings = {"cpcLsp": {"maxTokens": args.quality_max_tokens}}
+        client.notify("workspace/didChangeConfiguration", {"settings": settings})
+        outcomes = quality.run_server(editor, cases)
+    results["server_cpu_s"] = process_cpu_seconds(client.pid)
+    results["memory"] = {
+        "peak_rss_mib": peak_rss_mb(client.pid),
+        "model_mib": Path(model_path).stat().st_size / 2**20,
+        "when": f"after: {', '.join(p for p in parts if p != 'engine')}",
+    }
+    return outcomes
 
 
 def _cover(outcomes) -> dict[str, Any]:
@@ -171,43 +175,41 @@ def _tables(results: dict[str, Any], args) -> list[report.Table]:
     return tables
 
 
-def _load() -> float | None:
-    try:
-        return os.getloadavg()[0]
-    except OSError:
-        return None
-
-
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     parts = tuple(p for p in PARTS if p in args.only.split(","))
-    per_kind = args.per_kind or (2 if args.quick else 50)
+    per_kind = args.per_kind or (1 if args.quick else 50)
     full = not args.quick and parts == PARTS
     plots = full if args.plots is None else args.plots
     out = args.out or RESULTS / ("latest.json" if full else "quick.json")
     started = time.perf_counter()
+    watch = CpuWatch.start()
 
     cases = build_cases(per_kind, args.seed)
     command = "python -m bench" + (" --quick" if args.quick else "")
     results: dict[str, Any] = {
         "command": command,
         "parts": list(parts),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
-                    "load_1min_before": _load()},  # fmt: skip
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
         "cases": {"count": len(cases), "per_kind": per_kind, "seed": args.seed, "fingerprint": fingerprint(cases)},
     }
     _say(f"{len(cases)} quality cases (fingerprint {results['cases']['fingerprint']}); parts: {', '.join(parts)}")
 
     from engine import Engine, EngineConfig
 
-    engine = Engine.load(EngineConfig())
-    results["model"] = str(engine.model_path)
+    client = _start_server(args) if set(parts) - {"engine"} else None
+    engine = None
     try:
+        engine = Engine.load(EngineConfig())
+        results["model"] = str(engine.model_path)
         outcomes = _engine_part(engine, cases, args, parts, results)
-        if set(parts) - {"engine"}:
-            outcomes += _server_part(cases, args, parts, results, engine.count_tokens, results["model"])
+        if client is not None:
+            outcomes += _server_part(client, cases, args, parts, results, engine.count_tokens, results["model"])
     finally:
-        engine.close()
+        if client is not None:
+            client.shutdown()
+        if engine is not None:
+            engine.close()
 
     notes = []
     if "quality" in parts:
@@ -221,12 +223,15 @@ def main(argv: list[str] | None = None) -> int:
             f"server's and the engine's exact suggestions agree on {results['quality']['server_matches_engine']} cases"
         )
     results["targets"] = [{"target": n, "measured": v, "ok": ok} for n, v, ok in _targets(results)]
-    results["machine"]["load_1min_after"] = _load()
+    others = watch.others_share(results.get("server_cpu_s") or 0.0)
+    results["machine"]["other_processes_cpu_share"] = others
     results["seconds"] = time.perf_counter() - started
-    load = max(x for x in (results["machine"]["load_1min_before"], results["machine"]["load_1min_after"], 0) if x is not None)
-    if load > (os.cpu_count() or 1) * 0.75:
-        notes.append(f"the machine was busy (1-minute load average up to {load:.1f} on {os.cpu_count()} cores): "
-                     "absolute times are inflated; compare ratios measured side by side")  # fmt: skip
+    if others is not None and others > 0.10:
+        notes.append(f"other processes used {100 * others:.0f}% of the {os.cpu_count()} CPUs during this run: absolute "
+                     "times are inflated (llama.cpp threads suffer badly when CPUs are shared); compare the ratios, "
+                     "which were measured side by side")  # fmt: skip
+    elif others is not None:
+        notes.append(f"other processes used {100 * others:.0f}% of the {os.cpu_count()} CPUs during this run")
 
     tables = _tables(results, args)
     print("\n\n".join(report.render(t) for t in tables))

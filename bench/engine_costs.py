@@ -78,7 +78,7 @@ def constrained_step(engine, requireds: list[bytes], quick: bool) -> dict[str, A
 
 def prompt_decode(engine, quick: bool) -> list[dict[str, Any]]:
     """Cold vs warm prompt decode (seed 003's table) through the engine's own sequence path."""
-    reps = 2 if quick else 5
+    reps = 1 if quick else 5
     rows = []
     for size in SIZES:
         docs = documents(engine.count_tokens, size, reps, first_line=400)

@@ -50,13 +50,21 @@ class Peer:
 def _type_word(editor: Editor, peer: Peer | None, uri: str, doc: Typing, max_tokens: int) -> list[dict[str, Any]]:
     editor.open(uri, doc.base)
     keystrokes = []
+    shown = None
     for k, ch in enumerate(doc.word):
+        typed = doc.word[: k + 1]
         editor.type(uri, ch)
+        # Did the user just type the next letter of the previous suggestion? Then the engine has
+        # usually computed this suggestion's rows already (typing along); otherwise it decodes anew.
+        along = shown is not None and shown.startswith(typed)
         reply = editor.inline(uri)
+        shown = insert_text(reply)
         stats = editor.stats() or {}
         step = {
             "keystroke": k + 1,
             "ms": reply.ms,
+            "typed_along": along,
+            "suggestion": shown,
             "prompt_tokens": stats.get("promptTokens"),
             "decoded_tokens": stats.get("decodedTokens"),
             "cover_decodes": stats.get("coverDecodes"),
@@ -64,7 +72,7 @@ def _type_word(editor: Editor, peer: Peer | None, uri: str, doc: Typing, max_tok
             "engine_ms": stats.get("ms"),
         }
         if peer is not None:
-            step["peer_ms"], step["peer_generated"] = peer.complete(doc.base + doc.word[: k + 1], max_tokens)
+            step["peer_ms"], step["peer_generated"] = peer.complete(doc.base + typed, max_tokens)
         keystrokes.append(step)
     editor.close(uri)
     return keystrokes
@@ -72,12 +80,12 @@ def _type_word(editor: Editor, peer: Peer | None, uri: str, doc: Typing, max_tok
 
 def keystrokes(editor: Editor, peer: Peer | None, count_tokens, max_tokens: int, quick: bool) -> list[dict[str, Any]]:
     """One row per size: cold, warm median/max, the peer's, decoded prompt tokens per warm keystroke."""
-    docs_per_size = 1 if quick else 3
+    docs_per_size = 1 if quick else 5
     rows = []
     for size in SIZES:
         docs = documents(count_tokens, size, docs_per_size, min_word=5 if quick else 7, first_line=40 + size // 4)
         cold, warm, peer_cold, peer_warm, decoded, tokens, generated, peer_generated = ([] for _ in range(8))
-        all_steps = []
+        all_steps, along, off = [], [], []
         for d, doc in enumerate(docs):
             steps = _type_word(editor, peer, f"file:///bench/latency/{size}-{d}.py", doc, max_tokens)
             all_steps.append(steps)
@@ -85,6 +93,8 @@ def keystrokes(editor: Editor, peer: Peer | None, count_tokens, max_tokens: int,
             cold.append(first["ms"])
             tokens.append(first["prompt_tokens"])
             warm += [s["ms"] for s in rest]
+            along += [s["ms"] for s in rest if s["typed_along"]]
+            off += [s["ms"] for s in rest if not s["typed_along"]]
             decoded += [s["decoded_tokens"] for s in rest]
             generated += [s["generated_tokens"] for s in steps]
             if peer is not None:
@@ -99,6 +109,10 @@ def keystrokes(editor: Editor, peer: Peer | None, count_tokens, max_tokens: int,
             "cold_ms": median(cold),
             "warm_median_ms": median(warm),
             "warm_max_ms": maximum(warm),
+            "warm_along_median_ms": median(along),
+            "warm_along_keystrokes": len(along),
+            "warm_off_median_ms": median(off),
+            "warm_off_keystrokes": len(off),
             "peer_cold_ms": median(peer_cold),
             "peer_warm_median_ms": median(peer_warm),
             "peer_warm_max_ms": maximum(peer_warm),
@@ -131,7 +145,7 @@ def cancellation(editor: Editor, count_tokens, quick: bool, delay_s: float = 0.1
     a warm one (cancelled while it generates, after typing a letter the suggestion did not expect).
     Measured: cancel to the request's answer, cancel to the engine being idle (its stats show the
     cancelled completion), and the same request sent again right after."""
-    runs = 2 if quick else 5
+    runs = 1 if quick else 5
     docs = documents(count_tokens, SIZES[-1], runs, min_word=5, first_line=1500)
     found: dict[str, dict[str, list]] = {p: {"answer": [], "code": [], "idle": [], "next": []} for p in ("cold", "warm")}
     for d, doc in enumerate(docs):

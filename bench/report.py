@@ -38,9 +38,12 @@ def times(value: float | None) -> str:
 
 
 def latency_table(rows: list[dict[str, Any]], max_tokens: int) -> Table:
-    header = ["tokens", "cold", "warm med", "warm max", "peer cold", "peer warm med", "peer warm max",
-              "warm/peer", "cold/warm", "prompt tok decoded per warm key (max)", "keys"]  # fmt: skip
+    header = ["tokens", "cold", "warm med", "warm max", "warm med along (n)", "warm med off (n)", "peer cold",
+              "peer warm med", "peer warm max", "warm/peer", "cold/warm", "prompt tok decoded per warm key (max)",
+              "keys"]  # fmt: skip
     body = [[num(r["tokens"], 0), num(r["cold_ms"]), num(r["warm_median_ms"]), num(r["warm_max_ms"]),
+             f"{num(r['warm_along_median_ms'])} ({r['warm_along_keystrokes']})",
+             f"{num(r['warm_off_median_ms'])} ({r['warm_off_keystrokes']})",
              num(r["peer_cold_ms"]), num(r["peer_warm_median_ms"]), num(r["peer_warm_max_ms"]),
              times(r["warm_over_peer"]), times(r["cold_over_warm"]),
              num(r["warm_decoded_prompt_tokens_max"], 0), num(r["warm_keystrokes"] + r["documents"])]
