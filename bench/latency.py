@@ -47,11 +47,13 @@ class Peer:
         self.llm.close()
 
 
-def _type_word(editor: Editor, peer: Peer | None, uri: str, doc: Typing, max_tokens: int) -> list[dict[str, Any]]:
+def _type_word(
+    editor: Editor, peer: Peer | None, uri: str, doc: Typing, max_tokens: int, max_keys: int
+) -> list[dict[str, Any]]:
     editor.open(uri, doc.base)
     keystrokes = []
     shown = None
-    for k, ch in enumerate(doc.word):
+    for k, ch in enumerate(doc.word[:max_keys]):
         typed = doc.word[: k + 1]
         editor.type(uri, ch)
         # Did the user just type the next letter of the previous suggestion? Then the engine has
@@ -87,7 +89,8 @@ def keystrokes(editor: Editor, peer: Peer | None, count_tokens, max_tokens: int,
         cold, warm, peer_cold, peer_warm, decoded, tokens, generated, peer_generated = ([] for _ in range(8))
         all_steps, along, off = [], [], []
         for d, doc in enumerate(docs):
-            steps = _type_word(editor, peer, f"file:///bench/latency/{size}-{d}.py", doc, max_tokens)
+            uri = f"file:///bench/latency/{size}-{d}.py"
+            steps = _type_word(editor, peer, uri, doc, max_tokens, 6 if quick else len(doc.word))
             all_steps.append(steps)
             first, rest = steps[0], steps[1:]
             cold.append(first["ms"])
@@ -145,8 +148,8 @@ def cancellation(editor: Editor, count_tokens, quick: bool, delay_s: float = 0.1
     a warm one (cancelled while it generates, after typing a letter the suggestion did not expect).
     Measured: cancel to the request's answer, cancel to the engine being idle (its stats show the
     cancelled completion), and the same request sent again right after."""
-    runs = 1 if quick else 5
-    docs = documents(count_tokens, SIZES[-1], runs, min_word=5, first_line=1500)
+    runs, size = (1, SIZES[1]) if quick else (5, SIZES[-1])
+    docs = documents(count_tokens, size, runs, min_word=5, first_line=1500)
     found: dict[str, dict[str, list]] = {p: {"answer": [], "code": [], "idle": [], "next": []} for p in ("cold", "warm")}
     for d, doc in enumerate(docs):
         uri = f"file:///bench/cancel/{d}.py"
@@ -182,5 +185,9 @@ def cancellation(editor: Editor, count_tokens, quick: bool, delay_s: float = 0.1
             "idle_max_ms": maximum(idle),
             "next_median_ms": median(got["next"]),
         })  # fmt: skip
-    return {"phases": phases, "delay_before_cancel_ms": {"cold": delay_s * 1000, "warm": 20.0}}
+    return {
+        "phases": phases,
+        "document_tokens": median([d.tokens for d in docs]),
+        "delay_before_cancel_ms": {"cold": delay_s * 1000, "warm": 20.0},
+    }
 

@@ -82,7 +82,7 @@ def cancel_table(cancel: dict[str, Any]) -> Table:
               "cancel->engine idle med", "cancel->engine idle max", "same request again med"]  # fmt: skip
     body = [[p["phase"], num(p["samples"]), num(p["answer_median_ms"]), num(p["answer_max_ms"]), p["code_-32800"],
              num(p["idle_median_ms"]), num(p["idle_max_ms"]), num(p["next_median_ms"])] for p in cancel["phases"]]  # fmt: skip
-    return "cancel: $/cancelRequest to the request's answer, ms (838-token document)", header, body
+    return f"cancel: $/cancelRequest to the request's answer, ms ({num(cancel['document_tokens'], 0)}-token document)", header, body
 
 
 def memory_table(memory: dict[str, Any]) -> Table:
