@@ -5,6 +5,7 @@ llama.cpp bindings load only when `Engine` is first touched.
 """
 
 from engine.types import (
+    BudgetError,
     Completion,
     CompletionRequest,
     DecodeStats,
@@ -14,6 +15,7 @@ from engine.types import (
 )
 
 __all__ = [
+    "BudgetError",
     "Completion",
     "CompletionRequest",
     "DecodeStats",

@@ -18,16 +18,20 @@ from engine.llama_backend import LlamaContext, LlamaModel
 from engine.model_files import resolve_model
 from engine.sequence import Sequence
 from engine.stops import first_stop
-from engine.types import Completion, CompletionRequest, DecodeStats, EngineConfig, ModelLoadError, SamplingConfig
+from engine.types import (  # BudgetError is defined with the types so callers need not import llama_cpp
+    BudgetError,
+    Completion,
+    CompletionRequest,
+    DecodeStats,
+    EngineConfig,
+    ModelLoadError,
+    SamplingConfig,
+)
 from engine.vocab import VocabIndex
 
 MIN_PROMPT_TOKENS = 64  # below this a context cannot hold a useful prompt beside the budget
 CHARS_PER_CONTEXT_TOKEN = 8  # text kept before tokenizing: generous, the token window trims the rest
 LINE_BREAKS = ("\n", "\r")
-
-
-class BudgetError(ValueError):
-    """The request's token budget does not fit in the context."""
 
 
 @dataclass

@@ -84,3 +84,7 @@ class ModelLoadError(RuntimeError):
         self.remedy = remedy
         where = f" ({self.path})" if self.path else ""
         super().__init__(f"cannot load model{where}: {problem}. {remedy}")
+
+
+class BudgetError(ValueError):
+    """The request's token budget does not fit in the context. The message says what to change."""

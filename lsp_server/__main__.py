@@ -44,6 +44,7 @@ def _parser() -> argparse.ArgumentParser:
     complete.add_argument("--text", required=True, help="text before the cursor")
     complete.add_argument("--suffix", default="", help="text after the cursor")
     complete.add_argument("--max-tokens", type=int, default=Settings.max_tokens)
+    complete.add_argument("--context-tokens", type=int, default=Settings.context_tokens, help="model context size")
     complete.add_argument("--json", action="store_true", help="print details as JSON")
     return parser
 
@@ -74,7 +75,10 @@ def complete(args: argparse.Namespace) -> int:
     from lsp_server.split import split
     from lsp_server.suggestion import request_for, suggestion_for
 
-    settings = Settings(model=_model_setting(args), max_tokens=args.max_tokens)
+    settings = Settings(model=_model_setting(args), max_tokens=args.max_tokens, context_tokens=args.context_tokens)
+    if settings.context_tokens < 128:
+        print("cpc-lsp: --context-tokens must be at least 128", file=sys.stderr)
+        return 2
     if not 1 <= settings.max_tokens <= settings.context_tokens // 2:
         print(f"cpc-lsp: --max-tokens must be from 1 to {settings.context_tokens // 2}", file=sys.stderr)
         return 2
@@ -89,7 +93,7 @@ def complete(args: argparse.Namespace) -> int:
     finally:
         scheduler.close()
     if answer.completion is None:
-        print(f"cpc-lsp: no completion ({answer.reason})", file=sys.stderr)
+        print(f"cpc-lsp: no completion ({answer.detail or answer.reason})", file=sys.stderr)
         return 1
     found = suggestion_for(parts, answer.completion, single_line=settings.single_line)
     insert_text = found.insert_text if found else parts.word

@@ -4,20 +4,30 @@
    object hook (`JsonRPCProtocol.structure_message`), which its read loop logs and drops: the
    client waits forever. Here a request gets an InvalidParams error naming the bad fields (paths,
    never values, which may be document text), and a bad notification is logged and skipped.
+   A notification the server must not lose track of (a didChange it cannot apply) is handed to
+   `on_unreadable`, so the server can stop trusting that document.
 2. The built-in didOpen/didChange/didClose handlers would also keep a copy of every document in
    pygls's workspace, with its own line rules; `lsp_server.documents` keeps the one copy used.
+
+Framing errors (bad headers, bodies that are not JSON) are the read loop's job: `transport`.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import cattrs
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
 from pygls.protocol import LanguageServerProtocol
-from pygls.protocol.json_rpc import JsonRPCNotification, JsonRPCRequestMessage
+from pygls.protocol.json_rpc import (
+    JsonRPCNotification,
+    JsonRPCRequestMessage,
+    JsonRPCResponseMessage,
+    ResponseErrorMessage,
+)
 from pygls.protocol.language_server import lsp_method
 
 logger = logging.getLogger(__name__)
@@ -42,10 +52,18 @@ def _problem(exc: BaseException, expected: type | None) -> str:
 
 
 class CpcProtocol(LanguageServerProtocol):
+    on_unreadable: Callable[[str, Any], None] | None = None  # (method, raw params) of a dropped notification
+
+    def send_error(self, msg_id: Any, code: int, message: str) -> None:
+        """A JSON-RPC error response; `msg_id` None when the request's id could not be read."""
+        self._send_data({"jsonrpc": "2.0", "id": msg_id, "error": {"code": code, "message": message}})
+
     def structure_message(self, data: dict[str, Any]) -> Any:
         method = data.get("method") if "jsonrpc" in data else None
-        if not isinstance(method, str):  # a nested object, or a response to one of our requests
+        if "jsonrpc" not in data:  # a nested object
             return super().structure_message(data)
+        if not isinstance(method, str):  # a response to one of our requests
+            return self._structure_response(data)
         kind = self.get_message_type(method)
         if kind is None:  # a custom method: JSON-RPC allows omitting params
             kind = JsonRPCRequestMessage if "id" in data else JsonRPCNotification
@@ -56,10 +74,23 @@ class CpcProtocol(LanguageServerProtocol):
             problem = _describe(exc)
             if "id" not in data:
                 logger.warning("ignoring %s notification with invalid params: %s", method, problem)
+                if self.on_unreadable is not None:
+                    self.on_unreadable(method, data.get("params"))
                 return _Answered()
             logger.warning("answering %s request with InvalidParams: %s", method, problem)
             error = JsonRpcInvalidParams(f"invalid params for {method}: {problem}")
             self._send_response(data["id"], error=error.to_response_error())
+            return _Answered()
+
+    def _structure_response(self, data: dict[str, Any]) -> Any:
+        """pygls's own version logs a traceback, whose text can quote the message: not here."""
+        try:
+            if "error" in data:
+                return self._converter.structure(data, ResponseErrorMessage)
+            kind = self._result_types.pop(data.get("id"), None) or JsonRPCResponseMessage
+            return self._converter.structure(data, kind)
+        except Exception as exc:
+            logger.warning("ignoring a response that could not be read: %s", type(exc).__name__)
             return _Answered()
 
     def handle_message(self, message: Any) -> None:

@@ -7,7 +7,9 @@ cancel flag between decode steps). A replaced job's future resolves at once with
 so the request it belongs to answers immediately and never with a stale suggestion.
 
 Loading runs on the same thread, so completions submitted before or while a model loads simply
-wait for it; once a load has failed they answer "no-model" at once.
+wait for it; once a load has failed they answer "no-model" at once. A failed *re*load puts the
+previous model back (loaded again rather than kept beside the new one, so memory never holds
+two models), and the result says so.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from engine import Completion, CompletionRequest, EngineConfig, ModelLoadError
+from engine import BudgetError, Completion, CompletionRequest, EngineConfig, ModelLoadError
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +47,8 @@ class Answer:
     """How a job ended. `completion` is set only for reason "done"."""
 
     completion: Completion | None
-    reason: str  # "done" | "superseded" | "cancelled" | "no-model" | "failed" | "closed"
+    reason: str  # "done" | "superseded" | "cancelled" | "no-model" | "budget" | "failed" | "closed"
+    detail: str | None = None  # for "budget": what does not fit and what to change (no text)
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,7 @@ class LoadResult:
     config: EngineConfig
     error: str | None  # None: loaded; else what went wrong and what to do
     seconds: float
+    kept: EngineConfig | None = None  # after a failed reload: the previous model, serving again
 
     @property
     def ok(self) -> bool:
@@ -87,6 +91,7 @@ class Scheduler:
         self._running: Job | None = None
         self._wanted: tuple[EngineConfig, list[Future[LoadResult]]] | None = None
         self._engine: EngineLike | None = None
+        self._config: EngineConfig | None = None  # what `_engine` was loaded with
         self._closed = False
         self.last: Completion | None = None  # what the engine last returned, for stats
         self.load_error: str | None = None  # why the current model is missing, if it is
@@ -184,7 +189,7 @@ class Scheduler:
         return self._engine is not None or self.load_error is not None
 
     def _close_engine(self) -> None:
-        engine, self._engine = self._engine, None
+        engine, self._engine, self._config = self._engine, None, None
         if engine is not None:
             try:
                 engine.close()
@@ -192,20 +197,30 @@ class Scheduler:
                 logger.exception("closing the engine failed")
 
     def _load(self, config: EngineConfig, futures: list[Future[LoadResult]]) -> None:
+        previous = self._config
         self._close_engine()
         started = time.perf_counter()
-        error: str | None = None
-        try:
-            self._engine = self._load_engine(config)
-        except ModelLoadError as exc:
-            error = str(exc)
-        except Exception as exc:  # a bug or an unexpected library failure: report, keep serving
-            logger.exception("loading the model failed")
-            error = f"cannot load model: {type(exc).__name__}: {exc}"
-        self.load_error = error
-        result = LoadResult(config, error, time.perf_counter() - started)
+        error = self._try_load(config)
+        kept = None
+        if error is not None and previous is not None and previous != config:
+            if self._try_load(previous) is None:
+                kept = previous
+                logger.info("the previous model is back in service")
+        self.load_error = None if error is None or kept is not None else error
+        result = LoadResult(config, error, time.perf_counter() - started, kept)
         for future in futures:
             _resolve(future, result)
+
+    def _try_load(self, config: EngineConfig) -> str | None:
+        """Load `config` as the engine; None on success, else what went wrong and what to do."""
+        try:
+            self._engine, self._config = self._load_engine(config), config
+            return None
+        except ModelLoadError as exc:
+            return str(exc)
+        except Exception as exc:  # a bug or an unexpected library failure: report, keep serving
+            logger.exception("loading the model failed")
+            return f"cannot load model: {type(exc).__name__}: {exc}"
 
     def _complete(self, job: Job) -> None:
         if job.cancel_flag.is_set():
@@ -216,6 +231,9 @@ class Scheduler:
         job.started.set()
         try:
             completion = self._engine.complete(job.request, cancel=job.cancel_flag)
+        except BudgetError as exc:  # a setting, not a bug: the server tells the user
+            _resolve(job.future, Answer(None, "budget", str(exc)))
+            return
         except Exception:
             logger.exception("completion failed")
             _resolve(job.future, Answer(None, "failed"))

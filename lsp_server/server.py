@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
+import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict
@@ -15,16 +17,18 @@ from typing import Any
 from urllib.parse import unquote
 
 from lsprotocol import types
+from pygls.io_ import StdoutWriter
 from pygls.lsp.server import LanguageServer
 
 from engine import EngineConfig
 from lsp_server import __version__
-from lsp_server.documents import UTF16, Documents, Range, offset_at, position_at
+from lsp_server.documents import UTF16, Document, Documents, Range
 from lsp_server.protocol import CpcProtocol
 from lsp_server.scheduler import Answer, EngineLike, Job, LoadResult, Scheduler, load_engine
 from lsp_server.settings import SECTION, Settings, apply
 from lsp_server.split import Split, split
 from lsp_server.suggestion import Suggestion, request_for, suggestion_for
+from lsp_server.transport import PipeSource, StreamSource, read_loop
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +58,43 @@ class CpcServer(LanguageServer):
         self.initialized = False
         self.requests = 0  # completion requests seen, for log lines and stats
         self._tasks: set[asyncio.Future] = set()
+        self._budget_warned: Settings | None = None  # the settings a budget problem was shown for
+        self.protocol.on_unreadable = self.unreadable_notification
+
+    # --- transport: pygls's read loop replaced by one that survives bad frames ------------
+
+    def start_io(self, stdin: Any = None, stdout: Any = None) -> None:
+        self._stop_event = threading.Event()
+        self.protocol.set_writer(StdoutWriter(stdout or sys.stdout.buffer))
+        source = PipeSource(stdin or sys.stdin.buffer, self.thread_pool)
+        try:
+            asyncio.run(read_loop(source, self.protocol, self._stop_event, self.protocol.send_error))
+        except BrokenPipeError:
+            logger.error("the connection to the client is lost; shutting down")
+        except (KeyboardInterrupt, SystemExit):
+            pass
+        finally:
+            self.shutdown()
+
+    def start_tcp(self, host: str, port: int) -> None:
+        self._stop_event = stop = threading.Event()
+
+        async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            self.protocol.set_writer(writer)  # type: ignore[arg-type]
+            await read_loop(StreamSource(reader), self.protocol, stop, self.protocol.send_error)
+            self.shutdown()
+
+        async def serve() -> None:
+            self._server = await asyncio.start_server(connection, host, port)
+            names = ", ".join(str(sock.getsockname()) for sock in self._server.sockets)
+            logger.info("listening on %s", names)
+            async with self._server:
+                await self._server.serve_forever()
+
+        try:
+            asyncio.run(serve())
+        except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
+            pass
 
     # --- client capabilities ---------------------------------------------------------------
 
@@ -95,8 +136,10 @@ class CpcServer(LanguageServer):
             self.log(types.MessageType.Info, f"loaded {name} in {result.seconds:.1f} s")
         else:
             message = f"cpc-lsp: {result.error}"
-            self.window_show_message(types.ShowMessageParams(type=types.MessageType.Error, message=message))
-            self.log(types.MessageType.Error, message)
+            if result.kept is not None:
+                kept = str(result.kept.model_path) if result.kept.model_path else "the default model"
+                message += f" Keeping the previous model ({kept}, {result.kept.context_tokens} context tokens)."
+            self.tell(types.MessageType.Error, message)
         return result
 
     async def _begin_progress(self, title: str) -> str | None:
@@ -113,20 +156,43 @@ class CpcServer(LanguageServer):
 
     def log(self, kind: types.MessageType, message: str) -> None:
         """To the client's log (`window/logMessage`) and to stderr."""
-        logger.log(logging.ERROR if kind == types.MessageType.Error else logging.INFO, "%s", message)
+        level = {types.MessageType.Error: logging.ERROR, types.MessageType.Warning: logging.WARNING}
+        logger.log(level.get(kind, logging.INFO), "%s", message)
         self.window_log_message(types.LogMessageParams(type=kind, message=message))
+
+    def tell(self, kind: types.MessageType, message: str) -> None:
+        """Something the user must act on: shown (`window/showMessage`) and logged."""
+        self.window_show_message(types.ShowMessageParams(type=kind, message=message))
+        self.log(kind, message)
+
+    def unreadable_notification(self, method: str, params: Any) -> None:
+        """A notification whose params could not be read. A lost didChange means our copy of the
+        document no longer matches the editor's: stop suggesting there until its whole text comes
+        again (didOpen, or a didChange without a range)."""
+        if method != types.TEXT_DOCUMENT_DID_CHANGE:
+            return
+        uri = params.get("textDocument", {}).get("uri") if isinstance(params, dict) else None
+        if not isinstance(uri, str) or self.documents.get(uri) is None:
+            return
+        self.scheduler.cancel_tag(unquote(uri))
+        self.documents.mark_stale(uri)
+        self.log(
+            types.MessageType.Warning,
+            "a change to an open document could not be read; no suggestions there until it is "
+            "reopened or its whole text is sent again",
+        )
 
     # --- completion ------------------------------------------------------------------------
 
-    async def suggest(self, uri: str, position: types.Position) -> tuple[str, Suggestion] | None:
-        """The suggestion at `position` and the text it was made from; None when there is none."""
+    async def suggest(self, uri: str, position: types.Position) -> tuple[Document, Suggestion] | None:
+        """The suggestion at `position` and the document it was made from; None when there is none."""
         doc = self.documents.get(uri)
-        if doc is None:
+        if doc is None or doc.stale:
             return None
         self.requests += 1
         number = self.requests
         settings = self.settings
-        cursor = offset_at(doc.text, position.line, position.character, self.encoding)
+        cursor = doc.offset_at(position.line, position.character, self.encoding)
         parts = split(doc.text, cursor)
         job = self.scheduler.submit(request_for(parts, settings), tag=unquote(uri))
         try:
@@ -140,8 +206,11 @@ class CpcServer(LanguageServer):
         found = None
         if answer.completion is not None:
             found = suggestion_for(parts, answer.completion, single_line=settings.single_line)
+        elif answer.reason == "budget" and self._budget_warned is not settings:
+            self._budget_warned = settings  # once per settings, not on every keystroke
+            self.tell(types.MessageType.Warning, f"cpc-lsp: {answer.detail}")
         self._log_answer(number, answer, parts, found, settings.log_document_text)
-        return None if found is None else (doc.text, found)
+        return None if found is None else (doc, found)
 
     async def _wait(self, job: Job) -> Answer:
         """The job's answer. Waiting for a model to load is bounded; a running completion is
@@ -173,9 +242,9 @@ class CpcServer(LanguageServer):
         if with_text:
             logger.debug("#%d required=%r suggestion=%r", number, parts.required, found)
 
-    def range_of(self, text: str, found: Suggestion) -> types.Range:
-        start = position_at(text, found.word_start, self.encoding)
-        end = position_at(text, found.cursor, self.encoding)
+    def range_of(self, doc: Document, found: Suggestion) -> types.Range:
+        start = doc.position_at(found.word_start, self.encoding)
+        end = doc.position_at(found.cursor, self.encoding)
         return types.Range(types.Position(*start), types.Position(*end))
 
     def stats(self) -> dict[str, Any] | None:
@@ -264,8 +333,8 @@ def build_server(
         result = await ls.suggest(params.text_document.uri, params.position)
         if result is None:
             return []
-        text, found = result
-        return [types.InlineCompletionItem(insert_text=found.insert_text, range=ls.range_of(text, found))]
+        doc, found = result
+        return [types.InlineCompletionItem(insert_text=found.insert_text, range=ls.range_of(doc, found))]
 
     @server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions())
     async def completion(ls: CpcServer, params: types.CompletionParams) -> types.CompletionList:
@@ -279,14 +348,14 @@ def build_server(
             result = await ls.suggest(params.text_document.uri, params.position)
         if result is None:
             return types.CompletionList(is_incomplete=True, items=[])
-        text, found = result
+        doc, found = result
         item = types.CompletionItem(
             label=found.insert_text,
             kind=types.CompletionItemKind.Text,
             detail="cpc-lsp",
             sort_text="0",
             insert_text_format=types.InsertTextFormat.PlainText,
-            text_edit=types.TextEdit(ls.range_of(text, found), found.insert_text),
+            text_edit=types.TextEdit(ls.range_of(doc, found), found.insert_text),
         )
         return types.CompletionList(is_incomplete=True, items=[item])
 

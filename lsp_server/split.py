@@ -12,6 +12,11 @@ Definitions (code points, not bytes or UTF-16 units):
 - *Horizontal whitespace* is a tab or a space separator (Zs: space, no-break space, ideographic
   space...). Line breaks are not horizontal: a partial word never reaches back over a line.
 - The *suffix* is the text after the cursor up to the end of its line.
+- A run of more than `MAX_RUN` word characters (a hash, a base64 blob, a minified line) is not a
+  word being typed: the cursor then has no partial word, so nothing is required and the prompt
+  runs to the cursor. Likewise a longer run of horizontal whitespace stays in the prompt. This
+  keeps a keystroke's split O(1) however long the line, and no model could be asked to cover a
+  prefix that long anyway.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import unicodedata
 from dataclasses import dataclass
 
 LINE_BREAKS = "\r\n"
+MAX_RUN = 256  # longest partial word (and boundary whitespace) the split looks back over
 
 
 def is_word_char(ch: str) -> bool:
@@ -47,15 +53,13 @@ class Split:
 def split(text: str, cursor: int) -> Split:
     """Cut `text` at `cursor` (clamped to the text) into prompt, required prefix and suffix."""
     cursor = max(0, min(cursor, len(text)))
-    word_start = cursor
-    while word_start > 0 and is_word_char(text[word_start - 1]):
-        word_start -= 1
-    boundary = word_start
-    while boundary > 0 and is_horizontal_space(text[boundary - 1]):
-        boundary -= 1
-    line_end = cursor
-    while line_end < len(text) and text[line_end] not in LINE_BREAKS:
-        line_end += 1
+    word_start = _run_start(text, cursor, is_word_char)
+    boundary = _run_start(text, word_start, is_horizontal_space)
+    line_end = len(text)
+    for line_break in LINE_BREAKS:
+        found = text.find(line_break, cursor, line_end)
+        if found >= 0:
+            line_end = found
     return Split(
         prompt=text[:boundary],
         required=text[boundary:cursor],
@@ -64,3 +68,14 @@ def split(text: str, cursor: int) -> Split:
         word_start=word_start,
         cursor=cursor,
     )
+
+
+def _run_start(text: str, end: int, belongs) -> int:
+    """Where the run of characters ending at `end` starts; `end` itself (no run) when the run
+    is longer than MAX_RUN."""
+    start = end
+    while start > 0 and belongs(text[start - 1]):
+        start -= 1
+        if end - start > MAX_RUN:
+            return end
+    return start

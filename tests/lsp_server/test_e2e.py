@@ -200,6 +200,13 @@ async def test_the_server_survives_garbage(client: LanguageClient):
     send_raw({"jsonrpc": "2.0", "method": types.TEXT_DOCUMENT_DID_CHANGE, "params": bad_change})
     client.protocol.writer.write(b"Content-Length: 9\r\n\r\n{not json")
     send_raw({"jsonrpc": "2.0", "method": "cpcLsp/unknownNotification", "params": [1]})
+    # The unreadable change leaves the server's copy in doubt: nothing until the whole text comes.
+    assert await inline(client, uri, end_of(client, DRAFT)) == []
+    client.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            types.VersionedTextDocumentIdentifier(3, uri), [types.TextDocumentContentChangeWholeDocument(DRAFT)]
+        )
+    )
     items = await inline(client, uri, end_of(client, DRAFT))
     assert items and "yesterday" in items[0].insert_text
 
