@@ -95,7 +95,9 @@ def complete(args: argparse.Namespace) -> int:
     if answer.completion is None:
         print(f"cpc-lsp: no completion ({answer.detail or answer.reason})", file=sys.stderr)
         return 1
-    found = suggestion_for(parts, answer.completion, single_line=settings.single_line)
+    found = suggestion_for(
+        parts, answer.completion, single_line=settings.single_line, naive=settings.method == "naive"
+    )
     insert_text = found.insert_text if found else parts.word
     if args.json:
         print(json.dumps({

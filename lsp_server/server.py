@@ -205,7 +205,9 @@ class CpcServer(LanguageServer):
             answer = Answer(None, "superseded")
         found = None
         if answer.completion is not None:
-            found = suggestion_for(parts, answer.completion, single_line=settings.single_line)
+            found = suggestion_for(
+                parts, answer.completion, single_line=settings.single_line, naive=settings.method == "naive"
+            )
         elif answer.reason == "budget" and self._budget_warned is not settings:
             self._budget_warned = settings  # once per settings, not on every keystroke
             self.tell(types.MessageType.Warning, f"cpc-lsp: {answer.detail}")
@@ -293,6 +295,9 @@ def build_server(
 
     @server.feature(types.INITIALIZED)
     async def initialized(ls: CpcServer, params: types.InitializedParams) -> None:
+        if ls.initialized:  # once per session: a repeated notification must not reload the model
+            logger.warning("ignoring a repeated initialized notification")
+            return
         ls.initialized = True
         await ls.load_model()
 

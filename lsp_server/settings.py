@@ -36,6 +36,7 @@ class Settings:
     context_tokens: int = 2048
     stop: tuple[str, ...] = ()
     max_cover_decodes: int = 8
+    method: str = "exact"  # "exact" | "mask" | "naive": how the typed word is honoured (for comparisons)
     threads: int = 0  # CPU threads for the model; 0: all cores
     log_document_text: bool = False  # debug only: lets logs carry document text
 
@@ -89,6 +90,15 @@ def _bool(value: Any) -> bool:
     return value
 
 
+def _choice(*allowed: str) -> Callable[[Any], str]:
+    def check(value: Any) -> str:
+        if value not in allowed:
+            raise _Invalid("expected one of " + ", ".join(f'"{a}"' for a in allowed))
+        return value
+
+    return check
+
+
 def _model(value: Any) -> str | None:
     if not isinstance(value, str):
         raise _Invalid("expected a path to a .gguf file")
@@ -119,6 +129,7 @@ _SCHEMA: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "contextTokens": ("context_tokens", _int(128, 131_072)),
     "stop": ("stop", _stop),
     "maxCoverDecodes": ("max_cover_decodes", _int(0, 1024)),
+    "method": ("method", _choice("exact", "mask", "naive")),
     "threads": ("threads", _int(0, 256)),
     "logDocumentText": ("log_document_text", _bool),
 }

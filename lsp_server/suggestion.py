@@ -24,25 +24,33 @@ class Suggestion:
 
 
 def request_for(split: Split, settings: Settings) -> CompletionRequest:
+    """The engine request for `settings.method`: "exact" (the covering search), "mask" (per-step
+    masking, seed 001) or "naive" (the partial word left in the prompt, no constraint)."""
+    naive = settings.method == "naive"
     return CompletionRequest(
-        prompt=split.prompt,
-        required=split.required,
+        prompt=split.prompt + split.required if naive else split.prompt,
+        required="" if naive else split.required,
         max_tokens=settings.max_tokens,
         stop=settings.stop,
         sampling=settings.sampling(),
         max_cover_decodes=settings.max_cover_decodes,
+        exact=settings.method == "exact",
     )
 
 
-def suggestion_for(split: Split, completion: Completion, *, single_line: bool) -> Suggestion | None:
+def suggestion_for(
+    split: Split, completion: Completion, *, single_line: bool, naive: bool = False
+) -> Suggestion | None:
     """What to show, or None when the completion adds nothing usable.
 
     A completion that does not begin with the required prefix (the engine dropped the
-    constraint) would not finish the user's word, so it is not shown.
+    constraint) would not finish the user's word, so it is not shown. With `naive`, the
+    completion continues the text at the cursor (the required prefix was left in the prompt).
     """
-    if completion.cancelled or not completion.text.startswith(split.required):
+    text = split.required + completion.text if naive else completion.text
+    if completion.cancelled or not text.startswith(split.required):
         return None
-    added = completion.text[len(split.required) :]
+    added = text[len(split.required) :]
     if single_line:
         added = _first_line(added)
     added = stop_before_suffix(added, split.suffix)

@@ -26,7 +26,7 @@ def test_every_key_maps_to_its_field():
     }  # fmt: skip
     s, problems = apply(Settings(), raw)
     assert problems == []
-    assert s == Settings("~/m.gguf", 3, 0.7, 5, 0.5, 0.1, 1.1, 7, False, 1024, ("\n\n", "END"), 2, 0, True)
+    assert s == Settings("~/m.gguf", 3, 0.7, 5, 0.5, 0.1, 1.1, 7, False, 1024, ("\n\n", "END"), 2, "exact", 0, True)
     assert s.engine_config().model_path == Path("~/m.gguf").expanduser()
     assert s.engine_config().context_tokens == 1024
     assert s.sampling().temperature == 0.7 and s.sampling().single_line is False

@@ -47,3 +47,17 @@ def test_suffix_is_not_repeated():
     assert stop_before_suffix("the", "end") == "the"  # a word character never starts an overlap
     assert stop_before_suffix("terday", "terday") == ""
     assert stop_before_suffix("abc", "   ") == "abc"
+
+
+def test_the_method_setting_chooses_how_the_typed_word_is_honoured():
+
+    parts = split("Thanks for the draft yest", len("Thanks for the draft yest"))
+    exact = request_for(parts, Settings())
+    mask = request_for(parts, Settings(method="mask"))
+    naive = request_for(parts, Settings(method="naive"))
+    assert (exact.prompt, exact.required, exact.exact) == ("Thanks for the draft", " yest", True)
+    assert (mask.prompt, mask.required, mask.exact) == ("Thanks for the draft", " yest", False)
+    assert (naive.prompt, naive.required) == ("Thanks for the draft yest", "")
+    # A naive completion continues the text at the cursor.
+    found = suggestion_for(parts, Completion("erday.", "eos", DecodeStats()), single_line=True, naive=True)
+    assert found.insert_text == "yesterday."
