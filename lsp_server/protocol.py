@@ -1,4 +1,4 @@
-"""pygls's LSP protocol with two corrections: every request gets an answer, and documents are ours.
+"""pygls's LSP protocol with three corrections: every request gets an answer, and documents are ours.
 
 1. pygls turns a message whose params fail to deserialize into an exception inside the JSON
    object hook (`JsonRPCProtocol.structure_message`), which its read loop logs and drops: the
@@ -6,7 +6,8 @@
    never values, which may be document text), and a bad notification is logged and skipped.
    A notification the server must not lose track of (a didChange it cannot apply) is handed to
    `on_unreadable`, so the server can stop trusting that document.
-2. The built-in didOpen/didChange/didClose handlers would also keep a copy of every document in
+2. pygls ignores a request that arrives after `shutdown`; the spec wants an InvalidRequest error.
+3. The built-in didOpen/didChange/didClose handlers would also keep a copy of every document in
    pygls's workspace, with its own line rules; `lsp_server.documents` keeps the one copy used.
 
 Framing errors (bad headers, bodies that are not JSON) are the read loop's job: `transport`.
@@ -94,8 +95,14 @@ class CpcProtocol(LanguageServerProtocol):
             return _Answered()
 
     def handle_message(self, message: Any) -> None:
-        if not isinstance(message, _Answered):
-            super().handle_message(message)
+        if isinstance(message, _Answered):
+            return
+        method = getattr(message, "method", None)
+        if self._shutdown and method != types.EXIT and getattr(message, "id", None) is not None and method:
+            # pygls drops these silently; the spec says a request after shutdown gets an error.
+            self.send_error(message.id, -32600, f"Invalid Request: {method} after shutdown")
+            return
+        super().handle_message(message)
 
     def _user_handler(self, method: str, params: Any):
         if (handler := self.fm.features.get(method)) is not None:

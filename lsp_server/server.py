@@ -138,7 +138,8 @@ class CpcServer(LanguageServer):
             message = f"cpc-lsp: {result.error}"
             if result.kept is not None:
                 kept = str(result.kept.model_path) if result.kept.model_path else "the default model"
-                message += f" Keeping the previous model ({kept}, {result.kept.context_tokens} context tokens)."
+                message = message.rstrip(". ") + ". "
+                message += f"Keeping the previous model ({kept}, {result.kept.context_tokens} context tokens)."
             self.tell(types.MessageType.Error, message)
         return result
 

@@ -22,6 +22,7 @@ Definitions (code points, not bytes or UTF-16 units):
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass
 
 LINE_BREAKS = "\r\n"
@@ -70,7 +71,7 @@ def split(text: str, cursor: int) -> Split:
     )
 
 
-def _run_start(text: str, end: int, belongs) -> int:
+def _run_start(text: str, end: int, belongs: Callable[[str], bool]) -> int:
     """Where the run of characters ending at `end` starts; `end` itself (no run) when the run
     is longer than MAX_RUN."""
     start = end

@@ -33,8 +33,8 @@ logger = logging.getLogger(__name__)
 MAX_BODY = 256 * 1024 * 1024  # a 5 MB document with every character escaped fits many times over
 MAX_LINE = 64 * 1024  # a header line longer than this is garbage
 CHUNK = 1024 * 1024
-_LENGTH = re.compile(rb"content-length[ \t]*:[ \t]*(\d+)[ \t]*\r?\n?\Z", re.IGNORECASE)
-_HEADER = re.compile(rb"[!-9;-~]+[ \t]*:.*\r?\n?\Z", re.DOTALL)  # name: value
+_LENGTH = re.compile(rb"content-length[ \t]*:[ \t]*(\d{1,15})[ \t]*\r?\n\Z", re.IGNORECASE)
+_HEADER = re.compile(rb"[!-9;-~]+[ \t]*:[^\r\n]*\r?\n\Z")  # name: value
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -102,15 +102,19 @@ async def read_loop(
 ) -> None:
     """Hand every readable message to `protocol.handle_message` until the stream ends."""
     length: int | None = None  # from this header block
-    in_block = False  # a header line has been seen since the last message
-    lost = False  # already told the client its framing is broken; quiet until the next frame
-    carry = b""  # the tail of an over-long line, so a header split across pieces is still found
+    in_block = False  # a header line (or garbage) has been seen since the last message
+    lost = False  # the client has been told its framing is broken; quiet until the next frame
+    carry = b""  # the tail of an unfinished line, so a header split across pieces is still found
     while not stop.is_set():
         piece = await source.line()
         if not piece:
             break
-        line, carry = carry + piece, (piece[-64:] if not piece.endswith(b"\n") else b"")
-        if line.strip() == b"" and piece.endswith(b"\n"):  # the end of a header block
+        line = carry + piece
+        if not piece.endswith(b"\n"):  # part of an over-long line: garbage, keep its tail
+            carry, length, in_block = line[-64:], None, True
+            continue
+        carry = b""
+        if not line.strip():  # the blank line that ends a header block
             if length is not None:
                 body = await source.exactly(length)
                 if len(body) < length:
@@ -123,20 +127,18 @@ async def read_loop(
                 lost = True
             length, in_block = None, False
             continue
-        if (match := _LENGTH.search(line)) is not None:
-            value = int(match.group(1))
-            if value <= MAX_BODY:
-                length, in_block = value, True
-                continue
-            logger.warning("a message of %d bytes is over the limit of %d; skipping it", value, MAX_BODY)
+        in_block = True
+        if (match := _LENGTH.search(line)) is None:
+            if not _HEADER.match(line):  # not a header (a body whose frame was wrong): garbage
+                length = None
+            continue
+        length = int(match.group(1))
+        if length > MAX_BODY:
+            logger.warning("a message of %d bytes is over the limit of %d; skipping it", length, MAX_BODY)
             if not lost:
                 send_error(None, INVALID_REQUEST, f"Invalid Request: messages are limited to {MAX_BODY} bytes")
                 lost = True
             length, in_block = None, False
-            continue
-        if not (piece.endswith(b"\n") and _HEADER.match(line)):  # not a header: garbage
-            length = None
-        in_block = True
 
 
 def _dispatch(body: bytes, protocol: Any, send_error: Callable[[Any, int, str], None]) -> None:
