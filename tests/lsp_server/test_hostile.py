@@ -20,7 +20,7 @@ INVALID_PARAMS, METHOD_NOT_FOUND, INVALID_REQUEST, PARSE_ERROR = -32602, -32601,
 @pytest.fixture(scope="module")
 def server():
     server = RawServer("--log-level", "info")
-    server.initialize({"cpcLsp": {"maxTokens": 4}})
+    server.initialize({"cpcLsp": {"maxTokens": 4, "threads": 1}})
     yield server
     assert server.alive(), server.stderr()
     assert server.close() == 0
