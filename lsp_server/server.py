@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from lsprotocol import types
+from pygls.exceptions import FeatureRequestError
 from pygls.io_ import StdoutWriter
 from pygls.lsp.server import LanguageServer
 
@@ -166,6 +167,13 @@ class CpcServer(LanguageServer):
         self.window_show_message(types.ShowMessageParams(type=kind, message=message))
         self.log(kind, message)
 
+    def report_server_error(self, error: Exception, source: Any) -> None:
+        """pygls shows "Error in server: <the exception's text>" for a failed notification; that
+        text can quote a document. Say what kind of failure it was and where to look instead."""
+        if source is FeatureRequestError:  # the request's error answer already says it
+            return
+        self.tell(types.MessageType.Error, f"cpc-lsp: internal error ({type(error).__name__}); see the server log")
+
     def unreadable_notification(self, method: str, params: Any) -> None:
         """A notification whose params could not be read. A lost didChange means our copy of the
         document no longer matches the editor's: stop suggesting there until its whole text comes
@@ -269,9 +277,36 @@ def _camel(name: str) -> str:
     return head + "".join(part.title() for part in rest)
 
 
+class _WithholdText(logging.Filter):
+    """pygls also logs whole messages at WARNING and ERROR (a failed handler's params, an unknown
+    message): those can carry document text. Unless text is allowed, such arguments are replaced
+    by their type; short plain values (ids, method names, numbers) stay."""
+
+    allowed = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not self.allowed and record.args:
+            args = record.args if isinstance(record.args, tuple) else (record.args,)
+            record.args = tuple(a if _plain(a) else f"<{type(a).__name__} withheld>" for a in args)
+        return True
+
+
+def _plain(value: Any) -> bool:
+    return isinstance(value, (int, float, type(None))) or (isinstance(value, str) and len(value) <= 80)
+
+
+_WITHHOLD = _WithholdText()
+
+
 def _allow_text_in_logs(allowed: bool) -> None:
-    """pygls logs every message it sends at INFO, suggestions included: keep it quiet unless asked."""
+    """pygls logs every message it sends at INFO, suggestions included: keep it quiet unless asked,
+    and withhold message contents from what it logs at higher levels."""
     logging.getLogger("pygls").setLevel(logging.NOTSET if allowed else logging.WARNING)
+    _WITHHOLD.allowed = allowed
+    for name, node in list(logging.Logger.manager.loggerDict.items()):  # filters are not inherited
+        if (name == "pygls" or name.startswith("pygls.")) and isinstance(node, logging.Logger):
+            if _WITHHOLD not in node.filters:
+                node.addFilter(_WITHHOLD)
 
 
 def _change_range(change: Any) -> Range | None:
