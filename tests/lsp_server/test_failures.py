@@ -1,0 +1,96 @@
+"""Failures inside the scheduler, with fake engines: a reload that fails puts the previous model
+back (never two loaded at once), a budget that does not fit is an answer that says what to change,
+and an engine that throws leaves the worker serving."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from engine import BudgetError, CompletionRequest, EngineConfig, ModelLoadError
+from lsp_server.scheduler import Scheduler
+from tests.lsp_server.test_scheduler import FakeEngine
+
+WAIT = 5.0
+GOOD, OTHER, BAD = EngineConfig(), EngineConfig(context_tokens=1024), EngineConfig(model_path=Path("/bad.gguf"))
+
+
+class Loader:
+    """Loads a FakeEngine per config; fails for BAD (and for anything in `broken`)."""
+
+    def __init__(self) -> None:
+        self.engines: list[tuple[EngineConfig, FakeEngine]] = []
+        self.broken = {BAD}
+
+    def __call__(self, config: EngineConfig) -> FakeEngine:
+        if config in self.broken:
+            raise ModelLoadError(config.model_path, "the file does not exist", "Check the `model` setting")
+        alive = [engine for _, engine in self.engines if not engine.closed]
+        assert not alive, "a second model while one is loaded"
+        engine = FakeEngine()
+        self.engines.append((config, engine))
+        return engine
+
+
+def test_a_failed_reload_puts_the_previous_model_back():
+    loader = Loader()
+    scheduler = Scheduler(loader)
+    assert scheduler.load(GOOD).result(WAIT).ok
+    result = scheduler.load(BAD).result(WAIT)
+    assert not result.ok and "/bad.gguf" in result.error
+    assert result.kept == GOOD and scheduler.load_error is None
+    answer = scheduler.submit(CompletionRequest("p", "r")).future.result(WAIT)
+    assert answer.reason == "done"
+    assert [config for config, _ in loader.engines] == [GOOD, GOOD]  # closed, then loaded again
+    scheduler.close()
+
+
+def test_a_failed_first_load_leaves_no_model_and_requests_answer_at_once():
+    scheduler = Scheduler(Loader())
+    result = scheduler.load(BAD).result(WAIT)
+    assert not result.ok and result.kept is None and scheduler.load_error == result.error
+    assert scheduler.submit(CompletionRequest("p")).future.result(WAIT).reason == "no-model"
+    scheduler.close()
+
+
+def test_when_the_previous_model_fails_too_there_is_no_model():
+    loader = Loader()
+    scheduler = Scheduler(loader)
+    assert scheduler.load(GOOD).result(WAIT).ok
+    loader.broken.add(GOOD)  # its file went away meanwhile
+    result = scheduler.load(BAD).result(WAIT)
+    assert result.kept is None and scheduler.load_error
+    assert scheduler.submit(CompletionRequest("p")).future.result(WAIT).reason == "no-model"
+    loader.broken.clear()
+    assert scheduler.load(OTHER).result(WAIT).ok  # a good setting recovers
+    assert scheduler.submit(CompletionRequest("p")).future.result(WAIT).reason == "done"
+    scheduler.close()
+
+
+class Throws(FakeEngine):
+    def __init__(self, error: Exception) -> None:
+        super().__init__()
+        self.error = error
+
+    def complete(self, request, cancel):
+        if request.prompt == "raise":
+            raise self.error
+        return super().complete(request, cancel)
+
+
+def test_a_budget_that_does_not_fit_is_an_answer_with_the_remedy():
+    engine = Throws(BudgetError("the context of 256 tokens cannot hold 300 generated tokens; raise `contextTokens`"))
+    scheduler = Scheduler(lambda config: engine)
+    scheduler.load(GOOD).result(WAIT)
+    answer = scheduler.submit(CompletionRequest("raise")).future.result(WAIT)
+    assert answer.reason == "budget" and "contextTokens" in answer.detail
+    assert scheduler.submit(CompletionRequest("fine")).future.result(WAIT).reason == "done"
+    scheduler.close()
+
+
+def test_an_engine_that_throws_leaves_the_worker_serving():
+    engine = Throws(RuntimeError("llama_decode failed"))
+    scheduler = Scheduler(lambda config: engine)
+    scheduler.load(GOOD).result(WAIT)
+    assert scheduler.submit(CompletionRequest("raise")).future.result(WAIT).reason == "failed"
+    assert scheduler.submit(CompletionRequest("fine")).future.result(WAIT).reason == "done"
+    scheduler.close()
