@@ -230,6 +230,17 @@ def test_requests_after_shutdown_get_an_error():
         server.close()
 
 
+def test_the_server_exits_when_the_client_goes_away():
+    server = RawServer("--model", "/nonexistent/cpc-eof.gguf")
+    try:
+        server.initialize(wait_loaded=False)
+        server.send_bytes(b"Content-Length: 100\r\n\r\n{")  # half a message, then nothing
+        server.process.stdin.close()  # no shutdown, no exit: the editor died
+        assert server.process.wait(30) == 0
+    finally:
+        server.close()
+
+
 def test_afterwards_a_normal_completion_is_still_right(server):
     uri = "file:///tmp/hostile/final.txt"
     server.open(uri, DRAFT)
