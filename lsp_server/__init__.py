@@ -2,8 +2,9 @@
 
 Modules, one job each: `split` (where the prompt ends), `documents` (texts and LSP positions),
 `settings` (validated user settings), `suggestion` (request in, suggestion out), `scheduler`
-(the engine's worker thread, newest request wins), `protocol` (pygls corrections), `server`
-(the handlers) and `__main__` (the command line).
+(the engine's worker thread, newest request wins), `protocol` (pygls corrections), `transport`
+(the read loop that survives malformed frames), `server` (the handlers) and `__main__` (the
+command line).
 """
 
 from importlib.metadata import PackageNotFoundError, version
