@@ -12,11 +12,13 @@ under docs/ and the README snippet docs/results.md.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import sys
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +44,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-tokens", type=int, default=16, help="token budget of keystroke requests (ours and the peer's)")
     parser.add_argument("--no-peer", action="store_true", help="skip llama-cpp-python's create_completion")
     parser.add_argument("--out", type=Path, default=None, help="JSON file (default bench/results/latest.json, quick.json)")
+    parser.add_argument("--update", action="store_true",
+                        help="re-measure only the --only parts and merge them into the results file (a full run's)")
     parser.add_argument("--plots", action=argparse.BooleanOptionalAction, default=None,
                         help="write docs/*.png and docs/results.md (default: on for a full run of every part)")  # fmt: skip
     return parser
@@ -175,28 +179,36 @@ def _tables(results: dict[str, Any], args) -> list[report.Table]:
     return tables
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    parts = tuple(p for p in PARTS if p in args.only.split(","))
-    per_kind = args.per_kind or (1 if args.quick else 50)
-    full = not args.quick and parts == PARTS
-    plots = full if args.plots is None else args.plots
-    out = args.out or RESULTS / ("latest.json" if full else "quick.json")
-    started = time.perf_counter()
-    watch = CpuWatch.start()
+def _notes(results: dict[str, Any]) -> list[str]:
+    notes = []
+    if "quality" in results:
+        notes.append(
+            "naive and mask run through the engine with the server's own split/request/suggestion code (the "
+            "server has no setting to choose the method); exact runs through the real server over LSP; the "
+            "server's and the engine's exact suggestions have the same first word in "
+            f"{results['quality']['server_matches_engine_first_word']} cases and are identical in "
+            f"{results['quality']['server_matches_engine']} (greedy choices that are close calls can flip with the "
+            "KV cache's history, since batch splits move logits slightly)"
+        )
+    for run in results.get("runs", []):
+        share = run.get("other_processes_cpu_share")
+        if share is None:
+            continue
+        what = f"while measuring {', '.join(run['parts'])}" if len(results["runs"]) > 1 else "during this run"
+        note = f"other processes used {100 * share:.0f}% of the {results['machine']['cpus']} CPUs {what}"
+        if share > 0.10:
+            note += (": absolute times are inflated (llama.cpp threads suffer badly when CPUs are shared); "
+                     "compare the ratios, which were measured side by side")  # fmt: skip
+        notes.append(note)
+    return notes
 
-    cases = build_cases(per_kind, args.seed)
-    command = "python -m bench" + (" --quick" if args.quick else "")
-    results: dict[str, Any] = {
-        "command": command,
-        "parts": list(parts),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
-        "cases": {"count": len(cases), "per_kind": per_kind, "seed": args.seed, "fingerprint": fingerprint(cases)},
-    }
-    _say(f"{len(cases)} quality cases (fingerprint {results['cases']['fingerprint']}); parts: {', '.join(parts)}")
 
+def _measure(args, parts, cases, results: dict[str, Any]) -> None:
+    """Run `parts` and put what they measured into `results`."""
     from engine import Engine, EngineConfig
 
+    watch = CpuWatch.start()
+    started = time.perf_counter()
     client = _start_server(args) if set(parts) - {"engine"} else None
     engine = None
     try:
@@ -210,28 +222,58 @@ def main(argv: list[str] | None = None) -> int:
             client.shutdown()
         if engine is not None:
             engine.close()
-
-    notes = []
     if "quality" in parts:
         from bench import quality
 
         results["quality"] = quality.summarize(outcomes, cases)
+        results["quality"]["outcomes"] = quality.outcomes_json(outcomes)
         results["cover_decodes"] = _cover(outcomes)
-        notes.append(
-            "naive and mask run through the engine with the server's own split/request/suggestion code (the "
-            "server has no setting to choose the method); exact runs through the real server over LSP; the "
-            f"server's and the engine's exact suggestions agree on {results['quality']['server_matches_engine']} cases"
-        )
-    results["targets"] = [{"target": n, "measured": v, "ok": ok} for n, v, ok in _targets(results)]
-    others = watch.others_share(results.get("server_cpu_s") or 0.0)
-    results["machine"]["other_processes_cpu_share"] = others
-    results["seconds"] = time.perf_counter() - started
-    if others is not None and others > 0.10:
-        notes.append(f"other processes used {100 * others:.0f}% of the {os.cpu_count()} CPUs during this run: absolute "
-                     "times are inflated (llama.cpp threads suffer badly when CPUs are shared); compare the ratios, "
-                     "which were measured side by side")  # fmt: skip
-    elif others is not None:
-        notes.append(f"other processes used {100 * others:.0f}% of the {os.cpu_count()} CPUs during this run")
+    results.setdefault("runs", []).append({
+        "parts": list(parts),
+        "seconds": time.perf_counter() - started,
+        "other_processes_cpu_share": watch.others_share(results.pop("server_cpu_s", None) or 0.0),
+    })  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    parts = tuple(p for p in PARTS if p in args.only.split(","))
+    per_kind = args.per_kind or (1 if args.quick else 50)
+    full = not args.quick and (parts == PARTS or args.update)
+    plots = full if args.plots is None else args.plots
+    out = args.out or RESULTS / ("latest.json" if full else "quick.json")
+    started = time.perf_counter()
+
+    cases = build_cases(per_kind, args.seed)
+    command = "python -m bench" + (" --quick" if args.quick else "")
+    if args.update:
+        results = json.loads(out.read_text())
+        if results["cases"]["fingerprint"] != fingerprint(cases):
+            print(f"bench: {out} was measured on other cases; run without --update", file=sys.stderr)
+            return 2
+        kept = []
+        for run in results.get("runs", []):  # earlier runs now stand only for the parts not measured again
+            run["parts"] = [p for p in run["parts"] if p not in parts]
+            if run["parts"]:
+                kept.append(run)
+        results["runs"] = kept
+        if "quality" in results and "quality" not in parts:  # summarise again with today's summary code
+            from bench import quality
+
+            outcomes = quality.outcomes_from_json(results["quality"]["outcomes"])
+            results["quality"] = {**quality.summarize(outcomes, cases), "outcomes": results["quality"]["outcomes"]}
+    else:
+        results = {
+            "command": command,
+            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+            "cases": {"count": len(cases), "per_kind": per_kind, "seed": args.seed, "fingerprint": fingerprint(cases),
+                      "list": [asdict(c) for c in cases]},  # fmt: skip
+        }
+    _say(f"{len(cases)} quality cases (fingerprint {results['cases']['fingerprint']}); parts: {', '.join(parts)}")
+    _measure(args, parts, cases, results)
+    checks = _targets(results)
+    results["targets"] = [{"target": n, "measured": v, "ok": ok} for n, v, ok in checks]
+    results["notes"] = notes = _notes(results)
 
     tables = _tables(results, args)
     print("\n\n".join(report.render(t) for t in tables))
@@ -239,11 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     for note in notes:
         print(f"note: {note}")
     print(f"{len(cases)} quality cases, fingerprint {results['cases']['fingerprint']}; "
-          f"{results['seconds']:.0f} s; results in {out}")  # fmt: skip
-    results["notes"] = notes
-    results["cases"]["list"] = [c.__dict__ for c in cases]
-    if "quality" in results:
-        results["quality"]["outcomes"] = quality.outcomes_json(outcomes)
+          f"{time.perf_counter() - started:.0f} s; results in {out}")  # fmt: skip
     report.write_json(out, results)
     if plots and "keystrokes" in results and "quality" in results:
         from bench import plots as plotting

@@ -125,12 +125,22 @@ def summarize(outcomes: list[Outcome], cases: list[Case]) -> dict[str, Any]:
     server_exact = {o.case: o.suggestion for o in outcomes if o.method == "exact" and o.via == "server"}
     both = sorted(set(engine_exact) & set(server_exact))
     same = sum(engine_exact[i] == server_exact[i] for i in both)
+    same_word = sum(_word(engine_exact[i]) == _word(server_exact[i]) for i in both)
     return {
         "kinds": kinds,
         "rows": rows,
         "per_kind_cases": {k: sum(c.kind == k for c in cases) for k in kinds[:-1]},
         "server_matches_engine": f"{same}/{len(both)}",
+        "server_matches_engine_first_word": f"{same_word}/{len(both)}",
     }
+
+
+def _word(suggestion: str | None) -> str | None:
+    return None if suggestion is None else first_word(suggestion)
+
+
+def outcomes_from_json(rows: list[dict[str, Any]]) -> list[Outcome]:
+    return [Outcome(**row) for row in rows]
 
 
 def outcomes_json(outcomes: list[Outcome]) -> list[dict[str, Any]]:
