@@ -42,6 +42,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0, help="case selection seed")
     parser.add_argument("--quality-max-tokens", type=int, default=8, help="token budget of quality requests")
     parser.add_argument("--max-tokens", type=int, default=16, help="token budget of keystroke requests (ours and the peer's)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="CPU threads for the server, the peer and the in-process engine alike (0: all cores)")
     parser.add_argument("--no-peer", action="store_true", help="skip llama-cpp-python's create_completion")
     parser.add_argument("--out", type=Path, default=None, help="JSON file (default bench/results/latest.json, quick.json)")
     parser.add_argument("--update", action="store_true",
@@ -82,7 +84,7 @@ def _start_server(args):
 
     log = Path(tempfile.gettempdir()) / "cpc-lsp-bench-server.log"
     client = LspClient(["--log-level", "warning"], stderr_path=log)
-    client.initialize({"maxTokens": args.max_tokens})
+    client.initialize({"maxTokens": args.max_tokens, "threads": args.threads})
     return client
 
 
@@ -160,7 +162,7 @@ def _targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
 def _tables(results: dict[str, Any], args) -> list[report.Table]:
     tables = []
     if "keystrokes" in results:
-        tables.append(report.latency_table(results["keystrokes"], args.max_tokens))
+        tables.append(report.latency_table(results["keystrokes"], args.max_tokens, _threads(results, "keystrokes")))
     if "constrained_step" in results:
         tables.append(report.step_table(results["constrained_step"]))
     if "cover_decodes" in results:
@@ -177,6 +179,13 @@ def _tables(results: dict[str, Any], args) -> list[report.Table]:
     if checks:
         tables.append(report.targets_table(checks))
     return tables
+
+
+def _threads(results: dict[str, Any], part: str) -> int | None:
+    for run in results.get("runs", []):
+        if part in run["parts"]:
+            return run.get("threads")
+    return None
 
 
 def _notes(results: dict[str, Any]) -> list[str]:
@@ -212,7 +221,7 @@ def _measure(args, parts, cases, results: dict[str, Any]) -> None:
     client = _start_server(args) if set(parts) - {"engine"} else None
     engine = None
     try:
-        engine = Engine.load(EngineConfig())
+        engine = Engine.load(EngineConfig(threads=args.threads or None))
         results["model"] = str(engine.model_path)
         outcomes = _engine_part(engine, cases, args, parts, results)
         if client is not None:
@@ -232,6 +241,7 @@ def _measure(args, parts, cases, results: dict[str, Any]) -> None:
         "parts": list(parts),
         "seconds": time.perf_counter() - started,
         "other_processes_cpu_share": watch.others_share(results.pop("server_cpu_s", None) or 0.0),
+        "threads": args.threads or os.cpu_count(),
     })  # fmt: skip
 
 

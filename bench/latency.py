@@ -26,12 +26,12 @@ from bench.stats import maximum, median, ratio
 class Peer:
     """llama-cpp-python's high-level API on the same GGUF, with settings matching the engine's."""
 
-    def __init__(self, model_path: str, n_ctx: int = 2048) -> None:
+    def __init__(self, model_path: str, n_ctx: int = 2048, threads: int | None = None) -> None:
         import os
 
         from llama_cpp import Llama
 
-        threads = os.cpu_count() or 1
+        threads = threads or os.cpu_count() or 1
         self.llm = Llama(
             model_path, n_ctx=n_ctx, n_batch=512, n_ubatch=512, n_threads=threads,
             n_threads_batch=threads, swa_full=True, verbose=False,

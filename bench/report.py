@@ -37,7 +37,7 @@ def times(value: float | None) -> str:
 # --- the tables --------------------------------------------------------------------------------
 
 
-def latency_table(rows: list[dict[str, Any]], max_tokens: int) -> Table:
+def latency_table(rows: list[dict[str, Any]], max_tokens: int, threads: int | None = None) -> Table:
     header = ["tokens", "cold", "warm med", "warm max", "warm med along (n)", "warm med off (n)", "peer cold",
               "peer warm med", "peer warm max", "warm/peer", "cold/warm", "prompt tok decoded per warm key (max)",
               "keys"]  # fmt: skip
@@ -49,7 +49,8 @@ def latency_table(rows: list[dict[str, Any]], max_tokens: int) -> Table:
              num(r["warm_decoded_prompt_tokens_max"], 0), num(r["warm_keystrokes"] + r["documents"])]
             for r in rows]  # fmt: skip
     title = (f"keystroke latency, ms: server over LSP vs peer (llama-cpp-python create_completion, "
-             f"prefix cache), max {max_tokens} tokens, temperature 0")  # fmt: skip
+             f"prefix cache), max {max_tokens} tokens, temperature 0"
+             + (f", {threads} threads each" if threads else ""))  # fmt: skip
     return title, header, body
 
 
