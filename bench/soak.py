@@ -235,6 +235,7 @@ def run(
         client.initialize({"cpcLsp": {"maxTokens": max_tokens, "threads": threads, "contextTokens": context_tokens}})
         session = Session(client, keystrokes)
         session.open_all()
+        _say(f"warming up ({len(TYPED)} documents, maxTokens {max_tokens}, threads {threads or 'all'})")
         session.type_words(keystrokes // 10, words=WORDS_PER_VISIT * len(TYPED) + 1)  # every document once
         spot_ok, spot_total = session.spot_checks(0)
         warmup = session.done
@@ -259,6 +260,8 @@ def run(
             })  # fmt: skip
             resettable = resettable and _reset_peak(pid)
             session.rss_seen = _status(pid, "VmRSS") or 0.0
+            _say(f"{session.done}/{keystrokes} keystrokes, peak RSS {report.num(peak)} MiB, "
+                 f"{time.perf_counter() - started:.0f} s")  # fmt: skip
         answers, latencies = session.answers, sorted(session.latencies)
     finally:
         client.shutdown()
@@ -292,6 +295,10 @@ def run(
     result["checks"] = _checks(result)
     result["ok"] = all(ok for _, _, ok in result["checks"])
     return result
+
+
+def _say(message: str) -> None:
+    print(f"[soak] {message}", file=sys.stderr, flush=True)
 
 
 def _checks(r: dict[str, Any]) -> list[tuple[str, str, bool]]:
