@@ -48,6 +48,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, default=None, help="JSON file (default bench/results/latest.json, quick.json)")
     parser.add_argument("--update", action="store_true",
                         help="re-measure only the --only parts and merge them into the results file (a full run's)")
+    parser.add_argument("--render", action="store_true",
+                        help="measure nothing: print the tables of the results file and rewrite its plots and snippet")
     parser.add_argument("--plots", action=argparse.BooleanOptionalAction, default=None,
                         help="write docs/*.png and docs/results.md (default: on for a full run of every part)")  # fmt: skip
     return parser
@@ -199,13 +201,27 @@ def _notes(results: dict[str, Any]) -> list[str]:
             f"{results['quality']['server_matches_engine']} (greedy choices that are close calls can flip with the "
             "KV cache's history, since batch splits move logits slightly)"
         )
+    if "keystrokes" in results:
+        rows = results["keystrokes"]
+        along = sum(r["warm_along_keystrokes"] for r in rows)
+        off = sum(r["warm_off_keystrokes"] for r in rows)
+        ratios = [f"{r['warm_off_median_ms'] / r['peer_warm_median_ms']:.2f}x at {r['tokens']:.0f}" for r in rows
+                  if r["warm_off_median_ms"] is not None and r["peer_warm_median_ms"]]  # fmt: skip
+        notes.append(
+            f"{along} of {along + off} warm keystrokes typed the next letter of the previous suggestion (typing "
+            "along): the engine had computed those rows already. The other "
+            f"{off} decoded a new suggestion; their median against the peer's warm median: "
+            f"{', '.join(ratios) or '-'} tokens"
+        )
     for run in results.get("runs", []):
         share = run.get("other_processes_cpu_share")
         if share is None:
             continue
         what = f"while measuring {', '.join(run['parts'])}" if len(results["runs"]) > 1 else "during this run"
         note = f"other processes used {100 * share:.0f}% of the {results['machine']['cpus']} CPUs {what}"
-        if share > 0.10:
+        if set(run["parts"]) <= {"quality"}:
+            note += " (no time is reported from it)"
+        elif share > 0.10:
             note += (": absolute times are inflated (llama.cpp threads suffer badly when CPUs are shared); "
                      "compare the ratios, which were measured side by side")  # fmt: skip
         notes.append(note)
@@ -249,25 +265,26 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     parts = tuple(p for p in PARTS if p in args.only.split(","))
     per_kind = args.per_kind or (1 if args.quick else 50)
-    full = not args.quick and (parts == PARTS or args.update)
+    full = not args.quick and (parts == PARTS or args.update or args.render)
     plots = full if args.plots is None else args.plots
     out = args.out or RESULTS / ("latest.json" if full else "quick.json")
     started = time.perf_counter()
 
     cases = build_cases(per_kind, args.seed)
     command = "python -m bench" + (" --quick" if args.quick else "")
-    if args.update:
+    if args.update or args.render:
         results = json.loads(out.read_text())
         if results["cases"]["fingerprint"] != fingerprint(cases):
             print(f"bench: {out} was measured on other cases; run without --update", file=sys.stderr)
             return 2
+        measured = () if args.render else parts
         kept = []
         for run in results.get("runs", []):  # earlier runs now stand only for the parts not measured again
-            run["parts"] = [p for p in run["parts"] if p not in parts]
+            run["parts"] = [p for p in run["parts"] if p not in measured]
             if run["parts"]:
                 kept.append(run)
         results["runs"] = kept
-        if "quality" in results and "quality" not in parts:  # summarise again with today's summary code
+        if "quality" in results and "quality" not in measured:  # summarise again with today's summary code
             from bench import quality
 
             outcomes = quality.outcomes_from_json(results["quality"]["outcomes"])
@@ -279,8 +296,9 @@ def main(argv: list[str] | None = None) -> int:
             "cases": {"count": len(cases), "per_kind": per_kind, "seed": args.seed, "fingerprint": fingerprint(cases),
                       "list": [asdict(c) for c in cases]},  # fmt: skip
         }
-    _say(f"{len(cases)} quality cases (fingerprint {results['cases']['fingerprint']}); parts: {', '.join(parts)}")
-    _measure(args, parts, cases, results)
+    if not args.render:
+        _say(f"{len(cases)} quality cases (fingerprint {results['cases']['fingerprint']}); parts: {', '.join(parts)}")
+        _measure(args, parts, cases, results)
     checks = _targets(results)
     results["targets"] = [{"target": n, "measured": v, "ok": ok} for n, v, ok in checks]
     results["notes"] = notes = _notes(results)
@@ -301,7 +319,8 @@ def main(argv: list[str] | None = None) -> int:
             plotting.accuracy_plot(results["quality"], DOCS / "accuracy.png"),
         ]
         links = [str(p.relative_to(ROOT)) for p in made]
-        report.write_markdown(DOCS / "results.md", tables, command, links, notes)
+        updates = [run["parts"] for run in results["runs"][1:]]
+        report.write_markdown(DOCS / "results.md", tables, command, links, notes, updates)
         print(f"plots: {', '.join(links)}; README snippet: docs/results.md")
     return 0
 

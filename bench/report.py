@@ -132,8 +132,11 @@ def write_json(path: Path, results: dict[str, Any]) -> None:
     path.write_text(json.dumps(results, indent=1, ensure_ascii=False, default=str) + "\n")
 
 
-def write_markdown(path: Path, tables: Sequence[Table], command: str, plots: Sequence[str], notes: Sequence[str]) -> None:
-    parts = ["## Benchmarks", "", f"Measured with `{command}` (full run; `--quick` for a one-minute sample).", ""]
+def write_markdown(
+    path: Path, tables: Sequence[Table], command: str, plots: Sequence[str], notes: Sequence[str], updates: Sequence[str] = ()
+) -> None:
+    parts = ["## Benchmarks", "", f"Measured with `{command}` (full run; `--quick` for a one-minute sample)."]
+    parts += [f"Then re-measured with `{command} --update --only {','.join(u)}`." for u in updates] + [""]
     parts += [f"- {note}" for note in notes] + [""]
     for table in tables:
         parts += [markdown(table), ""]
