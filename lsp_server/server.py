@@ -12,6 +12,7 @@ import sys
 import threading
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from typing import Any
 from urllib.parse import unquote
@@ -67,7 +68,11 @@ class CpcServer(LanguageServer):
     def start_io(self, stdin: Any = None, stdout: Any = None) -> None:
         self._stop_event = threading.Event()
         self.protocol.set_writer(StdoutWriter(stdout or sys.stdout.buffer))
-        source = PipeSource(stdin or sys.stdin.buffer, self.thread_pool)
+        # One thread reads stdin, one read at a time. (pygls's shared pool would do, but it starts
+        # a new thread whenever its last one has not yet marked itself idle, so it drifts up to
+        # its maximum over a long session: a thread count that looks like a leak.)
+        reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cpc-stdin")
+        source = PipeSource(stdin or sys.stdin.buffer, reader)
         try:
             asyncio.run(read_loop(source, self.protocol, self._stop_event, self.protocol.send_error))
         except BrokenPipeError:
@@ -75,6 +80,7 @@ class CpcServer(LanguageServer):
         except (KeyboardInterrupt, SystemExit):
             pass
         finally:
+            reader.shutdown(wait=False, cancel_futures=True)
             self.shutdown()
 
     def start_tcp(self, host: str, port: int) -> None:
