@@ -94,3 +94,30 @@ def test_an_engine_that_throws_leaves_the_worker_serving():
     assert scheduler.submit(CompletionRequest("raise")).future.result(WAIT).reason == "failed"
     assert scheduler.submit(CompletionRequest("fine")).future.result(WAIT).reason == "done"
     scheduler.close()
+
+
+def test_notifications_leave_no_futures_behind():
+    """pygls keeps every generator-handled notification's future; the protocol drops finished ones,
+    or a day of typing would leak a kilobyte per keystroke."""
+    from lsp_server.server import build_server
+
+    class Discard:
+        def write(self, data: bytes) -> None:
+            pass
+
+    server = build_server(load=lambda config: FakeEngine())
+    protocol = server.protocol
+    protocol.set_writer(Discard())
+    uri = "file:///leak.txt"
+
+    def notify(method: str, params: dict) -> None:
+        protocol.handle_message(protocol.structure_message({"jsonrpc": "2.0", "method": method, "params": params}))
+
+    notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "plaintext", "version": 1, "text": ""}})
+    for version in range(2, 502):
+        change = {"range": {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 0}}, "text": "x"}
+        notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": version}, "contentChanges": [change]})
+    notify("textDocument/didClose", {"textDocument": {"uri": uri}})
+    assert server.documents.get(uri) is None
+    assert len(protocol._request_futures) <= 1
+    server.scheduler.close()
