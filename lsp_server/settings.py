@@ -38,12 +38,19 @@ class Settings:
     max_cover_decodes: int = 8
     method: str = "exact"  # "exact" | "mask" | "naive": how the typed word is honoured (for comparisons)
     threads: int = 0  # CPU threads for the model; 0: all cores
+    memory_budget_mib: int = 128  # KV kept for other recent documents (each context costs 36 MiB)
+    prefetch: bool = True  # decode an opened or edited document's prompt while the engine is idle
     log_document_text: bool = False  # debug only: lets logs carry document text
 
     def engine_config(self) -> EngineConfig:
         """What loading the engine needs; a change here means a reload."""
         path = None if self.model is None else Path(self.model).expanduser()
-        return EngineConfig(model_path=path, context_tokens=self.context_tokens, threads=self.threads or None)
+        return EngineConfig(
+            model_path=path,
+            context_tokens=self.context_tokens,
+            threads=self.threads or None,
+            memory_budget_mib=self.memory_budget_mib,
+        )
 
     def sampling(self) -> SamplingConfig:
         return SamplingConfig(
@@ -131,6 +138,8 @@ _SCHEMA: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "maxCoverDecodes": ("max_cover_decodes", _int(0, 1024)),
     "method": ("method", _choice("exact", "mask", "naive")),
     "threads": ("threads", _int(0, 256)),
+    "memoryBudgetMiB": ("memory_budget_mib", _int(0, 65_536)),
+    "prefetch": ("prefetch", _bool),
     "logDocumentText": ("log_document_text", _bool),
 }
 
