@@ -23,7 +23,7 @@ from pygls.io_ import StdoutWriter
 from pygls.lsp.server import LanguageServer
 
 from engine import EngineConfig
-from lsp_server import __version__
+from lsp_server import __version__, status
 from lsp_server.documents import UTF16, Document, Documents, Range
 from lsp_server.protocol import CpcProtocol
 from lsp_server.scheduler import Answer, EngineLike, Job, LoadResult, Scheduler, load_engine
@@ -134,11 +134,13 @@ class CpcServer(LanguageServer):
         name = str(config.model_path) if config.model_path else "the default model"
         loading = self.scheduler.load(config)
         self.log(types.MessageType.Info, f"loading {name} ({config.context_tokens} context tokens)")
+        status.send(self.protocol, status.loading(name))
         token = await self._begin_progress(f"Loading {name}")
         result = await asyncio.wrap_future(loading)
         if token is not None:
             done = "model loaded" if result.ok else "model failed to load"
             self.work_done_progress.end(token, types.WorkDoneProgressEnd(message=done))
+        status.send(self.protocol, status.loaded(result, name))
         if result.ok:
             self.log(types.MessageType.Info, f"loaded {name} in {result.seconds:.1f} s")
         else:
