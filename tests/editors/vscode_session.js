@@ -3,7 +3,8 @@
 // and the real server, typing as a user would. Run by tests/editors/test_vscode_real.py, which
 // judges the JSON report this prints; each step records what it saw and never stops the others.
 //
-// Input (JSON on stdin): { env, vsix, server: {command, args}, work, screenshot, timeoutMs }.
+// Input (JSON on stdin): { env, vsix, chromium, server: {command, args}, work, screenshot,
+// timeoutMs, report }; the report (JSON) is written to the file `report`.
 // Everything listens on 127.0.0.1 only; the Python side also runs this in a network namespace
 // that has nothing but loopback.
 
@@ -343,7 +344,7 @@ async function main() {
     ],
   });
   try {
-    page = await browser.newPage({ viewport: { width: 1100, height: 560 } });
+    page = await browser.newPage({ viewport: { width: 1280, height: 480 } });
     // Every change of the status bar item, as it happens.
     await page.addInitScript(() => {
       window.__cpcStatus = [];
@@ -519,6 +520,6 @@ main()
     report.error = String(error && error.stack ? error.stack : error);
   })
   .finally(() => {
-    process.stdout.write(JSON.stringify(report));
+    fs.writeFileSync(spec.report, JSON.stringify(report));
     process.exit(0);
   });
