@@ -47,6 +47,20 @@ def test_bad_arguments_exit_non_zero():
     assert run("complete").returncode != 0  # --text is required
 
 
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [(("--max-tokens", "0"), "--max-tokens: expected an integer from 1 to 512"),
+     (("--context-tokens", "256", "--max-tokens", "200"), "--max-tokens must be at most half of --context-tokens (256)"),
+     (("--temperature", "hot"), "--temperature: expected a number in [0, 10]"),
+     (("--method", "fast"), '--method: expected one of "exact", "mask", "naive"')],
+)  # fmt: skip
+def test_settings_options_are_checked_by_the_schema(args, says):
+    """The same checks and words as a client's settings (lsp_server.settings), before any model loads."""
+    for command in (("complete", "--text", "hello wor"), ()):
+        done = run(*command, *args)
+        assert done.returncode == 2 and says in done.stderr and done.stdout == ""
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -1,6 +1,7 @@
 """Security: where the server listens, what it treats as code, and what reaches its logs.
 
-- stdio by default; over TCP it binds loopback unless a host is given explicitly;
+- stdio by default; over TCP it binds loopback, and refuses an address other machines can reach
+  unless `--unsafe-listen-on-network` says the user accepts that (LSP has no authentication);
 - document text is data: special-token syntax is tokenized as plain text, no chat template is
   rendered, nothing from a document or a model file is executed;
 - logs (stderr, window/logMessage, window/showMessage) carry no document text unless the
@@ -97,6 +98,36 @@ def test_tcp_binds_loopback_unless_a_host_is_given(args, address):
         server.kill()
         server.wait(30)
         server.stderr.close()
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.0.2.1", ""])
+def test_a_host_other_machines_can_reach_is_refused(host):
+    done = subprocess.run(
+        [sys.executable, "-m", "lsp_server", "--tcp", "0", "--host", host],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "--unsafe-listen-on-network" in done.stderr and "authentication" in done.stderr
+
+
+def test_the_unsafe_flag_lets_it_listen_on_all_addresses():
+    """In a network namespace of its own (only a loopback device), so nothing can reach it."""
+    if subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode != 0:
+        pytest.skip("needs `unshare -n` (a network namespace) to listen on 0.0.0.0 safely")
+    command = ["unshare", "-n", sys.executable, "-m", "lsp_server", "--tcp", "0", "--host", "0.0.0.0",
+               "--unsafe-listen-on-network"]  # fmt: skip
+    server = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (sockets := listening(server.pid)) and time.monotonic() < deadline:
+            assert server.poll() is None
+            time.sleep(0.1)
+        assert [a for a, _ in sockets] == ["0.0.0.0"]
+    finally:
+        server.kill()
+        server.wait(30)
+    assert "anyone who can reach the port can read your documents" in server.stderr.read()
+    server.stderr.close()
 
 
 def test_stdio_by_default_opens_no_network_socket():
