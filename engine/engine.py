@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from engine.kv import KvCache
 from engine.llama_backend import LlamaContext, LlamaModel
 from engine.model_files import resolve_model
+from engine.prompt import FIM_EXTRA_TOKENS, FimTokens, fim_prompt
 from engine.sequence import Sequence
 from engine.stops import first_stop
 from engine.types import (  # BudgetError is defined with the types so callers need not import llama_cpp
@@ -52,6 +53,8 @@ class Engine:
         self.kv = KvCache(context)
         self._bos = list(model.tokenize(b"", add_bos=True))
         self._last_prompt = _TokenizedPrompt()
+        self._last_suffix = _TokenizedPrompt()
+        self.fim = FimTokens.of(*model.fim_ids())  # None: the model has no FIM tokens
         self._current_cancel = threading.Event()
 
     @classmethod
@@ -116,6 +119,20 @@ class Engine:
         drop = math.ceil((len(tokens) - budget) / step) * step
         return tokens[:head] + tokens[head + drop :]
 
+    def prompt_tokens(self, request: CompletionRequest, reserve: int) -> tuple[int, ...]:
+        """The tokens to decode: the plain prompt, or (when the model has FIM tokens and the request
+        carries a suffix) the FIM layout of engine.prompt with the suffix's first tokens."""
+        plain = self.tokenize(self.clip(request.prompt))
+        if self.fim is None or request.suffix is None:
+            return self.window(plain, reserve)
+        if request.suffix != self._last_suffix.text or not self._last_suffix.tokens:
+            raw = request.suffix.encode("utf-8", "replace")
+            self._last_suffix = _TokenizedPrompt(request.suffix, tuple(self._model.tokenize(raw, add_bos=False)))
+        suffix = self._last_suffix.tokens[: request.suffix_tokens]
+        kept = self.window(plain, reserve + len(suffix) + FIM_EXTRA_TOKENS)
+        head = len(self._bos)
+        return fim_prompt(kept[:head], kept[head:], suffix, self.fim, request.fim_order)
+
     def sequence(self, sampling: SamplingConfig = SamplingConfig(), cancel: threading.Event | None = None) -> Sequence:
         """A seed-003 style sequence over this engine's KV cache (for callers that stream)."""
         return Sequence(self.kv, self.vocab, sampling, cancel)
@@ -130,7 +147,7 @@ class Engine:
         self._current_cancel = cancel
         required = request.required.encode("utf-8", "replace")
         reserve = request.max_tokens + len(required) + 1
-        prompt = self.window(self.tokenize(self.clip(request.prompt)), reserve)
+        prompt = self.prompt_tokens(request, reserve)
         seq = self.sequence(request.sampling, cancel)
         text, reason, generated, logprobs = "", "cancelled", 0, []
         if seq.decode_prompt(prompt, required, request.exact, request.max_cover_decodes):

@@ -111,6 +111,11 @@ class LlamaModel:
             control[token] = bool(llama_cpp.llama_vocab_is_control(self._vocab, token))
         return eog, control
 
+    def fim_ids(self) -> tuple[int, int, int]:
+        """(fim_pre, fim_suf, fim_mid) from the GGUF metadata; -1 for each the model lacks."""
+        v = self._vocab
+        return (llama_cpp.llama_vocab_fim_pre(v), llama_cpp.llama_vocab_fim_suf(v), llama_cpp.llama_vocab_fim_mid(v))
+
     def close(self) -> None:
         if self._model:
             llama_cpp.llama_model_free(self._model)

@@ -36,7 +36,11 @@ class SamplingConfig:
 
 @dataclass(frozen=True)
 class CompletionRequest:
-    """One completion: `prompt` ends at a word boundary; the output must begin with `required`."""
+    """One completion: `prompt` ends at a word boundary; the output must begin with `required`.
+
+    `suffix` is the text after the cursor (already bounded in lines by the caller), used only when
+    the model has FIM tokens; None leaves it out. Its first `suffix_tokens` tokens are kept, laid
+    out in `fim_order` ("psm" or "spm", see engine.prompt)."""
 
     prompt: str
     required: str = ""
@@ -45,6 +49,9 @@ class CompletionRequest:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     max_cover_decodes: int = 8
     exact: bool = True  # False: per-step masking only (seed 001), kept for comparison
+    suffix: str | None = None
+    suffix_tokens: int = 64
+    fim_order: str = "psm"
 
 
 @dataclass(frozen=True)

@@ -122,7 +122,7 @@ def complete(args: argparse.Namespace, settings: Settings) -> int:
     from lsp_server.split import split
     from lsp_server.suggestion import request_for, suggestion_for
 
-    parts = split(args.text + args.suffix, len(args.text))
+    parts = split(args.text + args.suffix, len(args.text), settings.fim_suffix_lines or None)
     scheduler = Scheduler()
     try:
         loaded = scheduler.load(settings.engine_config()).result()

@@ -176,7 +176,7 @@ class CpcServer(LanguageServer):
         number = self.requests
         settings = self.settings
         cursor = doc.offset_at(position.line, position.character, self.encoding)
-        parts = split(doc.text, cursor)
+        parts = split(doc.text, cursor, settings.fim_suffix_lines or None)
         job = self.scheduler.submit(request_for(parts, settings), tag=unquote(uri))
         try:
             answer = await self._wait(job)

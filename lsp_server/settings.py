@@ -27,6 +27,10 @@ METHODS = (
     ("mask", "Constrain each step to tokens consistent with the typed word (per-step masking)."),
     ("naive", "Leave the partial word in the prompt with no constraint (what most tools do; for comparison)."),
 )
+FIM_ORDERS = (
+    ("psm", "Prefix, suffix, middle: what most FIM models are trained on (Qwen2.5-Coder, StarCoder2, CodeGemma)."),
+    ("spm", "Suffix, prefix, middle: for models trained on it (CodeLlama); a new word decodes only itself."),
+)
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,21 @@ class Settings:
     )
     log_document_text: bool = setting(
         False, Bool(), "Debugging only: let the server's log contain the text of your documents."
+    )
+    fim_suffix_lines: int = setting(
+        8, Int(0, 1_000),
+        "Lines of text after the cursor (its own line first) put in the prompt of a model that has "
+        "fill-in-the-middle tokens (Qwen2.5-Coder, StarCoder2, CodeGemma...); 0: none. Models "
+        "without FIM tokens never see it.",
+    )
+    fim_suffix_tokens: int = setting(
+        _REQUEST.suffix_tokens, Int(0, 4_096),
+        "Most tokens of that text after the cursor that go in the prompt (its first ones). In the "
+        '"psm" order they are decoded again after each new word, so this bounds that cost.',
+    )
+    fim_order: str = setting(
+        _REQUEST.fim_order, Choice(FIM_ORDERS),
+        "The fill-in-the-middle layout the model was trained on.",
     )
 
     def engine_config(self) -> EngineConfig:

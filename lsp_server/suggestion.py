@@ -35,6 +35,9 @@ def request_for(split: Split, settings: Settings) -> CompletionRequest:
         sampling=settings.sampling(),
         max_cover_decodes=settings.max_cover_decodes,
         exact=settings.method == "exact",
+        suffix=None if naive else split.after,
+        suffix_tokens=settings.fim_suffix_tokens,
+        fim_order=settings.fim_order,
     )
 
 
