@@ -119,5 +119,5 @@ def test_notifications_leave_no_futures_behind():
         notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": version}, "contentChanges": [change]})
     notify("textDocument/didClose", {"textDocument": {"uri": uri}})
     assert server.documents.get(uri) is None
-    assert len(protocol._request_futures) <= 1
+    assert protocol.pending_futures() <= 1
     server.scheduler.close()
