@@ -31,7 +31,7 @@ from lsp_server.settings import Settings
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 DOCS = ROOT / "docs"
-PARTS = ("engine", "keystrokes", "cancel", "quality")
+PARTS = ("engine", "keystrokes", "cancel", "quality", "replay")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -114,6 +114,8 @@ def _server_part(client, cases, args, parts, results: dict[str, Any], count_toke
     if "cancel" in parts:
         _say("cancellation")
         results["cancel"] = latency.cancellation(editor, count_tokens, args.quick)
+    if "replay" in parts:
+        results["replay"] = _replay(editor, cases, args, model_path)
     if "quality" in parts:
         _say(f"quality through the server: exact ({len(cases)} cases)")
         settings = {"cpcLsp": {"maxTokens": args.quality_max_tokens}}
@@ -126,6 +128,27 @@ def _server_part(client, cases, args, parts, results: dict[str, Any], count_toke
         "when": f"after: {', '.join(p for p in parts if p != 'engine')}",
     }
     return outcomes
+
+
+def _replay(editor, cases, args, model_path: str) -> dict[str, Any]:
+    """The typing replay (bench/replay.py) on files neither quality set uses, lexicon off and on."""
+    from bench import latency, replay
+    from bench.cases import build_cases, check_cases
+
+    tuning = cases if len(cases) >= 200 else build_cases(50, args.seed)
+    items = replay.passages(1 if args.quick else 2, replay.used_files(tuning, check_cases(50, tuning)),
+                            chars=60 if args.quick else replay.PASSAGE_CHARS)  # fmt: skip
+    if args.quick:
+        items = items[-1:]  # one short prose passage
+    base = {"maxTokens": args.max_tokens}
+    variants = {"lexicon off": {**base, "lexicon": False}, "lexicon on": {**base, "lexicon": True}}
+    peer = None if args.no_peer else latency.Peer(model_path, threads=args.threads or None)
+    _say(f"typing replay: {len(items)} passages, {sum(len(p.text) for p in items)} characters")
+    try:
+        return replay.run(editor, peer, items, args.max_tokens, variants, say=_say)
+    finally:
+        if peer is not None:
+            peer.close()
 
 
 def _cover(outcomes) -> dict[str, Any]:
@@ -153,6 +176,18 @@ def _targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
         decoded = [row["warm_decoded_prompt_tokens_max"] for row in results["keystrokes"]]
         worst = maximum([d for d in decoded if d is not None])
         checks.append(("a warm keystroke decodes 0 prompt tokens", f"max {worst}", worst == 0))
+    if "replay" in results:
+        rows = {(r["who"], r["where"]): r for r in results["replay"]["table"] if r["kind"] == "all"}
+        today = rows.get(("server lexicon off", "end"))
+        for who, where in sorted(k for k in rows if k[0] != "peer"):
+            r = rows[(who, where)]
+            name = f"replay, {who}, {where}:"
+            if r is not today and today is not None:
+                checks.append((f"{name} not typed >= today's (lexicon off, end)", report.pct(r["not_typed"]),
+                               r["not_typed"] >= today["not_typed"]))  # fmt: skip
+            if r["saved_over_peer"] is not None:
+                checks.append((f"{name} not typed >= 1.5x peer's", report.times(r["saved_over_peer"]), r["saved_over_peer"] >= 1.5))
+                checks.append((f"{name} median latency <= 0.5x peer's", report.times(r["ms_over_peer"]), r["ms_over_peer"] <= 0.5))
     if "quality" in results:
         for row in results["quality"]["rows"]:
             if row["method"] in ("mask", "exact"):
@@ -177,6 +212,10 @@ def _tables(results: dict[str, Any], args) -> list[report.Table]:
         tables.append(report.memory_table(results["memory"]))
     if "quality" in results:
         tables.append(report.quality_table(results["quality"], args.quality_max_tokens))
+    if "replay" in results:
+        from bench import replay
+
+        tables.append(replay.table(results["replay"]["table"]))
     checks = _targets(results)
     if checks:
         tables.append(report.targets_table(checks))

@@ -11,13 +11,14 @@ import codecs
 import math
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from engine.kv import KvCache
+from engine.kv import Cancelled, KvCache
+from engine.lexicon import WordScorer, choose, first_word, is_word_char
 from engine.llama_backend import LlamaContext, LlamaModel
 from engine.model_files import resolve_model
 from engine.prompt import FIM_EXTRA_TOKENS, FimTokens, fim_prompt
-from engine.sequence import Sequence
+from engine.sequence import PathRows, Sequence
 from engine.stops import first_stop
 from engine.types import (  # BudgetError is defined with the types so callers need not import llama_cpp
     BudgetError,
@@ -146,12 +147,26 @@ class Engine:
         cancel = cancel or threading.Event()
         self._current_cancel = cancel
         required = request.required.encode("utf-8", "replace")
-        reserve = request.max_tokens + len(required) + 1
+        longest = max((len(c.encode("utf-8", "replace")) for c in request.candidates), default=0)
+        reserve = request.max_tokens + len(required) + longest + 1
         prompt = self.prompt_tokens(request, reserve)
         seq = self.sequence(request.sampling, cancel)
         text, reason, generated, logprobs = "", "cancelled", 0, []
         if seq.decode_prompt(prompt, required, request.exact, request.max_cover_decodes):
             text, reason, generated, logprobs = self._generate(seq, request, len(required))
+        choice, lexicon_decodes = None, 0
+        if request.candidates and reason != "cancelled" and seq.required_satisfied:
+            choice, lexicon_decodes = self._choose_word(prompt, request, text, cancel)
+            if choice is None and cancel.is_set():
+                reason = "cancelled"
+            elif choice is not None and choice.word != choice.base_word:
+                typed = _typed(request.required)
+                chosen = replace(request, required=request.required[: len(request.required) - len(typed)] + choice.word)
+                seq = self.sequence(request.sampling, cancel)
+                text, reason, generated, logprobs = "", "cancelled", 0, []
+                spelled = chosen.required.encode("utf-8", "replace")
+                if seq.decode_prompt(prompt, spelled, request.exact, request.max_cover_decodes):
+                    text, reason, generated, logprobs = self._generate(seq, chosen, len(required))
         if reason == "cancelled":
             text = ""  # never a stale suggestion
         diag = seq.diagnostics()
@@ -163,8 +178,26 @@ class Engine:
             generated_tokens=generated,
             kv_tokens=diag.kv_tokens,
             ms=(time.perf_counter() - started) * 1000,
+            lexicon_decodes=lexicon_decodes,
+            lexicon_changed=choice is not None and choice.word != choice.base_word,
         )
         return Completion(text, reason, stats, seq.required_satisfied, tuple(logprobs))
+
+    def _choose_word(self, prompt: tuple[int, ...], request: CompletionRequest, text: str, cancel: threading.Event):
+        """The lexicon's choice between the model's word and the document words (engine.lexicon);
+        (None, decodes) when the budget or a cancel cut it short."""
+        typed = _typed(request.required)
+        whitespace = request.required[: len(request.required) - len(typed)]
+        base_word = first_word(text[len(whitespace) :])
+        candidates = [c for c in request.candidates if c.startswith(typed) and c != typed]
+        if not typed or not base_word or not candidates:
+            return None, 0
+        rows = PathRows(self.kv, prompt, cancel)
+        scorer = WordScorer(self.vocab, rows, lambda b: self._model.tokenize(b, add_bos=False), request.lexicon_decodes)
+        try:
+            return choose(scorer, whitespace, base_word, candidates, request.lexicon_prior), scorer.decodes
+        except Cancelled:
+            return None, scorer.decodes
 
     def _generate(self, seq: Sequence, request: CompletionRequest, required_bytes: int):
         """Sample until end, stop sequence, line break, budget or cancel. A token counts against
@@ -213,3 +246,11 @@ class Engine:
         self.kv.forget()
         self._context.close()
         self._model.close()
+
+
+def _typed(required: str) -> str:
+    """The partial word at the end of a required prefix (after its boundary whitespace)."""
+    start = len(required)
+    while start > 0 and is_word_char(required[start - 1]):
+        start -= 1
+    return required[start:]

@@ -52,6 +52,10 @@ class CompletionRequest:
     suffix: str | None = None
     suffix_tokens: int = 64
     fim_order: str = "psm"
+    # Document words that begin with the typed word (see engine.lexicon); () leaves it out.
+    candidates: tuple[str, ...] = ()
+    lexicon_prior: float = 1.0  # nats added to a document word's score
+    lexicon_decodes: int = 8  # extra decodes the scoring may spend
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,8 @@ class DecodeStats:
     generated_tokens: int = 0
     kv_tokens: int = 0
     ms: float = 0.0
+    lexicon_decodes: int = 0  # extra decodes spent scoring document words
+    lexicon_changed: bool = False  # a document word won over the model's own word
 
 
 @dataclass(frozen=True)

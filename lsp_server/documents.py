@@ -18,6 +18,7 @@ import re
 from array import array
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 from urllib.parse import unquote
 
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
@@ -179,14 +180,27 @@ def apply_change(text: str, change_range: Range | None, new_text: str, encoding:
     return Document("", text).changed(change_range, new_text, encoding).text
 
 
+class Watcher(Protocol):
+    """Told about every text change by offsets (e.g. lsp_server.lexicon.Lexicon)."""
+
+    def opened(self, key: str, text: str) -> None: ...
+
+    def edited(self, key: str, old: str, start: int, end: int, inserted: str) -> None: ...
+
+    def closed(self, key: str) -> None: ...
+
+
 class Documents:
     """The open documents, keyed like pygls keys them (percent-decoded URI)."""
 
-    def __init__(self) -> None:
+    def __init__(self, watcher: Watcher | None = None) -> None:
         self._docs: dict[str, Document] = {}
+        self._watcher = watcher
 
     def open(self, uri: str, text: str, version: int | None) -> None:
         self._docs[unquote(uri)] = Document(uri, text, version)
+        if self._watcher is not None:
+            self._watcher.opened(unquote(uri), text)
 
     def change(
         self, uri: str, version: int | None, changes: list[tuple[Range | None, str]], encoding: str
@@ -202,9 +216,19 @@ class Documents:
         for change_range, new_text in changes:
             if doc.stale and change_range is not None:
                 continue
+            if self._watcher is not None:
+                self._tell(unquote(uri), doc, change_range, new_text, encoding)
             doc = doc.changed(change_range, new_text, encoding)
         self._docs[unquote(uri)] = replace(doc, version=version)
         return True
+
+    def _tell(self, key: str, doc: Document, change_range: Range | None, new_text: str, encoding: str) -> None:
+        if change_range is None:
+            self._watcher.opened(key, new_text)
+            return
+        start = doc.offset_at(change_range.start_line, change_range.start_character, encoding)
+        end = doc.offset_at(change_range.end_line, change_range.end_character, encoding)
+        self._watcher.edited(key, doc.text, min(start, end), max(start, end), new_text)
 
     def mark_stale(self, uri: str) -> bool:
         """Stop trusting a document's text; False when it is not open."""
@@ -215,7 +239,8 @@ class Documents:
         return True
 
     def close(self, uri: str) -> None:
-        self._docs.pop(unquote(uri), None)
+        if self._docs.pop(unquote(uri), None) is not None and self._watcher is not None:
+            self._watcher.closed(unquote(uri))
 
     def get(self, uri: str) -> Document | None:
         return self._docs.get(unquote(uri))

@@ -21,6 +21,7 @@ from pygls.lsp.server import LanguageServer
 from engine import EngineConfig
 from lsp_server import __version__
 from lsp_server.documents import UTF16, Document, Documents, Range
+from lsp_server.lexicon import Lexicon
 from lsp_server.logs import TextGuard, frames, installed
 from lsp_server.protocol import CpcProtocol, serve_stdio, serve_tcp
 from lsp_server.scheduler import Answer, EngineLike, Job, LoadResult, Scheduler, load_engine
@@ -50,7 +51,8 @@ class CpcServer(LanguageServer):
         )
         self.defaults = settings or Settings()
         self.settings = self.defaults
-        self.documents = Documents()
+        self.lexicon = Lexicon()  # the words of the open documents, kept by `documents`
+        self.documents = Documents(self.lexicon)
         self.scheduler = Scheduler(load)
         self.encoding = UTF16
         self.initialized = False
@@ -177,7 +179,8 @@ class CpcServer(LanguageServer):
         settings = self.settings
         cursor = doc.offset_at(position.line, position.character, self.encoding)
         parts = split(doc.text, cursor, settings.fim_suffix_lines or None)
-        job = self.scheduler.submit(request_for(parts, settings), tag=unquote(uri))
+        candidates = self.lexicon.candidates(parts.word) if settings.lexicon else ()
+        job = self.scheduler.submit(request_for(parts, settings, candidates), tag=unquote(uri))
         try:
             answer = await self._wait(job)
         except asyncio.CancelledError:  # $/cancelRequest: re-raised, pygls answers -32800

@@ -112,6 +112,19 @@ class Settings:
         _REQUEST.fim_order, Choice(FIM_ORDERS),
         "The fill-in-the-middle layout the model was trained on.",
     )
+    lexicon: bool = setting(
+        False, Bool(),
+        "Weigh the words of your open documents that begin with the typed word against the model's "
+        "own word, each scored by the model (its tokens and the word ending there) plus a small prior.",
+    )
+    lexicon_prior: float = setting(
+        _REQUEST.lexicon_prior, Number(0.0, 20.0),
+        "Nats added to the score of a word found in the open documents (with `lexicon`).",
+    )
+    lexicon_decodes: int = setting(
+        _REQUEST.lexicon_decodes, Int(0, 256),
+        "Most extra model steps spent scoring document words per suggestion (with `lexicon`).",
+    )
 
     def engine_config(self) -> EngineConfig:
         """What loading the engine needs; a change here means a reload."""
