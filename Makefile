@@ -2,6 +2,7 @@
 #   make demo   install, then complete one mid-word sentence with the default model
 #   make test   install with the test extras, the extension's Node packages and a real VS Code
 #               (code-server, Node 24, Chromium: scripts/vscode-env.sh, cached), then pytest
+#   make test-fast   the same install, then every test that does not need the real model (< 30 s)
 #   make vsix   package the VS Code extension: editors/vscode/cpc-lsp.vsix
 PYTHON ?= python3
 VENV ?= .venv
@@ -11,7 +12,7 @@ PY := $(VENV)/bin/python
 NPM_CI_VSCODE = cd editors/vscode && (sha256sum package-lock.json | cmp -s - node_modules/.lock.sha256 || \
 	(npm ci --no-audit --no-fund --silent && sha256sum package-lock.json > node_modules/.lock.sha256))
 
-.PHONY: install install-test vsix demo test bench bench-quick
+.PHONY: install install-test vsix demo test test-fast bench bench-quick
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +36,9 @@ demo: install
 
 test: install-test
 	$(PY) -m pytest -q
+
+test-fast: install-test
+	$(PY) -m pytest -q -m "not model"
 
 bench: install-test
 	$(PY) -m bench

@@ -11,12 +11,14 @@ import codecs
 import math
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from engine.kv import KvCache
+from engine.kv import Cancelled, KvCache
+from engine.lexicon import WordScorer, choose, first_word, is_word_char
 from engine.llama_backend import LlamaContext, LlamaModel
 from engine.model_files import resolve_model
-from engine.sequence import Sequence
+from engine.prompt import FIM_EXTRA_TOKENS, FimTokens, fim_prompt
+from engine.sequence import PathRows, Sequence
 from engine.stops import first_stop
 from engine.types import (  # BudgetError is defined with the types so callers need not import llama_cpp
     BudgetError,
@@ -41,7 +43,9 @@ class _TokenizedPrompt:
 
 
 class Engine:
-    """Not thread-safe except for `cancel`: run `complete` on one worker thread."""
+    """Not thread-safe: run `complete` on one worker thread. To stop it from another thread, set
+    the `cancel` event passed to `complete` (each request has its own, so a cancel can never
+    reach the request that follows it); it returns within one decode step."""
 
     def __init__(self, model: LlamaModel, context: LlamaContext, vocab: VocabIndex, config: EngineConfig):
         self.config = config
@@ -52,7 +56,8 @@ class Engine:
         self.kv = KvCache(context)
         self._bos = list(model.tokenize(b"", add_bos=True))
         self._last_prompt = _TokenizedPrompt()
-        self._current_cancel = threading.Event()
+        self._last_suffix = _TokenizedPrompt()
+        self.fim = FimTokens.of(*model.fim_ids())  # None: the model has no FIM tokens
 
     @classmethod
     def load(cls, config: EngineConfig = EngineConfig()) -> Engine:
@@ -116,25 +121,48 @@ class Engine:
         drop = math.ceil((len(tokens) - budget) / step) * step
         return tokens[:head] + tokens[head + drop :]
 
+    def prompt_tokens(self, request: CompletionRequest, reserve: int) -> tuple[int, ...]:
+        """The tokens to decode: the plain prompt, or (when the model has FIM tokens and the request
+        carries a suffix) the FIM layout of engine.prompt with the suffix's first tokens."""
+        plain = self.tokenize(self.clip(request.prompt))
+        if self.fim is None or request.suffix is None:
+            return self.window(plain, reserve)
+        if request.suffix != self._last_suffix.text or not self._last_suffix.tokens:
+            raw = request.suffix.encode("utf-8", "replace")
+            self._last_suffix = _TokenizedPrompt(request.suffix, tuple(self._model.tokenize(raw, add_bos=False)))
+        suffix = self._last_suffix.tokens[: request.suffix_tokens]
+        kept = self.window(plain, reserve + len(suffix) + FIM_EXTRA_TOKENS)
+        head = len(self._bos)
+        return fim_prompt(kept[:head], kept[head:], suffix, self.fim, request.fim_order)
+
     def sequence(self, sampling: SamplingConfig = SamplingConfig(), cancel: threading.Event | None = None) -> Sequence:
         """A seed-003 style sequence over this engine's KV cache (for callers that stream)."""
         return Sequence(self.kv, self.vocab, sampling, cancel)
 
-    def cancel(self) -> None:
-        """Thread-safe: the running `complete` returns within one decode step."""
-        self._current_cancel.set()
-
     def complete(self, request: CompletionRequest, cancel: threading.Event | None = None) -> Completion:
         started = time.perf_counter()
         cancel = cancel or threading.Event()
-        self._current_cancel = cancel
         required = request.required.encode("utf-8", "replace")
-        reserve = request.max_tokens + len(required) + 1
-        prompt = self.window(self.tokenize(self.clip(request.prompt)), reserve)
+        longest = max((len(c.encode("utf-8", "replace")) for c in request.candidates), default=0)
+        reserve = request.max_tokens + len(required) + longest + 1
+        prompt = self.prompt_tokens(request, reserve)
         seq = self.sequence(request.sampling, cancel)
         text, reason, generated, logprobs = "", "cancelled", 0, []
         if seq.decode_prompt(prompt, required, request.exact, request.max_cover_decodes):
             text, reason, generated, logprobs = self._generate(seq, request, len(required))
+        choice, lexicon_decodes = None, 0
+        if request.candidates and reason != "cancelled" and seq.required_satisfied:
+            choice, lexicon_decodes = self._choose_word(prompt, request, text, cancel)
+            if choice is None and cancel.is_set():
+                reason = "cancelled"
+            elif choice is not None and choice.word != choice.base_word:
+                typed = _typed(request.required)
+                chosen = replace(request, required=request.required[: len(request.required) - len(typed)] + choice.word)
+                seq = self.sequence(request.sampling, cancel)
+                text, reason, generated, logprobs = "", "cancelled", 0, []
+                spelled = chosen.required.encode("utf-8", "replace")
+                if seq.decode_prompt(prompt, spelled, request.exact, request.max_cover_decodes):
+                    text, reason, generated, logprobs = self._generate(seq, chosen, len(required))
         if reason == "cancelled":
             text = ""  # never a stale suggestion
         diag = seq.diagnostics()
@@ -146,8 +174,26 @@ class Engine:
             generated_tokens=generated,
             kv_tokens=diag.kv_tokens,
             ms=(time.perf_counter() - started) * 1000,
+            lexicon_decodes=lexicon_decodes,
+            lexicon_changed=choice is not None and choice.word != choice.base_word,
         )
         return Completion(text, reason, stats, seq.required_satisfied, tuple(logprobs))
+
+    def _choose_word(self, prompt: tuple[int, ...], request: CompletionRequest, text: str, cancel: threading.Event):
+        """The lexicon's choice between the model's word and the document words (engine.lexicon);
+        (None, decodes) when the budget or a cancel cut it short."""
+        typed = _typed(request.required)
+        whitespace = request.required[: len(request.required) - len(typed)]
+        base_word = first_word(text[len(whitespace) :])
+        candidates = [c for c in request.candidates if c.startswith(typed) and c != typed]
+        if not typed or not base_word or not candidates:
+            return None, 0
+        rows = PathRows(self.kv, prompt, cancel)
+        scorer = WordScorer(self.vocab, rows, lambda b: self._model.tokenize(b, add_bos=False), request.lexicon_decodes)
+        try:
+            return choose(scorer, whitespace, base_word, candidates, request.lexicon_prior), scorer.decodes
+        except Cancelled:
+            return None, scorer.decodes
 
     def _generate(self, seq: Sequence, request: CompletionRequest, required_bytes: int):
         """Sample until end, stop sequence, line break, budget or cancel. A token counts against
@@ -196,3 +242,11 @@ class Engine:
         self.kv.forget()
         self._context.close()
         self._model.close()
+
+
+def _typed(required: str) -> str:
+    """The partial word at the end of a required prefix (after its boundary whitespace)."""
+    start = len(required)
+    while start > 0 and is_word_char(required[start - 1]):
+        start -= 1
+    return required[start:]
