@@ -18,6 +18,7 @@ import re
 from array import array
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field, replace
+from collections.abc import Iterator
 from typing import Protocol
 from urllib.parse import unquote
 
@@ -241,6 +242,10 @@ class Documents:
     def close(self, uri: str) -> None:
         if self._docs.pop(unquote(uri), None) is not None and self._watcher is not None:
             self._watcher.closed(unquote(uri))
+
+    def texts(self) -> Iterator[tuple[str, str]]:
+        """(key, text) of every open document."""
+        return ((key, doc.text) for key, doc in self._docs.items())
 
     def get(self, uri: str) -> Document | None:
         return self._docs.get(unquote(uri))

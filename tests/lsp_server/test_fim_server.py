@@ -68,3 +68,21 @@ def test_the_suffix_token_bound_and_zero_lines(models):
 def test_a_model_without_fim_tokens_never_sees_the_text_after_the_cursor(models):
     _, stats = ask(models["plain"], {"fimSuffixLines": 8})
     assert stats["promptTokens"] == 1 + tokens(models["plain"], BEFORE)
+
+
+def test_document_words_reach_the_engine_when_the_lexicon_is_on(models):
+    """A word from the open document (after the cursor too) wins with a large prior; off, nothing is sent."""
+    def run(settings: dict) -> tuple[str | None, dict]:
+        with LspClient(["--model", str(models["plain"]), "--context-tokens", "512", "--threads", "1"]) as client:
+            client.initialize({"cpcLsp": {"maxTokens": 4, **settings}})
+            uri = "file:///tmp/lexicon-test.txt"
+            Editor(client).open(uri, "the yest\nwe met yesterdays")
+            params = {"textDocument": {"uri": uri}, "position": {"line": 0, "character": 8}, "context": {"triggerKind": 2}}
+            shown = insert_text(client.request("textDocument/inlineCompletion", params))
+            return shown, client.call("cpcLsp/stats", None)
+
+    shown, stats = run({"lexicon": True, "lexiconPrior": 20.0})
+    assert shown is not None and shown.startswith("yesterdays")
+    assert stats["lexiconChanged"] and 0 < stats["lexiconDecodes"] <= 8
+    shown, stats = run({"lexicon": False})
+    assert stats["lexiconDecodes"] == 0 and not stats["lexiconChanged"]
