@@ -1,11 +1,12 @@
 # Two entry points that set everything up on a fresh machine:
 #   make demo   install, then complete one mid-word sentence with the default model
 #   make test   install with the test extras (and the VS Code test's Node packages), then pytest
+#   make test-fast   the same install, then every test that does not need the real model (< 30 s)
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install install-test demo test bench bench-quick
+.PHONY: install install-test demo test test-fast bench bench-quick
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +24,9 @@ demo: install
 
 test: install-test
 	$(PY) -m pytest -q
+
+test-fast: install-test
+	$(PY) -m pytest -q -m "not model"
 
 bench: install-test
 	$(PY) -m bench
