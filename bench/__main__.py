@@ -6,7 +6,8 @@ Order (one thing at a time, so measurements do not compete for the cores):
 2. the real server (`python -m lsp_server`) over stdio: keystrokes next to the peer, cancellation,
    the exact method on the quality cases (with its covering-search decodes), peak memory.
 Results go to bench/results/latest.json (quick: quick.json); a full run also writes the plots
-under docs/ and the README snippet docs/results.md.
+under docs/ and the README snippet docs/results.md. Those paths are in the source checkout when
+the benchmarks run from one, else in the current directory (`bench.report.output_root`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from bench.machine import CpuWatch, process_cpu_seconds
 from bench.stats import maximum, median
 from lsp_server.settings import Settings
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = report.output_root()  # the checkout, else the current directory (not site-packages)
 RESULTS = ROOT / "bench" / "results"
 DOCS = ROOT / "docs"
 PARTS = ("engine", "keystrokes", "cancel", "quality", "replay")

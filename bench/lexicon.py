@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from bench import report
 from bench.cases import KINDS, Case, read_text
 from bench.lsp_client import Editor, insert_text
 from bench.quality import LANGUAGES, first_word
@@ -181,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prior", type=float, default=Settings().lexicon_prior)
     parser.add_argument("--decodes", type=int, default=Settings().lexicon_decodes)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "lexicon.json")
+    parser.add_argument("--out", type=Path, default=report.output_root() / "bench" / "results" / "lexicon.json")
     args = parser.parse_args(argv)
     tuning = build_cases(args.per_kind, 0)
     check = check_cases(args.per_kind, tuning)

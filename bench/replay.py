@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench import report
 from bench.cases import KINDS, Case, read_text, source_files
 from bench.lsp_client import Editor, insert_text
 from bench.quality import LANGUAGES
@@ -281,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lexicon", default="off,on", help="server variants: off, on or both (off,on)")
     parser.add_argument("--prior", type=float, default=None, help="lexiconPrior for the 'on' variant")
     parser.add_argument("--no-peer", action="store_true")
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "replay.json")
+    parser.add_argument("--out", type=Path, default=report.output_root() / "bench" / "results" / "replay.json")
     args = parser.parse_args(argv)
 
     tuning = build_cases(50, 0)

@@ -43,7 +43,9 @@ class _TokenizedPrompt:
 
 
 class Engine:
-    """Not thread-safe except for `cancel`: run `complete` on one worker thread."""
+    """Not thread-safe: run `complete` on one worker thread. To stop it from another thread, set
+    the `cancel` event passed to `complete` (each request has its own, so a cancel can never
+    reach the request that follows it); it returns within one decode step."""
 
     def __init__(self, model: LlamaModel, context: LlamaContext, vocab: VocabIndex, config: EngineConfig):
         self.config = config
@@ -56,7 +58,6 @@ class Engine:
         self._last_prompt = _TokenizedPrompt()
         self._last_suffix = _TokenizedPrompt()
         self.fim = FimTokens.of(*model.fim_ids())  # None: the model has no FIM tokens
-        self._current_cancel = threading.Event()
 
     @classmethod
     def load(cls, config: EngineConfig = EngineConfig()) -> Engine:
@@ -138,14 +139,9 @@ class Engine:
         """A seed-003 style sequence over this engine's KV cache (for callers that stream)."""
         return Sequence(self.kv, self.vocab, sampling, cancel)
 
-    def cancel(self) -> None:
-        """Thread-safe: the running `complete` returns within one decode step."""
-        self._current_cancel.set()
-
     def complete(self, request: CompletionRequest, cancel: threading.Event | None = None) -> Completion:
         started = time.perf_counter()
         cancel = cancel or threading.Event()
-        self._current_cancel = cancel
         required = request.required.encode("utf-8", "replace")
         longest = max((len(c.encode("utf-8", "replace")) for c in request.candidates), default=0)
         reserve = request.max_tokens + len(required) + longest + 1

@@ -66,7 +66,6 @@ class LlamaModel:
             )
         self._vocab = llama_cpp.llama_model_get_vocab(self._model)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
-        self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(self._model)
 
     @property
     def handle(self):

@@ -11,7 +11,9 @@ Definitions (code points, not bytes or UTF-16 units):
   ends a word, so ``{re`` has the partial word ``re``.
 - *Horizontal whitespace* is a tab or a space separator (Zs: space, no-break space, ideographic
   space...). Line breaks are not horizontal: a partial word never reaches back over a line.
-- The *suffix* is the text after the cursor up to the end of its line.
+- The *suffix* is the text after the cursor up to the end of its line, at most `MAX_SUFFIX`
+  characters: it only serves to keep a suggestion from retyping it, and a suggestion is shorter
+  than that, so the search for the line end never runs through the rest of a huge document.
 - The text *after* the cursor, for models with FIM tokens, is bounded: `after_lines` lines
   (the cursor's own line first) and AFTER_CHARS_PER_LINE characters a line, so a keystroke never reads
   the rest of a 5 MB document.
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 LINE_BREAKS = "\r\n"
 MAX_RUN = 256  # longest partial word (and boundary whitespace) the split looks back over
 AFTER_CHARS_PER_LINE = 256  # the text after the cursor is at most this many characters a line
+MAX_SUFFIX = 4096  # the rest of the line kept as the suffix (512 tokens of 8 characters fit)
 
 
 def is_word_char(ch: str) -> bool:
@@ -77,11 +80,11 @@ def split(text: str, cursor: int, after_lines: int | None = None) -> Split:
     cursor = max(0, min(cursor, len(text)))
     word_start = _run_start(text, cursor, is_word_char)
     boundary = _run_start(text, word_start, is_horizontal_space)
-    line_end = len(text)
-    for line_break in LINE_BREAKS:
-        found = text.find(line_break, cursor, line_end)
-        if found >= 0:
-            line_end = found
+    line_end = text.find("\n", cursor, cursor + MAX_SUFFIX)
+    if line_end < 0:
+        line_end = min(len(text), cursor + MAX_SUFFIX)
+    if (found := text.find("\r", cursor, line_end)) >= 0:
+        line_end = found
     return Split(
         prompt=text[:boundary],
         required=text[boundary:cursor],
