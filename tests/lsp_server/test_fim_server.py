@@ -1,5 +1,6 @@
-"""The text after the cursor through the real server (stdio) on the tiny generated GGUF models:
-a FIM model gets it in its prompt, bounded by the settings; a model without FIM tokens does not."""
+"""The text after the cursor through the server (its real stdio loop, in this process, with the real
+engine) on the tiny generated GGUF models: a FIM model gets it in its prompt, bounded by the
+settings; a model without FIM tokens does not."""
 
 from __future__ import annotations
 
@@ -7,9 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from bench.lsp_client import Editor, LspClient, insert_text
+from bench.lsp_client import Editor, insert_text
 from engine import Engine, EngineConfig
+from lsp_server.scheduler import load_engine
+from lsp_server.settings import Settings
 from lsp_server.split import text_after
+from tests.fixtures import InProcessServer
 
 pytest.importorskip("gguf")
 from tests.engine.tiny_gguf import write_model  # noqa: E402
@@ -34,8 +38,10 @@ def tokens(path: Path, text: str) -> int:
 
 
 def ask(path: Path, settings: dict) -> tuple[str | None, dict]:
-    with LspClient(["--model", str(path), "--context-tokens", "512", "--threads", "1"]) as client:
-        client.initialize({"cpcLsp": {"maxTokens": 4, **settings}})
+    server = InProcessServer(Settings(model=str(path), context_tokens=512, threads=1), load=load_engine)
+    try:
+        client = server.client
+        client.initialize({"cpcLsp": {"maxTokens": 4, **settings}}, wait_loaded=True)
         editor = Editor(client)
         uri = "file:///tmp/fim-test.py"
         editor.open(uri, BEFORE + TYPED + AFTER, "python")
@@ -44,6 +50,8 @@ def ask(path: Path, settings: dict) -> tuple[str | None, dict]:
         params = {"textDocument": {"uri": uri}, "position": {"line": line, "character": column}, "context": {"triggerKind": 2}}
         reply = client.request("textDocument/inlineCompletion", params)
         return insert_text(reply), editor.stats() or {}
+    finally:
+        server.close()
 
 
 @pytest.mark.parametrize(
