@@ -1,5 +1,6 @@
-"""The text after the cursor through the real server (stdio) on the tiny generated GGUF models:
-a FIM model gets it in its prompt, bounded by the settings; a model without FIM tokens does not."""
+"""The text after the cursor through the server (its real stdio loop, in this process, with the real
+engine) on the tiny generated GGUF models: a FIM model gets it in its prompt, bounded by the
+settings; a model without FIM tokens does not."""
 
 from __future__ import annotations
 
@@ -7,9 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from bench.lsp_client import Editor, LspClient, insert_text
+from bench.lsp_client import Editor, insert_text
 from engine import Engine, EngineConfig
+from lsp_server.scheduler import load_engine
+from lsp_server.settings import Settings
 from lsp_server.split import text_after
+from tests.fixtures import InProcessServer
 
 pytest.importorskip("gguf")
 from tests.engine.tiny_gguf import write_model  # noqa: E402
@@ -33,67 +37,53 @@ def tokens(path: Path, text: str) -> int:
         engine.close()
 
 
-@pytest.fixture(scope="module")
-def servers(models):
-    """One server per tiny model for the module; each question sets its settings first."""
-    clients = {}
-    for name, path in models.items():
-        client = LspClient(["--model", str(path), "--context-tokens", "512", "--threads", "1"])
-        client.initialize({"cpcLsp": {"maxTokens": 4}})
-        clients[name] = client
-    yield clients
-    for client in clients.values():
-        client.shutdown()
-
-
-DEFAULTS = {"fimSuffixLines": None, "fimSuffixTokens": None, "lexicon": None, "lexiconPrior": None}
-_asked = iter(range(1_000_000))
-
-
-def ask(client: LspClient, settings: dict, text: str = BEFORE + TYPED + AFTER, cursor: int = len(BEFORE + TYPED)):
-    """(suggestion, stats) at `cursor` in a newly opened document, with `settings` (the rest default)."""
-    client.notify("workspace/didChangeConfiguration", {"settings": {"cpcLsp": {**DEFAULTS, **settings}}})
-    editor = Editor(client)
-    uri = f"file:///tmp/fim-test-{next(_asked)}.py"
-    editor.open(uri, text, "python")
-    line = text.count("\n", 0, cursor)
-    column = cursor - (text.rfind("\n", 0, cursor) + 1)
-    params = {"textDocument": {"uri": uri}, "position": {"line": line, "character": column}, "context": {"triggerKind": 2}}
-    reply = client.request("textDocument/inlineCompletion", params)
-    stats = editor.stats() or {}
-    editor.close(uri)
-    return insert_text(reply), stats
+def ask(path: Path, settings: dict, text: str = BEFORE + TYPED + AFTER, cursor: int = len(BEFORE + TYPED)):
+    """(suggestion, stats) at `cursor` in `text`, on a server with the model at `path`."""
+    server = InProcessServer(Settings(model=str(path), context_tokens=512, threads=1), load=load_engine)
+    try:
+        client = server.client
+        client.initialize({"cpcLsp": {"maxTokens": 4, **settings}}, wait_loaded=True)
+        editor = Editor(client)
+        uri = "file:///tmp/fim-test.py"
+        editor.open(uri, text, "python")
+        line = text.count("\n", 0, cursor)
+        column = cursor - (text.rfind("\n", 0, cursor) + 1)
+        params = {"textDocument": {"uri": uri}, "position": {"line": line, "character": column}, "context": {"triggerKind": 2}}
+        reply = client.request("textDocument/inlineCompletion", params)
+        return insert_text(reply), editor.stats() or {}
+    finally:
+        server.close()
 
 
 @pytest.mark.parametrize(
     ("lines", "after"), [(1, ""), (2, "\n    print(x)"), (3, "\n    print(x)\nif x"), (8, AFTER)]
 )
-def test_a_fim_model_gets_the_text_after_the_cursor_bounded_in_lines(models, servers, lines, after):
+def test_a_fim_model_gets_the_text_after_the_cursor_bounded_in_lines(models, lines, after):
     assert text_after(BEFORE + TYPED + AFTER, len(BEFORE + TYPED), lines) == after
-    shown, stats = ask(servers["fim"], {"fimSuffixLines": lines})
+    shown, stats = ask(models["fim"], {"fimSuffixLines": lines})
     expected = 1 + 1 + tokens(models["fim"], BEFORE) + 1 + tokens(models["fim"], after) + 1
     assert stats["promptTokens"] == expected
     assert shown is None or shown.startswith("yest")
     assert stats["requiredSatisfied"]
 
 
-def test_the_suffix_token_bound_and_zero_lines(models, servers):
-    _, bounded = ask(servers["fim"], {"fimSuffixLines": 8, "fimSuffixTokens": 2})
+def test_the_suffix_token_bound_and_zero_lines(models):
+    _, bounded = ask(models["fim"], {"fimSuffixLines": 8, "fimSuffixTokens": 2})
     assert bounded["promptTokens"] == 1 + 1 + tokens(models["fim"], BEFORE) + 1 + 2 + 1
-    _, none = ask(servers["fim"], {"fimSuffixLines": 0})
+    _, none = ask(models["fim"], {"fimSuffixLines": 0})
     assert none["promptTokens"] == 1 + tokens(models["fim"], BEFORE)  # the plain prompt
 
 
-def test_a_model_without_fim_tokens_never_sees_the_text_after_the_cursor(models, servers):
-    _, stats = ask(servers["plain"], {"fimSuffixLines": 8})
+def test_a_model_without_fim_tokens_never_sees_the_text_after_the_cursor(models):
+    _, stats = ask(models["plain"], {"fimSuffixLines": 8})
     assert stats["promptTokens"] == 1 + tokens(models["plain"], BEFORE)
 
 
-def test_document_words_reach_the_engine_when_the_lexicon_is_on(servers):
+def test_document_words_reach_the_engine_when_the_lexicon_is_on(models):
     """A word from the open document (after the cursor too) wins with a large prior; off, nothing is sent."""
     text = "the yest\nwe met yesterdays"
-    shown, stats = ask(servers["plain"], {"lexicon": True, "lexiconPrior": 20.0}, text, 8)
+    shown, stats = ask(models["plain"], {"lexicon": True, "lexiconPrior": 20.0}, text, 8)
     assert shown is not None and shown.startswith("yesterdays")
     assert stats["lexiconChanged"] and 0 < stats["lexiconDecodes"] <= 8
-    shown, stats = ask(servers["plain"], {"lexicon": False}, text, 8)
+    shown, stats = ask(models["plain"], {"lexicon": False}, text, 8)
     assert stats["lexiconDecodes"] == 0 and not stats["lexiconChanged"]
