@@ -181,7 +181,7 @@ def serve_stdio(server: Any, stdin: BinaryIO | None, stdout: BinaryIO | None) ->
         server.shutdown()
 
 
-def serve_tcp(server: Any, host: str, port: int, listening: Callable[[list[Any]], None] | None = None) -> None:
+def serve_tcp(server: Any, host: str, port: int) -> None:
     """pygls's `start_tcp`, with our read loop: one client at a time on `host:port`."""
     server._stop_event = stop = threading.Event()
 
@@ -194,8 +194,6 @@ def serve_tcp(server: Any, host: str, port: int, listening: Callable[[list[Any]]
         server._server = tcp = await asyncio.start_server(connection, host, port)  # shutdown() closes it
         names = ", ".join(str(sock.getsockname()) for sock in tcp.sockets)
         logger.info("listening on %s", names)
-        if listening is not None:
-            listening([sock.getsockname() for sock in tcp.sockets])
         async with tcp:
             await tcp.serve_forever()
 

@@ -51,7 +51,7 @@ class CpcServer(LanguageServer):
         )
         self.defaults = settings or Settings()
         self.settings = self.defaults
-        self.lexicon = Lexicon()  # the words of the open documents, kept by `documents`
+        self.lexicon = Lexicon(self.settings.lexicon)  # the words of the open documents, kept by `documents`
         self.documents = Documents(self.lexicon)
         self.scheduler = Scheduler(load)
         self.encoding = UTF16
@@ -92,6 +92,7 @@ class CpcServer(LanguageServer):
             self.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning, message=problem))
         previous, self.settings = self.settings, updated
         self.log_guard.allowed = updated.log_document_text
+        self.lexicon.enable(updated.lexicon, self.documents.texts())
         if self.initialized and updated.engine_config() != previous.engine_config():
             task = asyncio.ensure_future(self.load_model())
             self._tasks.add(task)  # the loop keeps only weak references to tasks

@@ -234,3 +234,24 @@ def test_the_log_guard_withholds_text_in_process(fake_server, caplog):
     suggestion = _exercise(fake_server.client, "file:///tmp/security/guarded.txt")
     assert suggestion.startswith(SECRET[:8])  # the fake engine did see it
     assert "cpcLsp.model: expected a path" in caplog.text and SECRET[:8] not in caplog.text
+
+
+def test_a_failure_is_logged_with_its_frames_but_not_its_message(caplog):
+    """An exception's message can quote a document; its stack frames are what a bug report needs."""
+    from tests.fixtures import FakeEngine, InProcessServer
+
+    class Leaky(FakeEngine):
+        def complete(self, request, cancel):
+            raise ValueError(f"cannot handle {request.prompt!r}")  # a message that quotes the text
+
+    caplog.set_level(logging.DEBUG)
+    server = InProcessServer(load=lambda config: Leaky())
+    try:
+        server.client.initialize({"cpcLsp": FAST}, wait_loaded=True)
+        editor = Editor(server.client)
+        editor.open("file:///tmp/security/leaky.txt", f"my password is {SECRET} and more yest")
+        assert editor.suggestion("file:///tmp/security/leaky.txt") is None
+    finally:
+        server.close()
+    assert "completion failed: ValueError" in caplog.text and 'File "' in caplog.text and "in complete" in caplog.text
+    assert SECRET[:8] not in caplog.text
