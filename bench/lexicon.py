@@ -76,7 +76,7 @@ def tune(engine, cases: list[Case], max_tokens: int = 8) -> list[Scored]:
         candidates = [c for c in sent if c != base]
         tokens = engine.prompt_tokens(request, max_tokens + len(parts.required.encode()) + 64)
         rows = PathRows(engine.kv, tokens, threading.Event())
-        scorer = WordScorer(engine.vocab, rows, lambda b: engine._model.tokenize(b, add_bos=False), TUNE_BUDGET)
+        scorer = WordScorer(engine.vocab, rows, engine._spell, TUNE_BUDGET)
         base_score = scorer.score((whitespace + base).encode()) if base else None
         scored = [(c, scorer.score((whitespace + c).encode()), lexicon.count(c)) for c in candidates]
         out.append(Scored(i, case.kind, case.word, base, base_score, base in sent, scored))
@@ -89,6 +89,8 @@ def pick(s: Scored, prior: float) -> str:
         return s.base
     best, best_score = s.base, s.base_score + (prior if s.base_in_document else 0.0)
     for word, score, _ in s.candidates:
+        if s.base.startswith(word):  # engine.lexicon.choose skips these: they cannot change the word
+            continue
         if score is not None and score + prior > best_score:
             best, best_score = word, score + prior
     return best

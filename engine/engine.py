@@ -189,11 +189,22 @@ class Engine:
         if not typed or not base_word or not candidates:
             return None, 0
         rows = PathRows(self.kv, prompt, cancel)
-        scorer = WordScorer(self.vocab, rows, lambda b: self._model.tokenize(b, add_bos=False), request.lexicon_decodes)
+        scorer = WordScorer(self.vocab, rows, self._spell, request.lexicon_decodes)
         try:
             return choose(scorer, whitespace, base_word, candidates, request.lexicon_prior), scorer.decodes
         except Cancelled:
             return None, scorer.decodes
+
+    def _spell(self, text: bytes) -> list[int]:
+        """The tokens of `text` alone, or [] when they do not spell exactly it. (SentencePiece
+        vocabularies prepend a space to a text's start; a lone leading space token is dropped.)"""
+        tokens = list(self._model.tokenize(text, add_bos=False))
+        spelled = b"".join(self.vocab.pieces[t] for t in tokens)
+        if spelled == text:
+            return tokens
+        if spelled == b" " + text and tokens and self.vocab.pieces[tokens[0]] == b" ":
+            return tokens[1:]
+        return []
 
     def _generate(self, seq: Sequence, request: CompletionRequest, required_bytes: int):
         """Sample until end, stop sequence, line break, budget or cancel. A token counts against

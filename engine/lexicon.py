@@ -83,10 +83,11 @@ class WordScorer:
         return self._rows.decodes - self._start
 
     def score(self, spelled: bytes) -> float | None:
-        """log p(spelled's tokens) + log p(a word end next); None when the budget runs out first."""
+        """log p(spelled's tokens) + log p(a word end next); None when the budget runs out first,
+        -inf when the tokenizer cannot spell it exactly."""
         path = tuple(self._tokenize(spelled))
         if not path:
-            return None
+            return float("-inf")
         total = 0.0
         for i in range(len(path) + 1):
             if i and self.decodes >= self._budget:
@@ -110,7 +111,7 @@ def choose(
         return None
     best, best_score, scored = base_word, base + (prior if base_word in lexicon else 0.0), 1
     for word in candidates:
-        if word == base_word:
+        if base_word.startswith(word):  # as a required prefix it could not change the word
             continue
         score = scorer.score((whitespace + word).encode("utf-8"))
         if score is None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
+from collections.abc import Iterator
 from typing import Protocol
 from urllib.parse import unquote
 
@@ -240,6 +241,10 @@ class Documents:
     def close(self, uri: str) -> None:
         if self._docs.pop(unquote(uri), None) is not None and self._watcher is not None:
             self._watcher.closed(unquote(uri))
+
+    def texts(self) -> Iterator[tuple[str, str]]:
+        """(key, text) of every open document."""
+        return ((key, doc.text) for key, doc in self._docs.items())
 
     def get(self, uri: str) -> Document | None:
         return self._docs.get(unquote(uri))

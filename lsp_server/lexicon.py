@@ -7,13 +7,16 @@ word it touches, never a pass over the document (5 MB documents included). Count
 document (for closing it) and in total (for asking).
 
 Candidates for a partial word are the document words that begin with it, most frequent first.
-The engine scores them (engine.lexicon); this module only knows text.
+The engine scores them (engine.lexicon); this module only knows text. While the `lexicon` setting
+is off nothing is counted (opening a 5 MB document costs about a second of counting); turning it
+on counts the documents already open.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Iterable
 
 from lsp_server.split import MAX_RUN, is_word_char
 
@@ -22,8 +25,12 @@ _WORD = re.compile(r"\w+")
 MIN_WORD, MAX_WORD = 2, 48  # shorter words are not worth a suggestion; longer are blobs
 
 
-def _words(text: str) -> list[str]:
-    return [w for w in _WORD.findall(text) if MIN_WORD <= len(w) <= MAX_WORD and _is_word(w)]
+def _words(text: str) -> Counter[str]:
+    """The words of `text`, counted (the regex runs in C; each distinct word is checked once)."""
+    counts = Counter(_WORD.findall(text))
+    for word in [w for w in counts if not (MIN_WORD <= len(w) <= MAX_WORD and _is_word(w))]:
+        del counts[word]
+    return counts
 
 
 def _is_word(word: str) -> bool:
@@ -31,10 +38,23 @@ def _is_word(word: str) -> bool:
 
 
 class Lexicon:
-    def __init__(self) -> None:
+    def __init__(self, enabled: bool = True) -> None:
         self._docs: dict[str, Counter[str]] = {}
         self._total: Counter[str] = Counter()
         self._by_initial: dict[str, set[str]] = {}
+        self.enabled = enabled
+
+    def enable(self, on: bool, documents: Iterable[tuple[str, str]] = ()) -> None:
+        """Turn counting on (counting `documents`, the (key, text) of those already open) or off
+        (forgetting everything)."""
+        if on == self.enabled:
+            return
+        self._docs.clear()
+        self._total.clear()
+        self._by_initial.clear()
+        self.enabled = on
+        for key, text in documents if on else ():
+            self.opened(key, text)
 
     def __len__(self) -> int:
         return len(self._total)
@@ -42,8 +62,10 @@ class Lexicon:
     # --- the document watcher protocol (lsp_server.documents.Documents calls these) -------------
 
     def opened(self, key: str, text: str) -> None:
+        if not self.enabled:
+            return
         self.closed(key)
-        counts = Counter(_words(text))
+        counts = _words(text)
         self._docs[key] = counts
         self._add(counts)
 
@@ -54,8 +76,8 @@ class Lexicon:
             return
         lo = _word_start(old, start)
         hi = _word_end(old, end)
-        gone = Counter(_words(old[lo:hi]))
-        came = Counter(_words(old[lo:start] + inserted + old[end:hi]))
+        gone = _words(old[lo:hi])
+        came = _words(old[lo:start] + inserted + old[end:hi])
         if gone == came:
             return
         counts.subtract(gone)

@@ -19,7 +19,7 @@ from pygls.exceptions import FeatureRequestError
 from pygls.lsp.server import LanguageServer
 
 from engine import EngineConfig
-from lsp_server import __version__
+from lsp_server import __version__, status
 from lsp_server.documents import UTF16, Document, Documents, Range
 from lsp_server.lexicon import Lexicon
 from lsp_server.logs import TextGuard, frames, installed
@@ -51,7 +51,7 @@ class CpcServer(LanguageServer):
         )
         self.defaults = settings or Settings()
         self.settings = self.defaults
-        self.lexicon = Lexicon()  # the words of the open documents, kept by `documents`
+        self.lexicon = Lexicon(self.settings.lexicon)  # the words of the open documents, kept by `documents`
         self.documents = Documents(self.lexicon)
         self.scheduler = Scheduler(load)
         self.encoding = UTF16
@@ -92,6 +92,7 @@ class CpcServer(LanguageServer):
             self.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning, message=problem))
         previous, self.settings = self.settings, updated
         self.log_guard.allowed = updated.log_document_text
+        self.lexicon.enable(updated.lexicon, self.documents.texts())
         if self.initialized and updated.engine_config() != previous.engine_config():
             task = asyncio.ensure_future(self.load_model())
             self._tasks.add(task)  # the loop keeps only weak references to tasks
@@ -103,11 +104,13 @@ class CpcServer(LanguageServer):
         name = str(config.model_path) if config.model_path else "the default model"
         loading = self.scheduler.load(config)
         self.log(types.MessageType.Info, f"loading {name} ({config.context_tokens} context tokens)")
+        status.send(self.protocol, status.loading(name))
         token = await self._begin_progress(f"Loading {name}")
         result = await asyncio.wrap_future(loading)
         if token is not None:
             done = "model loaded" if result.ok else "model failed to load"
             self.work_done_progress.end(token, types.WorkDoneProgressEnd(message=done))
+        status.send(self.protocol, status.loaded(result, name))
         if result.ok:
             self.log(types.MessageType.Info, f"loaded {name} in {result.seconds:.1f} s")
         else:

@@ -28,7 +28,14 @@ def engine(tmp_path_factory):
 
 
 def tokenize(engine: Engine):
-    return lambda b: engine._model.tokenize(b, add_bos=False)
+    return engine._spell
+
+
+def test_words_are_spelled_exactly_without_a_sentencepiece_space(engine):
+    pieces = lambda b: [engine.vocab.pieces[t] for t in engine._spell(b)]  # noqa: E731
+    assert pieces(b" yesterday") == [b" yesterday"]
+    assert b"".join(pieces(b" yesteryear")) == b" yesteryear"
+    assert engine._spell(b"yesterday") == []  # the tokenizer cannot spell it without a space
 
 
 def test_a_word_scores_its_tokens_plus_the_word_ending_there(engine):

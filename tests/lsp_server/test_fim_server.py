@@ -37,16 +37,17 @@ def tokens(path: Path, text: str) -> int:
         engine.close()
 
 
-def ask(path: Path, settings: dict) -> tuple[str | None, dict]:
+def ask(path: Path, settings: dict, text: str = BEFORE + TYPED + AFTER, cursor: int = len(BEFORE + TYPED)):
+    """(suggestion, stats) at `cursor` in `text`, on a server with the model at `path`."""
     server = InProcessServer(Settings(model=str(path), context_tokens=512, threads=1), load=load_engine)
     try:
         client = server.client
         client.initialize({"cpcLsp": {"maxTokens": 4, **settings}}, wait_loaded=True)
         editor = Editor(client)
         uri = "file:///tmp/fim-test.py"
-        editor.open(uri, BEFORE + TYPED + AFTER, "python")
-        line = (BEFORE + TYPED).count("\n")
-        column = len((BEFORE + TYPED).rsplit("\n", 1)[1])
+        editor.open(uri, text, "python")
+        line = text.count("\n", 0, cursor)
+        column = cursor - (text.rfind("\n", 0, cursor) + 1)
         params = {"textDocument": {"uri": uri}, "position": {"line": line, "character": column}, "context": {"triggerKind": 2}}
         reply = client.request("textDocument/inlineCompletion", params)
         return insert_text(reply), editor.stats() or {}
@@ -76,3 +77,13 @@ def test_the_suffix_token_bound_and_zero_lines(models):
 def test_a_model_without_fim_tokens_never_sees_the_text_after_the_cursor(models):
     _, stats = ask(models["plain"], {"fimSuffixLines": 8})
     assert stats["promptTokens"] == 1 + tokens(models["plain"], BEFORE)
+
+
+def test_document_words_reach_the_engine_when_the_lexicon_is_on(models):
+    """A word from the open document (after the cursor too) wins with a large prior; off, nothing is sent."""
+    text = "the yest\nwe met yesterdays"
+    shown, stats = ask(models["plain"], {"lexicon": True, "lexiconPrior": 20.0}, text, 8)
+    assert shown is not None and shown.startswith("yesterdays")
+    assert stats["lexiconChanged"] and 0 < stats["lexiconDecodes"] <= 8
+    shown, stats = ask(models["plain"], {"lexicon": False}, text, 8)
+    assert stats["lexiconDecodes"] == 0 and not stats["lexiconChanged"]

@@ -88,3 +88,14 @@ def test_a_keystroke_in_a_5_mb_document_reads_only_around_the_edit(monkeypatch):
     assert seen and max(seen) < 64
     assert lex.count("omegabeta") == 1 and lex.count("beta") == betas - 1
     assert lex.candidates("omeg") == ("omegabeta",)
+
+
+def test_nothing_is_counted_while_off_and_turning_it_on_counts_the_open_documents():
+    documents = Documents(lex := Lexicon(enabled=False))
+    documents.open("file:///a", TEXT, 1)
+    documents.change("file:///a", 2, [(Range(0, 0, 0, 0), "valid ")], UTF16)
+    assert len(lex) == 0 and lex.candidates("val") == ()
+    lex.enable(True, documents.texts())
+    assert counts(lex) == fresh("valid " + TEXT)
+    lex.enable(False)
+    assert len(lex) == 0
