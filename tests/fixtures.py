@@ -190,7 +190,18 @@ def model_engine() -> Iterator[Any]:
     engine.close()
 
 
-MODEL_FIXTURES = {"model_server", "model_engine"}
+@pytest.fixture(scope="session")
+def small_context_engine() -> Iterator[Any]:
+    """The real model with a 512-token context: for claims about prompts longer than the context,
+    which then need a quarter of the decoding."""
+    from engine import Engine
+
+    engine = Engine.load(EngineConfig(context_tokens=512, threads=1))
+    yield engine
+    engine.close()
+
+
+MODEL_FIXTURES = {"model_server", "model_engine", "small_context_engine"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
