@@ -6,7 +6,8 @@ Order (one thing at a time, so measurements do not compete for the cores):
 2. the real server (`python -m lsp_server`) over stdio: keystrokes next to the peer, cancellation,
    the exact method on the quality cases (with its covering-search decodes), peak memory.
 Results go to bench/results/latest.json (quick: quick.json); a full run also writes the plots
-under docs/ and the README snippet docs/results.md.
+under docs/ and the README snippet docs/results.md. Those paths are in the source checkout when
+the benchmarks run from one, else in the current directory (`bench.report.output_root`).
 """
 
 from __future__ import annotations
@@ -28,10 +29,10 @@ from bench.machine import CpuWatch, process_cpu_seconds
 from bench.stats import maximum, median
 from lsp_server.settings import Settings
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = report.output_root()  # the checkout, else the current directory (not site-packages)
 RESULTS = ROOT / "bench" / "results"
 DOCS = ROOT / "docs"
-PARTS = ("engine", "keystrokes", "cancel", "quality")
+PARTS = ("engine", "keystrokes", "cancel", "quality", "replay")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -114,6 +115,8 @@ def _server_part(client, cases, args, parts, results: dict[str, Any], count_toke
     if "cancel" in parts:
         _say("cancellation")
         results["cancel"] = latency.cancellation(editor, count_tokens, args.quick)
+    if "replay" in parts:
+        results["replay"] = _replay(editor, cases, args, model_path)
     if "quality" in parts:
         _say(f"quality through the server: exact ({len(cases)} cases)")
         settings = {"cpcLsp": {"maxTokens": args.quality_max_tokens}}
@@ -126,6 +129,27 @@ def _server_part(client, cases, args, parts, results: dict[str, Any], count_toke
         "when": f"after: {', '.join(p for p in parts if p != 'engine')}",
     }
     return outcomes
+
+
+def _replay(editor, cases, args, model_path: str) -> dict[str, Any]:
+    """The typing replay (bench/replay.py) on files neither quality set uses, lexicon off and on."""
+    from bench import latency, replay
+    from bench.cases import build_cases, check_cases
+
+    tuning = cases if len(cases) >= 200 else build_cases(50, args.seed)
+    items = replay.passages(1 if args.quick else 2, replay.used_files(tuning, check_cases(50, tuning)),
+                            chars=60 if args.quick else replay.PASSAGE_CHARS)  # fmt: skip
+    if args.quick:
+        items = items[-1:]  # one short prose passage
+    base = {"maxTokens": args.max_tokens}
+    variants = {"lexicon off": {**base, "lexicon": False}, "lexicon on": {**base, "lexicon": True}}
+    peer = None if args.no_peer else latency.Peer(model_path, threads=args.threads or None)
+    _say(f"typing replay: {len(items)} passages, {sum(len(p.text) for p in items)} characters")
+    try:
+        return replay.run(editor, peer, items, args.max_tokens, variants, say=_say)
+    finally:
+        if peer is not None:
+            peer.close()
 
 
 def _cover(outcomes) -> dict[str, Any]:
@@ -153,6 +177,18 @@ def _targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
         decoded = [row["warm_decoded_prompt_tokens_max"] for row in results["keystrokes"]]
         worst = maximum([d for d in decoded if d is not None])
         checks.append(("a warm keystroke decodes 0 prompt tokens", f"max {worst}", worst == 0))
+    if "replay" in results:
+        rows = {(r["who"], r["where"]): r for r in results["replay"]["table"] if r["kind"] == "all"}
+        today = rows.get(("server lexicon off", "end"))
+        for who, where in sorted(k for k in rows if k[0] != "peer"):
+            r = rows[(who, where)]
+            name = f"replay, {who}, {where}:"
+            if r is not today and today is not None:
+                checks.append((f"{name} not typed >= today's (lexicon off, end)", report.pct(r["not_typed"]),
+                               r["not_typed"] >= today["not_typed"]))  # fmt: skip
+            if r["saved_over_peer"] is not None:
+                checks.append((f"{name} not typed >= 1.5x peer's", report.times(r["saved_over_peer"]), r["saved_over_peer"] >= 1.5))
+                checks.append((f"{name} median latency <= 0.5x peer's", report.times(r["ms_over_peer"]), r["ms_over_peer"] <= 0.5))
     if "quality" in results:
         for row in results["quality"]["rows"]:
             if row["method"] in ("mask", "exact"):
@@ -177,6 +213,10 @@ def _tables(results: dict[str, Any], args) -> list[report.Table]:
         tables.append(report.memory_table(results["memory"]))
     if "quality" in results:
         tables.append(report.quality_table(results["quality"], args.quality_max_tokens))
+    if "replay" in results:
+        from bench import replay
+
+        tables.append(replay.table(results["replay"]["table"]))
     checks = _targets(results)
     if checks:
         tables.append(report.targets_table(checks))

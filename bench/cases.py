@@ -163,12 +163,16 @@ def _case_in(rng: random.Random, kind: str, path: Path, context_chars: int) -> C
     return Case(kind, str(path), cursor, start, text[start:end], _context_start(text, cursor, context_chars))
 
 
-def build_cases(per_kind: int, seed: int = 0, kinds: tuple[str, ...] = KINDS, context_chars: int = CONTEXT_CHARS) -> list[Case]:
-    """`per_kind` cases of each kind (fewer only if a kind has too few usable files), one per file."""
+def build_cases(
+    per_kind: int, seed: int = 0, kinds: tuple[str, ...] = KINDS, context_chars: int = CONTEXT_CHARS,
+    exclude: frozenset[str] = frozenset(),
+) -> list[Case]:
+    """`per_kind` cases of each kind (fewer only if a kind has too few usable files), one per file,
+    never from a file in `exclude` (paths as in `Case.file`)."""
     cases: list[Case] = []
     for kind in kinds:
         rng = random.Random(f"cpc-lsp bench {seed} {kind}")
-        files = source_files(kind)
+        files = [f for f in source_files(kind) if str(f) not in exclude]
         rng.shuffle(files)
         made = 0
         for path in files:
@@ -179,6 +183,14 @@ def build_cases(per_kind: int, seed: int = 0, kinds: tuple[str, ...] = KINDS, co
                 cases.append(case)
                 made += 1
     return cases
+
+
+CHECK_SEED = 1  # the check set: never used to choose a weight
+
+
+def check_cases(per_kind: int, tuning: list[Case]) -> list[Case]:
+    """The second quality set, built from files the tuning set does not use."""
+    return build_cases(per_kind, CHECK_SEED, exclude=frozenset(c.file for c in tuning))
 
 
 def fingerprint(cases: list[Case]) -> str:

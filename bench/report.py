@@ -14,6 +14,13 @@ from typing import Any
 Table = tuple[str, list[str], list[list[str]]]
 
 
+def output_root(package: Path = Path(__file__).resolve().parent) -> Path:
+    """Where results, plots and snippets are written: the source checkout when the benchmarks run
+    from one (an editable install included), else the current directory, never site-packages."""
+    checkout = package.parent
+    return checkout if (checkout / "pyproject.toml").is_file() else Path.cwd()
+
+
 def num(value: Any, digits: int = 1) -> str:
     if value is None:
         return "-"

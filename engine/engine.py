@@ -11,12 +11,14 @@ import codecs
 import math
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from engine.kv import Cancelled, KvCache
+from engine.lexicon import WordScorer, choose, first_word, is_word_char
 from engine.llama_backend import LlamaContext, LlamaModel
 from engine.model_files import resolve_model
-from engine.sequence import Sequence
+from engine.prompt import FIM_EXTRA_TOKENS, FimTokens, fim_prompt
+from engine.sequence import PathRows, Sequence
 from engine.speculative import DraftConfig, PromptLookup
 from engine.stops import first_stop
 from engine.types import (  # BudgetError is defined with the types so callers need not import llama_cpp
@@ -52,7 +54,9 @@ def remembered_sequences(config: EngineConfig, kv_bytes_per_token: int) -> int:
 
 
 class Engine:
-    """Not thread-safe except for `cancel`: run `complete` on one worker thread."""
+    """Not thread-safe: run `complete` on one worker thread. To stop it from another thread, set
+    the `cancel` event passed to `complete` (each request has its own, so a cancel can never
+    reach the request that follows it); it returns within one decode step."""
 
     def __init__(self, model: LlamaModel, context: LlamaContext, vocab: VocabIndex, config: EngineConfig):
         self.config = config
@@ -69,7 +73,8 @@ class Engine:
         ]
         self._bos = list(model.tokenize(b"", add_bos=True))
         self._last_prompt = _TokenizedPrompt()
-        self._current_cancel = threading.Event()
+        self._last_suffix = _TokenizedPrompt()
+        self.fim = FimTokens.of(*model.fim_ids())  # None: the model has no FIM tokens
 
     @classmethod
     def load(cls, config: EngineConfig = EngineConfig()) -> Engine:
@@ -134,6 +139,20 @@ class Engine:
         drop = math.ceil((len(tokens) - budget) / step) * step
         return tokens[:head] + tokens[head + drop :]
 
+    def prompt_tokens(self, request: CompletionRequest, reserve: int) -> tuple[int, ...]:
+        """The tokens to decode: the plain prompt, or (when the model has FIM tokens and the request
+        carries a suffix) the FIM layout of engine.prompt with the suffix's first tokens."""
+        plain = self.tokenize(self.clip(request.prompt))
+        if self.fim is None or request.suffix is None:
+            return self.window(plain, reserve)
+        if request.suffix != self._last_suffix.text or not self._last_suffix.tokens:
+            raw = request.suffix.encode("utf-8", "replace")
+            self._last_suffix = _TokenizedPrompt(request.suffix, tuple(self._model.tokenize(raw, add_bos=False)))
+        suffix = self._last_suffix.tokens[: request.suffix_tokens]
+        kept = self.window(plain, reserve + len(suffix) + FIM_EXTRA_TOKENS)
+        head = len(self._bos)
+        return fim_prompt(kept[:head], kept[head:], suffix, self.fim, request.fim_order)
+
     def sequence(self, sampling: SamplingConfig = SamplingConfig(), cancel: threading.Event | None = None) -> Sequence:
         """A seed-003 style sequence over this engine's KV cache (for callers that stream)."""
         drafter = None
@@ -142,18 +161,18 @@ class Engine:
             drafter = PromptLookup(self.drafts, stops)
         return Sequence(self.kv, self.vocab, sampling, cancel, drafter)
 
-    def prompt_tokens(self, request: CompletionRequest) -> tuple[int, ...]:
-        """The tokens `complete(request)` decodes before its required prefix: clipped, tokenized,
-        windowed to the context."""
-        reserve = request.max_tokens + len(request.required.encode("utf-8", "replace")) + 1
-        return self.window(self.tokenize(self.clip(request.prompt)), reserve)
+    @staticmethod
+    def _reserve(request: CompletionRequest) -> int:
+        """Context tokens kept free after the prompt: the budget, the required prefix, a word."""
+        longest = max((len(c.encode("utf-8", "replace")) for c in request.candidates), default=0)
+        return request.max_tokens + len(request.required.encode("utf-8", "replace")) + longest + 1
 
     def prefetch(self, request: CompletionRequest, cancel: threading.Event | None = None) -> Prefetched:
         """Decode the prompt `request` would need, and nothing else (no covering, no sampling),
         so a later `complete` with the same prompt starts warm. Low priority by contract: the
         caller cancels it for any real request; what it decoded by then stays in the KV cache."""
         started = time.perf_counter()
-        prompt = self.prompt_tokens(request)
+        prompt = self.prompt_tokens(request, self._reserve(request))
         before = self.kv.decoded
         done = True
         try:
@@ -163,20 +182,28 @@ class Engine:
         ms = (time.perf_counter() - started) * 1000
         return Prefetched(len(prompt), self.kv.decoded - before, done, ms)
 
-    def cancel(self) -> None:
-        """Thread-safe: the running `complete` returns within one decode step."""
-        self._current_cancel.set()
-
     def complete(self, request: CompletionRequest, cancel: threading.Event | None = None) -> Completion:
         started = time.perf_counter()
         cancel = cancel or threading.Event()
-        self._current_cancel = cancel
         required = request.required.encode("utf-8", "replace")
-        prompt = self.prompt_tokens(request)
+        prompt = self.prompt_tokens(request, self._reserve(request))
         seq = self.sequence(request.sampling, cancel)
         text, reason, generated, logprobs = "", "cancelled", 0, []
         if seq.decode_prompt(prompt, required, request.exact, request.max_cover_decodes):
             text, reason, generated, logprobs = self._generate(seq, request, len(required))
+        choice, lexicon_decodes = None, 0
+        if request.candidates and reason != "cancelled" and seq.required_satisfied:
+            choice, lexicon_decodes = self._choose_word(prompt, request, text, cancel)
+            if choice is None and cancel.is_set():
+                reason = "cancelled"
+            elif choice is not None and choice.word != choice.base_word:
+                typed = _typed(request.required)
+                chosen = replace(request, required=request.required[: len(request.required) - len(typed)] + choice.word)
+                seq = self.sequence(request.sampling, cancel)
+                text, reason, generated, logprobs = "", "cancelled", 0, []
+                spelled = chosen.required.encode("utf-8", "replace")
+                if seq.decode_prompt(prompt, spelled, request.exact, request.max_cover_decodes):
+                    text, reason, generated, logprobs = self._generate(seq, chosen, len(required))
         if reason == "cancelled":
             text = ""  # never a stale suggestion
         diag = seq.diagnostics()
@@ -188,8 +215,37 @@ class Engine:
             generated_tokens=generated,
             kv_tokens=diag.kv_tokens,
             ms=(time.perf_counter() - started) * 1000,
+            lexicon_decodes=lexicon_decodes,
+            lexicon_changed=choice is not None and choice.word != choice.base_word,
         )
         return Completion(text, reason, stats, seq.required_satisfied, tuple(logprobs))
+
+    def _choose_word(self, prompt: tuple[int, ...], request: CompletionRequest, text: str, cancel: threading.Event):
+        """The lexicon's choice between the model's word and the document words (engine.lexicon);
+        (None, decodes) when the budget or a cancel cut it short."""
+        typed = _typed(request.required)
+        whitespace = request.required[: len(request.required) - len(typed)]
+        base_word = first_word(text[len(whitespace) :])
+        candidates = [c for c in request.candidates if c.startswith(typed) and c != typed]
+        if not typed or not base_word or not candidates:
+            return None, 0
+        rows = PathRows(self.kv, prompt, cancel)
+        scorer = WordScorer(self.vocab, rows, self._spell, request.lexicon_decodes)
+        try:
+            return choose(scorer, whitespace, base_word, candidates, request.lexicon_prior), scorer.decodes
+        except Cancelled:
+            return None, scorer.decodes
+
+    def _spell(self, text: bytes) -> list[int]:
+        """The tokens of `text` alone, or [] when they do not spell exactly it. (SentencePiece
+        vocabularies prepend a space to a text's start; a lone leading space token is dropped.)"""
+        tokens = list(self._model.tokenize(text, add_bos=False))
+        spelled = b"".join(self.vocab.pieces[t] for t in tokens)
+        if spelled == text:
+            return tokens
+        if spelled == b" " + text and tokens and self.vocab.pieces[tokens[0]] == b" ":
+            return tokens[1:]
+        return []
 
     def _generate(self, seq: Sequence, request: CompletionRequest, required_bytes: int):
         """Sample until end, stop sequence, line break, budget or cancel. A token counts against
@@ -238,3 +294,11 @@ class Engine:
         self.kv.forget()
         self._context.close()
         self._model.close()
+
+
+def _typed(required: str) -> str:
+    """The partial word at the end of a required prefix (after its boundary whitespace)."""
+    start = len(required)
+    while start > 0 and is_word_char(required[start - 1]):
+        start -= 1
+    return required[start:]

@@ -72,7 +72,6 @@ class LlamaModel:
             )
         self._vocab = llama_cpp.llama_model_get_vocab(self._model)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
-        self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(self._model)
 
     def kv_bytes_per_token(self) -> int:
         """Bytes of KV cache one token takes (f16 keys and values in every layer)."""
@@ -131,6 +130,11 @@ class LlamaModel:
             eog[token] = bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
             control[token] = bool(llama_cpp.llama_vocab_is_control(self._vocab, token))
         return eog, control
+
+    def fim_ids(self) -> tuple[int, int, int]:
+        """(fim_pre, fim_suf, fim_mid) from the GGUF metadata; -1 for each the model lacks."""
+        v = self._vocab
+        return (llama_cpp.llama_vocab_fim_pre(v), llama_cpp.llama_vocab_fim_suf(v), llama_cpp.llama_vocab_fim_mid(v))
 
     def close(self) -> None:
         if self._model:

@@ -1,7 +1,12 @@
-"""Token choice from one logits row: penalty, then temperature / top-k / top-p / min-p (seed 003).
+"""Token choice from one logits row (seed 003's settings).
 
-The mask comes first: a constrained step passes only the consistent token ids, so every filter
-works on a handful of logits instead of the whole vocabulary. Temperature 0 is greedy.
+Order: the mask, then the repetition penalty, top-k, top-p, min-p, and temperature last. The
+mask comes first: a constrained step passes only the consistent token ids, so every filter works
+on a handful of logits instead of the whole vocabulary. The filters then run in llama.cpp's
+default order (its sampler chain: penalties, top-k, top-p, min-p, temperature), so top-p and
+min-p judge the model's own probabilities and temperature only reshapes what they kept: a
+setting means here what it means in llama.cpp and in llama-cpp-python, the benchmarks' peer.
+Temperature 0 is greedy.
 """
 
 from __future__ import annotations
@@ -23,9 +28,10 @@ def log_sum_exp(row: np.ndarray) -> float:
 class Sampler:
     """Chooses tokens for one request; owns the random stream so a seed reproduces a run."""
 
-    def __init__(self, config: SamplingConfig, banned: np.ndarray) -> None:
+    def __init__(self, config: SamplingConfig, banned: np.ndarray, free_ids: np.ndarray | None = None) -> None:
         self.config = config
         self._banned = banned
+        self._free_ids = free_ids  # ids of the tokens that are not banned (VocabIndex.free_ids)
         self._rng = np.random.default_rng(config.seed)
 
     def choose(self, row: np.ndarray, history: Sequence[int], ids: np.ndarray | None = None) -> int:
@@ -36,7 +42,9 @@ class Sampler:
                 best = int(row.argmax())
                 if not self._banned[best]:
                     return best
-            ids = np.flatnonzero(~self._banned)  # rare path: the raw argmax was a control token
+            if self._free_ids is None:  # once per sampler, not per step (262,144 entries)
+                self._free_ids = np.flatnonzero(~self._banned)
+            ids = self._free_ids
         logits = row[ids].astype(np.float64)
         if cfg.repetition_penalty != 1.0 and history:
             self._penalize(logits, ids, history)
@@ -46,31 +54,37 @@ class Sampler:
 
     def _penalize(self, logits: np.ndarray, ids: np.ndarray, history: Sequence[int]) -> None:
         recent = np.unique(np.asarray(history[-PENALTY_WINDOW:], dtype=np.int64))
-        hit = np.isin(ids, recent)
-        if not hit.any():
+        if ids is self._free_ids:  # sorted: find the recent tokens by binary search, not a pass
+            at = np.searchsorted(ids, recent)
+            inside = at < ids.size
+            at, recent = at[inside], recent[inside]
+            hit = at[ids[at] == recent]
+        else:  # a handful of constrained ids
+            hit = np.flatnonzero(np.isin(ids, recent))
+        if hit.size == 0:
             return
         penalty = self.config.repetition_penalty
         values = logits[hit]
         logits[hit] = np.where(values > 0, values / penalty, values * penalty)
 
     def _sample(self, logits: np.ndarray) -> int:
-        """Index into `logits` drawn after top-k, temperature, min-p and top-p."""
+        """Index into `logits` drawn after top-k, top-p, min-p and temperature (in that order)."""
         cfg = self.config
         order = np.arange(logits.size)
         if 0 < cfg.top_k < logits.size:
             order = np.argpartition(-logits, cfg.top_k - 1)[: cfg.top_k]
-        scaled = logits[order] / cfg.temperature
-        ranked = np.argsort(-scaled, kind="stable")
-        order, scaled = order[ranked], scaled[ranked]
-        probs = np.exp(scaled - scaled[0])
-        if cfg.min_p > 0:
-            probs[probs < cfg.min_p] = 0.0  # relative to the top token, whose weight is 1
+        order = order[np.argsort(-logits[order], kind="stable")]
+        values = logits[order]
+        probs = np.exp(values - values[0])  # the model's probabilities (before temperature)
         probs /= probs.sum()
-        if cfg.top_p < 1.0:
-            cutoff = int(np.searchsorted(np.cumsum(probs), cfg.top_p)) + 1
-            probs = probs[:cutoff] / probs[:cutoff].sum()
-            order = order[:cutoff]
-        return int(order[self._rng.choice(probs.size, p=probs)])
+        keep = probs.size
+        if cfg.top_p < 1.0:  # the smallest head whose probabilities reach top_p
+            keep = min(keep, int(np.searchsorted(np.cumsum(probs), cfg.top_p)) + 1)
+        if cfg.min_p > 0:  # at least min_p times the top token's probability (a head: sorted)
+            keep = min(keep, max(1, int(np.count_nonzero(probs[:keep] >= cfg.min_p * probs[0]))))
+        scaled = values[:keep] / cfg.temperature
+        weights = np.exp(scaled - scaled[0])
+        return int(order[self._rng.choice(keep, p=weights / weights.sum())])
 
     def choose_weighted(self, weights: np.ndarray) -> int:
         """An index drawn in proportion to `weights` (used to pick among coverings)."""

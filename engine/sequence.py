@@ -29,7 +29,6 @@ class SampleResult:
     piece: bytes  # may end inside a UTF-8 character: accumulate bytes before decoding
     is_eos: bool = False
     was_cancelled: bool = False
-    argmax_is_eog: bool = False  # the raw distribution's top token ends generation
     logprob: float | None = None  # raw-model log-probability of the token, when asked for
 
 
@@ -70,7 +69,7 @@ class Sequence:
         self._kv = kv
         self._drafter = drafter
         self._vocab = vocab
-        self._sampler = Sampler(sampling, vocab.banned)
+        self._sampler = Sampler(sampling, vocab.banned, vocab.free_ids)
         self._cancel = cancel or threading.Event()
         self._context: tuple[int, ...] = ()
         self._forced: list[int] = []  # the chosen covering, emitted before free sampling
@@ -133,7 +132,6 @@ class Sequence:
             if self._forced:
                 token = self._forced.pop(0)
                 row = self._kv.logits_after(self._context, self._cancel) if want_logprob else None
-                argmax_is_eog = False
             else:
                 if self._drafter is not None and horizon > 1 and not self._kv.remembers(self._context):
                     draft = self._drafter.propose(self._context, horizon - 1)
@@ -145,14 +143,13 @@ class Sequence:
                     self.required_satisfied = False
                 token = self._sampler.choose(row, self._context, allowed)
                 self._prefix.consume(token)
-                argmax_is_eog = allowed is None and bool(self._vocab.eog[int(row.argmax())])
         except Cancelled:
             return SampleResult(None, b"", was_cancelled=True)
         logprob = float(row[token]) - log_sum_exp(row) if (want_logprob and row is not None) else None
         if self._vocab.eog[token]:
-            return SampleResult(token, b"", is_eos=True, argmax_is_eog=argmax_is_eog, logprob=logprob)
+            return SampleResult(token, b"", is_eos=True, logprob=logprob)
         self._context = self._context + (token,)
-        return SampleResult(token, self._vocab.pieces[token], argmax_is_eog=argmax_is_eog, logprob=logprob)
+        return SampleResult(token, self._vocab.pieces[token], logprob=logprob)
 
     def diagnostics(self) -> SequenceDiagnostics:
         return replace(self._diagnostics, kv_tokens=self._kv.held)

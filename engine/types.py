@@ -38,7 +38,11 @@ class SamplingConfig:
 
 @dataclass(frozen=True)
 class CompletionRequest:
-    """One completion: `prompt` ends at a word boundary; the output must begin with `required`."""
+    """One completion: `prompt` ends at a word boundary; the output must begin with `required`.
+
+    `suffix` is the text after the cursor (already bounded in lines by the caller), used only when
+    the model has FIM tokens; None leaves it out. Its first `suffix_tokens` tokens are kept, laid
+    out in `fim_order` ("psm" or "spm", see engine.prompt)."""
 
     prompt: str
     required: str = ""
@@ -47,6 +51,13 @@ class CompletionRequest:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     max_cover_decodes: int = 8
     exact: bool = True  # False: per-step masking only (seed 001), kept for comparison
+    suffix: str | None = None
+    suffix_tokens: int = 64
+    fim_order: str = "psm"
+    # Document words that begin with the typed word (see engine.lexicon); () leaves it out.
+    candidates: tuple[str, ...] = ()
+    lexicon_prior: float = 1.0  # nats added to a document word's score
+    lexicon_decodes: int = 8  # extra decodes the scoring may spend
 
 
 @dataclass(frozen=True)
@@ -60,6 +71,8 @@ class DecodeStats:
     generated_tokens: int = 0
     kv_tokens: int = 0
     ms: float = 0.0
+    lexicon_decodes: int = 0  # extra decodes spent scoring document words
+    lexicon_changed: bool = False  # a document word won over the model's own word
 
 
 @dataclass(frozen=True)

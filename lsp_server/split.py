@@ -11,7 +11,12 @@ Definitions (code points, not bytes or UTF-16 units):
   ends a word, so ``{re`` has the partial word ``re``.
 - *Horizontal whitespace* is a tab or a space separator (Zs: space, no-break space, ideographic
   space...). Line breaks are not horizontal: a partial word never reaches back over a line.
-- The *suffix* is the text after the cursor up to the end of its line.
+- The *suffix* is the text after the cursor up to the end of its line, at most `MAX_SUFFIX`
+  characters: it only serves to keep a suggestion from retyping it, and a suggestion is shorter
+  than that, so the search for the line end never runs through the rest of a huge document.
+- The text *after* the cursor, for models with FIM tokens, is bounded: `after_lines` lines
+  (the cursor's own line first) and AFTER_CHARS_PER_LINE characters a line, so a keystroke never reads
+  the rest of a 5 MB document.
 - A run of more than `MAX_RUN` word characters (a hash, a base64 blob, a minified line) is not a
   word being typed: the cursor then has no partial word, so nothing is required and the prompt
   runs to the cursor. Likewise a longer run of horizontal whitespace stays in the prompt. This
@@ -27,6 +32,8 @@ from dataclasses import dataclass
 
 LINE_BREAKS = "\r\n"
 MAX_RUN = 256  # longest partial word (and boundary whitespace) the split looks back over
+AFTER_CHARS_PER_LINE = 256  # the text after the cursor is at most this many characters a line
+MAX_SUFFIX = 4096  # the rest of the line kept as the suffix (512 tokens of 8 characters fit)
 
 
 def is_word_char(ch: str) -> bool:
@@ -49,18 +56,35 @@ class Split:
     suffix: str  # the rest of the cursor's line, which a suggestion must not repeat
     word_start: int  # offset of the partial word in the document (code points)
     cursor: int  # offset of the cursor in the document (code points)
+    after: str | None = None  # the bounded text after the cursor (FIM models); None: not asked for
 
 
-def split(text: str, cursor: int) -> Split:
-    """Cut `text` at `cursor` (clamped to the text) into prompt, required prefix and suffix."""
+def text_after(text: str, cursor: int, lines: int, max_chars: int | None = None) -> str:
+    """The text after `cursor`: the rest of its line and up to `lines - 1` more lines (without the
+    last line break), at most `max_chars` characters (default: AFTER_CHARS_PER_LINE a line)."""
+    if lines <= 0:
+        return ""
+    limit = min(len(text), cursor + (AFTER_CHARS_PER_LINE * lines if max_chars is None else max_chars))
+    end = cursor
+    for _ in range(lines):
+        found = text.find("\n", end, limit)
+        if found < 0:
+            return text[cursor:limit]
+        end = found + 1
+    return text[cursor : end - 1].rstrip("\r")
+
+
+def split(text: str, cursor: int, after_lines: int | None = None) -> Split:
+    """Cut `text` at `cursor` (clamped to the text) into prompt, required prefix and suffix; with
+    `after_lines`, also the bounded text after the cursor (see `text_after`)."""
     cursor = max(0, min(cursor, len(text)))
     word_start = _run_start(text, cursor, is_word_char)
     boundary = _run_start(text, word_start, is_horizontal_space)
-    line_end = len(text)
-    for line_break in LINE_BREAKS:
-        found = text.find(line_break, cursor, line_end)
-        if found >= 0:
-            line_end = found
+    line_end = text.find("\n", cursor, cursor + MAX_SUFFIX)
+    if line_end < 0:
+        line_end = min(len(text), cursor + MAX_SUFFIX)
+    if (found := text.find("\r", cursor, line_end)) >= 0:
+        line_end = found
     return Split(
         prompt=text[:boundary],
         required=text[boundary:cursor],
@@ -68,6 +92,7 @@ def split(text: str, cursor: int) -> Split:
         suffix=text[cursor:line_end],
         word_start=word_start,
         cursor=cursor,
+        after=None if after_lines is None else text_after(text, cursor, after_lines),
     )
 
 

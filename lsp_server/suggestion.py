@@ -23,9 +23,10 @@ class Suggestion:
     insert_text: str  # the partial word followed by what the model adds
 
 
-def request_for(split: Split, settings: Settings) -> CompletionRequest:
+def request_for(split: Split, settings: Settings, candidates: tuple[str, ...] = ()) -> CompletionRequest:
     """The engine request for `settings.method`: "exact" (the covering search), "mask" (per-step
-    masking, seed 001) or "naive" (the partial word left in the prompt, no constraint)."""
+    masking, seed 001) or "naive" (the partial word left in the prompt, no constraint).
+    `candidates` (document words beginning with the typed word) go with "exact" and `lexicon` only."""
     naive = settings.method == "naive"
     return CompletionRequest(
         prompt=split.prompt + split.required if naive else split.prompt,
@@ -35,6 +36,12 @@ def request_for(split: Split, settings: Settings) -> CompletionRequest:
         sampling=settings.sampling(),
         max_cover_decodes=settings.max_cover_decodes,
         exact=settings.method == "exact",
+        suffix=None if naive else split.after,
+        suffix_tokens=settings.fim_suffix_tokens,
+        fim_order=settings.fim_order,
+        candidates=candidates if settings.lexicon and settings.method == "exact" else (),
+        lexicon_prior=settings.lexicon_prior,
+        lexicon_decodes=settings.lexicon_decodes,
     )
 
 

@@ -15,7 +15,7 @@ and allocates whatever length a header claims. This loop instead:
   when there is one;
 - refuses lengths above `MAX_BODY` and reads lines in bounded pieces, so a hostile header
   cannot make the server allocate gigabytes;
-- never lets an exception out: one bad message is logged (without its text) and skipped.
+- never lets an exception out: one bad message is logged (its frames, not its text) and skipped.
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ import re
 import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, BinaryIO
+
+from lsp_server.logs import frames
 
 logger = logging.getLogger(__name__)
 
@@ -161,8 +163,8 @@ def _dispatch(body: bytes, protocol: Any, send_error: Callable[[Any, int, str], 
         message = protocol.structure_message(data)
         protocol.handle_message(message)
     except Exception as exc:
-        # The type only: an exception's text can quote the message, and so the document.
-        logger.warning("a message that could not be handled: %s", type(exc).__name__)
+        # Type and frames only: an exception's text can quote the message, and so the document.
+        logger.warning("a message that could not be handled: %s", frames(exc))
 
 
 def _is_message(data: Any) -> bool:

@@ -51,3 +51,15 @@ def test_tables_render_aligned_with_a_title_and_dashes_for_missing_numbers():
     assert lines[0] == "## demo"
     assert len({len(line) for line in lines[1:]}) == 1
     assert lines[2].split() == ["32", "-"] and lines[3].split() == ["838", "12.3"]
+
+
+def test_results_go_to_the_checkout_or_the_current_directory(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from bench.report import output_root
+
+    assert (output_root() / "pyproject.toml").is_file()  # run from the checkout
+    installed = tmp_path / "site-packages" / "bench"
+    installed.mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    assert output_root(installed) == Path.cwd() == tmp_path  # installed: not next to the package

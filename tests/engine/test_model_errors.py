@@ -55,3 +55,12 @@ def test_an_unwritable_cache_directory_says_where_to_point_it(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode != 0
     assert "CPC_LSP_CACHE_DIR" in out.stderr and "not writable" in out.stderr
+
+
+def test_the_cli_fails_clearly_on_a_bad_model(tmp_path):
+    bad = tmp_path / "notes.txt"
+    bad.write_text("not a model")
+    out = subprocess.run([sys.executable, "-m", "engine", "--prompt", "x", "--model", str(bad)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0
+    assert "not a GGUF file" in out.stderr and str(bad) in out.stderr

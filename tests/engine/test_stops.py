@@ -1,6 +1,6 @@
 """Seed 004's tests for stop sequences, ported to Python."""
 
-from engine.stops import first_stop, safe_stream_end
+from engine.stops import first_stop
 
 
 def test_should_find_earliest_stop_and_report_its_start():
@@ -32,19 +32,3 @@ def test_should_truncate_on_a_utf8_boundary():
     pos, _ = first_stop(text, ["STOP"])
     assert text[:pos] == "café "
     text[:pos].encode("utf-8")  # a whole string: never a split code point
-
-
-def test_should_hold_back_potential_stop_prefix_when_streaming():
-    end = safe_stream_end("hello STO", ["STOP"])
-    assert "hello STO"[:end] == "hello "
-
-
-def test_should_stream_everything_when_no_stops():
-    assert safe_stream_end("hello world", []) == len("hello world")
-
-
-def test_safe_stream_end_never_splits_a_codepoint():
-    # "xé" is 3 bytes: hold back 2 bytes, which is the middle of the 2-byte 'é'; walk back.
-    text = "abcé"
-    end = safe_stream_end(text, ["xé"])
-    assert text[:end] == "abc"

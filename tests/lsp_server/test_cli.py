@@ -1,12 +1,11 @@
-"""The command line: `complete` through the real engine, clear failures, and TCP on localhost."""
+"""The command line: `complete` through the real engine, and clear failures. (Where `--tcp` listens
+is in test_security.py.)"""
 
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -18,8 +17,9 @@ def run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run([*PYTHON, *args], capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.model
 def test_complete_prints_the_suggestion_as_json():
-    done = run("complete", "--text", DRAFT, "--json", "--max-tokens", "4")
+    done = run("complete", "--text", DRAFT, "--json", "--max-tokens", "4", "--threads", "1")
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert (out["prompt"], out["required"], out["suffix"]) == (DRAFT[:-5], " yest", "")
@@ -28,8 +28,9 @@ def test_complete_prints_the_suggestion_as_json():
     assert out["stats"]["decoded_tokens"] > 0
 
 
+@pytest.mark.model
 def test_complete_plain_output_is_the_accepted_line():
-    done = run("complete", "--text", DRAFT, "--suffix", " and", "--max-tokens", "4")
+    done = run("complete", "--text", DRAFT, "--suffix", " and", "--max-tokens", "4", "--threads", "1")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("Thanks for sending over the draft yesterday")
     assert done.stdout.rstrip("\n").endswith(" and")
@@ -47,42 +48,15 @@ def test_bad_arguments_exit_non_zero():
     assert run("complete").returncode != 0  # --text is required
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _message(body: dict) -> bytes:
-    data = json.dumps(body).encode()
-    return b"Content-Length: %d\r\n\r\n" % len(data) + data
-
-
-def test_tcp_listens_on_localhost():
-    port = _free_port()
-    server = subprocess.Popen([*PYTHON, "--tcp", str(port)], stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                conn = socket.create_connection(("127.0.0.1", port), timeout=10)
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    pytest.fail("server did not listen")
-                time.sleep(0.1)
-        with conn:
-            initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"capabilities": {}}}
-            conn.sendall(_message(initialize))
-            reply = b""
-            while b'"id": 1' not in reply and b'"id":1' not in reply:
-                chunk = conn.recv(65536)
-                assert chunk, "connection closed"
-                reply += chunk
-        assert b"inlineCompletionProvider" in reply
-        listening = subprocess.run(["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True)
-        if listening.returncode == 0 and listening.stdout.strip():
-            assert "127.0.0.1" in listening.stdout
-    finally:
-        server.kill()
-        server.wait(10)
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [(("--max-tokens", "0"), "--max-tokens: expected an integer from 1 to 512"),
+     (("--context-tokens", "256", "--max-tokens", "200"), "--max-tokens must be at most half of --context-tokens (256)"),
+     (("--temperature", "hot"), "--temperature: expected a number in [0, 10]"),
+     (("--method", "fast"), '--method: expected one of "exact", "mask", "naive"')],
+)  # fmt: skip
+def test_settings_options_are_checked_by_the_schema(args, says):
+    """The same checks and words as a client's settings (lsp_server.settings), before any model loads."""
+    for command in (("complete", "--text", "hello wor"), ()):
+        done = run(*command, *args)
+        assert done.returncode == 2 and says in done.stderr and done.stdout == ""

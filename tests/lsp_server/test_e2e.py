@@ -1,7 +1,11 @@
-"""End to end: `python -m lsp_server` as a subprocess over stdio, the real engine and default model.
+"""End to end: `python -m lsp_server` as a subprocess over stdio, the real engine and default model,
+driven by pytest-lsp's client (a real LSP client library).
 
 Every test runs twice, with VS Code's capabilities (UTF-16 positions) and Neovim 0.11's (UTF-8).
-The server (and its model) is started once per client kind for the whole module.
+The server (and its model) is started once per client kind for the whole module. These are the
+claims only the real model can make (the word is really finished, a keystroke really decodes no
+prompt, a cancel really stops the engine); the handlers' logic around them is tested fast in
+test_handlers.py.
 """
 
 from __future__ import annotations
@@ -14,8 +18,10 @@ from concurrent.futures import Future
 import pytest
 import pytest_lsp
 from lsprotocol import types
-from pygls.exceptions import JsonRpcInvalidParams, JsonRpcRequestCancelled
+from pygls.exceptions import JsonRpcRequestCancelled
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
+
+pytestmark = pytest.mark.model
 
 SERVER = [sys.executable, "-m", "lsp_server", "--log-level", "info"]
 CLIENTS = {"vscode": ("visual-studio-code", "utf-16"), "neovim": ("neovim@v0.11.0", "utf-8")}
@@ -34,7 +40,7 @@ async def client(lsp_client: LanguageClient, request):
     result = await lsp_client.initialize_session(
         types.InitializeParams(
             capabilities=client_capabilities(spec),
-            initialization_options={"cpcLsp": {"maxTokens": 16}},
+            initialization_options={"cpcLsp": {"maxTokens": 16, "threads": 1}},
         )
     )
     assert result.capabilities.position_encoding == encoding
@@ -81,13 +87,6 @@ async def inline(client: LanguageClient, uri: str, position: types.Position):
     return await client.text_document_inline_completion_async(inline_params(uri, position))
 
 
-def send_inline(client: LanguageClient, uri: str, position: types.Position) -> asyncio.Future:
-    """Send now, answer later (the client's `*_async` methods are coroutines: they send only once
-    awaited, which would serialise the requests a test means to overlap)."""
-    params = inline_params(uri, position)
-    return asyncio.wrap_future(client.protocol.send_request(types.TEXT_DOCUMENT_INLINE_COMPLETION, params))
-
-
 def type_text(client: LanguageClient, uri: str, version: int, position: types.Position, text: str) -> None:
     change = types.TextDocumentContentChangePartial(types.Range(position, position), text)
     client.text_document_did_change(
@@ -103,19 +102,6 @@ async def test_mid_word_finishes_the_word(client: LanguageClient):
     assert "yesterday" in item.insert_text and item.insert_text.startswith("yest")
     start = units("Thanks for sending over the draft ", client.encoding)
     assert item.range == types.Range(types.Position(0, start), types.Position(0, start + 4))
-
-
-async def test_astral_characters_before_the_cursor(client: LanguageClient):
-    before = "Notes 😀 𝒳: thanks for sending over the draft yest"
-    text = before + " and the notes.\nNext line"
-    uri = open_doc(client, "astral.txt", text)
-    cursor = types.Position(0, units(before, client.encoding))
-    items = await inline(client, uri, cursor)
-    assert len(items) == 1
-    item = items[0]
-    assert item.insert_text.startswith("yest") and len(item.insert_text) > 4
-    assert item.range.start == types.Position(0, units(before[:-4], client.encoding))
-    assert item.range.end == cursor
 
 
 async def test_completion_fallback(client: LanguageClient):
@@ -142,28 +128,6 @@ async def test_a_keystroke_inside_a_word_decodes_no_prompt_tokens(client: Langua
     assert not any(isinstance(value, str) and "yest" in value for value in stats)  # no text
 
 
-async def test_a_newer_request_supersedes_an_older_one(client: LanguageClient):
-    busy = long_prefix(f"supersede-{client.encoding}") + "The list is comp"
-    busy_uri = open_doc(client, "supersede-busy.txt", busy)
-    text = "def add(a, b):\n    ret"
-    uri = open_doc(client, "supersede.py", text)
-    older = send_inline(client, busy_uri, end_of(client, busy))
-    newer = send_inline(client, uri, end_of(client, text))
-    assert await older == []  # answered, empty, not stale
-    items = await newer
-    assert items and items[0].insert_text.startswith("ret")
-
-
-async def test_an_edit_supersedes_work_in_flight(client: LanguageClient):
-    text = long_prefix(f"edit-{client.encoding}") + "The meeting is on Mon"
-    uri = open_doc(client, "edit.txt", text)
-    before = send_inline(client, uri, end_of(client, text))
-    type_text(client, uri, 2, end_of(client, text), "d")
-    assert await before == []
-    items = await inline(client, uri, end_of(client, text + "d"))
-    assert items and items[0].insert_text.startswith("Mond")
-
-
 async def test_cancel_request_answers_request_cancelled(client: LanguageClient):
     text = long_prefix(f"cancel-{client.encoding}") + "Please review the attached pro"
     uri = open_doc(client, "cancel.txt", text)
@@ -176,77 +140,3 @@ async def test_cancel_request_answers_request_cancelled(client: LanguageClient):
         await asyncio.wrap_future(pending)
     items = await inline(client, uri, end_of(client, text))  # the engine is free again
     assert items and items[0].insert_text.startswith("pro")
-
-
-async def test_invalid_params_get_an_error(client: LanguageClient):
-    answer: Future = Future()
-    client.protocol._request_futures["bad-params"] = answer  # raw JSON: the client would validate
-    client.protocol._send_data(
-        {
-            "jsonrpc": "2.0",
-            "id": "bad-params",
-            "method": types.TEXT_DOCUMENT_INLINE_COMPLETION,
-            "params": {"textDocument": {"uri": "file:///x"}, "position": {"line": "one", "character": 0}},
-        }
-    )
-    with pytest.raises(JsonRpcInvalidParams, match="position"):
-        await asyncio.wait_for(asyncio.wrap_future(answer), 30)
-
-
-async def test_the_server_survives_garbage(client: LanguageClient):
-    uri = open_doc(client, "survivor.txt", DRAFT)
-    bad_change = {"textDocument": {"uri": uri}, "contentChanges": [{"text": 5}]}  # no version; text 5
-    send_raw = client.protocol._send_data
-    send_raw({"jsonrpc": "2.0", "method": types.TEXT_DOCUMENT_DID_CHANGE, "params": bad_change})
-    client.protocol.writer.write(b"Content-Length: 9\r\n\r\n{not json")
-    send_raw({"jsonrpc": "2.0", "method": "cpcLsp/unknownNotification", "params": [1]})
-    # The unreadable change leaves the server's copy in doubt: nothing until the whole text comes.
-    assert await inline(client, uri, end_of(client, DRAFT)) == []
-    client.text_document_did_change(
-        types.DidChangeTextDocumentParams(
-            types.VersionedTextDocumentIdentifier(3, uri), [types.TextDocumentContentChangeWholeDocument(DRAFT)]
-        )
-    )
-    items = await inline(client, uri, end_of(client, DRAFT))
-    assert items and "yesterday" in items[0].insert_text
-
-
-async def test_unknown_documents_and_out_of_range_positions(client: LanguageClient):
-    assert await inline(client, "file:///tmp/cpc-e2e/never-opened.txt", types.Position(0, 0)) == []
-    uri = open_doc(client, "range.txt", DRAFT)
-    items = await inline(client, uri, types.Position(0, 999))  # clamped to the end of the line
-    assert items and items[0].range.end == end_of(client, DRAFT)
-    assert await inline(client, uri, types.Position(42, 7)) == items  # past the end: end of document
-
-
-async def test_settings_change_takes_effect(client: LanguageClient):
-    text = "def add(a, b):\n    ret"
-    uri = open_doc(client, "settings.py", text)
-    long_answer = (await inline(client, uri, end_of(client, text)))[0].insert_text
-
-    shown = len(client.messages)
-    client.workspace_did_change_configuration(
-        types.DidChangeConfigurationParams({"cpcLsp": {"maxTokens": 1, "temperature": "hot"}})
-    )
-    await client.wait_for_notification(types.WINDOW_SHOW_MESSAGE)
-    warnings = client.messages[shown:]
-    assert any("temperature" in m.message and m.type == types.MessageType.Warning for m in warnings)
-    short_answer = (await inline(client, uri, end_of(client, text)))[0].insert_text
-    assert short_answer.startswith("ret") and len(short_answer) < len(long_answer)
-
-    client.workspace_did_change_configuration(types.DidChangeConfigurationParams({"maxTokens": None}))
-    assert (await inline(client, uri, end_of(client, text)))[0].insert_text == long_answer
-
-
-async def test_model_loads_with_progress_and_reloads_on_context_change(client: LanguageClient):
-    reports = [r for values in client.progress_reports.values() for r in values]
-    assert any(isinstance(r, types.WorkDoneProgressBegin) for r in reports)
-    assert any(isinstance(r, types.WorkDoneProgressEnd) for r in reports)
-
-    seen = len(client.log_messages)
-    client.workspace_did_change_configuration(types.DidChangeConfigurationParams({"contextTokens": 1024}))
-    assert "1024 context tokens" in await wait_for_log(client, "loading", after=seen)
-    uri = open_doc(client, "reload.txt", DRAFT)
-    items = await inline(client, uri, end_of(client, DRAFT))  # waits for the reload
-    assert items and "yesterday" in items[0].insert_text
-    await wait_for_log(client, "loaded", after=seen)

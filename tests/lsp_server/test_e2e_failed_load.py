@@ -4,11 +4,13 @@ Five ways a start can go wrong: a missing model file, a file that is not a GGUF,
 GGUF, a cache directory that cannot be written (the default model is assembled there), and a
 context too small for the token budget. The stdio server stays up, says so (`window/showMessage`
 and stderr) and answers every request with an empty result; `complete` on the command line exits
-non-zero with the same message. Each case is cheap: only the budget case loads a model.
+non-zero with the same message. Each case is cheap: only the budget case loads a model (and is
+marked `model`).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -17,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.lsp_server.rawlsp import RawServer, end_position
+from lsp_server.scheduler import load_engine
+from lsp_server.settings import Settings
+from tests.fixtures import Editor, InProcessServer
 
 ERROR, WARNING = 1, 2  # MessageType
 LONG_WORD = "Please file it under supercalifragilistic" + "expialidocious" * 5  # 100+ bytes to cover
@@ -58,30 +62,38 @@ def make_case(name: str, tmp: Path) -> Case:
     raise ValueError(name)
 
 
-CASES = ["missing", "not-gguf", "truncated", "cache-unwritable", "context-too-small"]
+CASES = ["missing", "not-gguf", "truncated", "cache-unwritable",
+         pytest.param("context-too-small", marks=pytest.mark.model)]  # fmt: skip
 
 
 @pytest.mark.parametrize("name", CASES)
-def test_the_server_reports_and_keeps_answering(name, tmp_path):
+def test_the_server_reports_and_keeps_answering(name, tmp_path, monkeypatch, caplog):
+    """The server in this process with the real loader (`load_engine`): the failures are real."""
     case = make_case(name, tmp_path)
-    server = RawServer("--log-level", "info", *case.args, env=case.env)
+    for key, value in case.env.items():
+        monkeypatch.setenv(key, value)
+    caplog.set_level(logging.INFO)
+    model = case.args[1] if case.args[:1] == ["--model"] else None
+    running = InProcessServer(Settings(model=model, threads=1), load=load_engine)
+    server = running.client
     try:
-        server.initialize({"cpcLsp": case.options}, wait_loaded=False)
+        server.initialize({"cpcLsp": case.options})
         uri = "file:///tmp/failed/doc.txt"
-        server.open(uri, case.text)
-        inline = server.inline(uri, *end_position(case.text))  # sent before the failure is known
+        editor = Editor(server)
+        editor.open(uri, case.text)
+        inline = editor.send_inline(uri)  # sent before the failure is known
         shown = server.wait_notification(lambda n: n["method"] == "window/showMessage" and n["params"]["type"] == case.kind)
         message = shown["params"]["message"]
         for needle in case.says:
             assert needle.lower() in message.lower(), message
-        assert server.response(inline)["result"] == []
+        assert server.response(inline).result == []
         fallback = server.call("textDocument/completion", {"textDocument": {"uri": uri}, "position": {"line": 0, "character": 9}})
-        assert fallback["result"]["items"] == []
-        assert server.call("cpcLsp/stats")["result"] is None  # no engine call has happened
-        assert message.split(": ", 1)[1][:60] in server.stderr()  # the same words on stderr
+        assert fallback["items"] == []
+        assert server.call("cpcLsp/stats") is None  # no engine call has happened
+        assert message.split(": ", 1)[1][:60] in caplog.text  # the same words in the log (stderr)
         assert server.alive()
     finally:
-        assert server.close() == 0
+        running.close()
 
 
 @pytest.mark.parametrize("name", CASES)

@@ -6,33 +6,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine import BudgetError, CompletionRequest, EngineConfig, ModelLoadError
+from engine import BudgetError, CompletionRequest, EngineConfig
 from lsp_server.scheduler import Scheduler
-from tests.lsp_server.test_scheduler import FakeEngine
+from tests.fixtures import FakeEngine, FakeLoader
 
 WAIT = 5.0
 GOOD, OTHER, BAD = EngineConfig(), EngineConfig(context_tokens=1024), EngineConfig(model_path=Path("/bad.gguf"))
 
 
-class Loader:
-    """Loads a FakeEngine per config; fails for BAD (and for anything in `broken`)."""
-
-    def __init__(self) -> None:
-        self.engines: list[tuple[EngineConfig, FakeEngine]] = []
-        self.broken = {BAD}
-
-    def __call__(self, config: EngineConfig) -> FakeEngine:
-        if config in self.broken:
-            raise ModelLoadError(config.model_path, "the file does not exist", "Check the `model` setting")
-        alive = [engine for _, engine in self.engines if not engine.closed]
-        assert not alive, "a second model while one is loaded"
-        engine = FakeEngine()
-        self.engines.append((config, engine))
-        return engine
-
-
 def test_a_failed_reload_puts_the_previous_model_back():
-    loader = Loader()
+    loader = FakeLoader()
     scheduler = Scheduler(loader)
     assert scheduler.load(GOOD).result(WAIT).ok
     result = scheduler.load(BAD).result(WAIT)
@@ -45,7 +28,7 @@ def test_a_failed_reload_puts_the_previous_model_back():
 
 
 def test_a_failed_first_load_leaves_no_model_and_requests_answer_at_once():
-    scheduler = Scheduler(Loader())
+    scheduler = Scheduler(FakeLoader())
     result = scheduler.load(BAD).result(WAIT)
     assert not result.ok and result.kept is None and scheduler.load_error == result.error
     assert scheduler.submit(CompletionRequest("p")).future.result(WAIT).reason == "no-model"
@@ -53,7 +36,7 @@ def test_a_failed_first_load_leaves_no_model_and_requests_answer_at_once():
 
 
 def test_when_the_previous_model_fails_too_there_is_no_model():
-    loader = Loader()
+    loader = FakeLoader()
     scheduler = Scheduler(loader)
     assert scheduler.load(GOOD).result(WAIT).ok
     loader.broken.add(GOOD)  # its file went away meanwhile
@@ -119,5 +102,5 @@ def test_notifications_leave_no_futures_behind():
         notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": version}, "contentChanges": [change]})
     notify("textDocument/didClose", {"textDocument": {"uri": uri}})
     assert server.documents.get(uri) is None
-    assert len(protocol._request_futures) <= 1
+    assert protocol.pending_futures() <= 1
     server.scheduler.close()

@@ -1,7 +1,10 @@
-"""A hostile client against the real server over stdio: every request is answered (a result or a
-JSON-RPC error), the server stays alive, and a normal completion afterwards is still right.
+"""A hostile client against the server's real stdio loop: every request is answered (a result or
+a JSON-RPC error), the server stays alive, and a normal completion afterwards is still right.
 
-One server (and one model load) for the module; the last test is the normal completion.
+The server runs in this process with a fake engine (`fake_module_server`): what is under test is
+the transport, the protocol overrides and the handlers. One server for the module; the last test
+is the normal completion. Exiting (after `exit`, or when the client goes away) is a claim about the
+process, so those two tests start `python -m lsp_server` (with no model to load).
 """
 
 from __future__ import annotations
@@ -11,33 +14,35 @@ import random
 
 import pytest
 
-from tests.lsp_server.rawlsp import DRAFT, RawServer, end_position, frame
+from tests.fixtures import DRAFT, Editor, LspClient, Reply, end_position, frame
 
 INLINE = "textDocument/inlineCompletion"
 INVALID_PARAMS, METHOD_NOT_FOUND, INVALID_REQUEST, PARSE_ERROR = -32602, -32601, -32600, -32700
 
 
 @pytest.fixture(scope="module")
-def server():
-    server = RawServer("--log-level", "info")
-    server.initialize({"cpcLsp": {"maxTokens": 4, "threads": 1}})
-    yield server
-    assert server.alive(), server.stderr()
-    assert server.close() == 0
+def server(fake_module_server) -> LspClient:
+    return fake_module_server.client
 
 
-def answered(reply: dict) -> dict:
+@pytest.fixture(scope="module")
+def editor(server) -> Editor:
+    return Editor(server)
+
+
+def answered(reply: Reply) -> Reply:
     """A reply is either a result or an error with an integer code and a message."""
-    assert reply.get("jsonrpc") == "2.0"
-    if "error" in reply:
-        assert isinstance(reply["error"]["code"], int) and isinstance(reply["error"]["message"], str)
+    message = reply.message
+    assert message.get("jsonrpc") == "2.0"
+    if "error" in message:
+        assert isinstance(message["error"]["code"], int) and isinstance(message["error"]["message"], str)
     else:
-        assert "result" in reply
+        assert "result" in message
     return reply
 
 
-def error_code(reply: dict) -> int | None:
-    return answered(reply).get("error", {}).get("code")
+def error_code(reply: Reply) -> int | None:
+    return answered(reply).code
 
 
 def inline_params(uri, line, character) -> dict:
@@ -52,60 +57,60 @@ def inline_params(uri, line, character) -> dict:
 )  # fmt: skip
 def test_params_of_the_wrong_shape_get_invalid_params(server, params):
     for method in (INLINE, "textDocument/completion"):
-        assert error_code(server.call(method, params, timeout=60)) == INVALID_PARAMS
+        assert error_code(server.request(method, params, timeout=60)) == INVALID_PARAMS
 
 
-def test_positions_out_of_range(server):
+def test_positions_out_of_range(server, editor):
     uri = "file:///tmp/hostile/range.txt"
-    server.open(uri, DRAFT)
+    editor.open(uri, DRAFT)
     for line, character in [(-1, 0), (0, -5), (2**31, 0), (0, 2**40), (0.5, "x")]:  # not uintegers
-        assert error_code(server.call(INLINE, inline_params(uri, line, character))) == INVALID_PARAMS
+        assert error_code(server.request(INLINE, inline_params(uri, line, character))) == INVALID_PARAMS
     end = {"line": 0, "character": len(DRAFT)}
     for line, character in [(0, 2**31 - 1), (10**6, 0), (2**31 - 1, 2**31 - 1)]:  # valid, clamped to the end
-        items = answered(server.call(INLINE, inline_params(uri, line, character)))["result"]
+        items = answered(server.request(INLINE, inline_params(uri, line, character))).result
         assert items and items[0]["range"]["end"] == end and "yesterday" in items[0]["insertText"]
 
 
-def test_a_cursor_inside_a_surrogate_pair_rounds_down(server):
+def test_a_cursor_inside_a_surrogate_pair_rounds_down(server, editor):
     uri = "file:///tmp/hostile/pair.txt"
     text = "Thanks for the notes 😀 yest"
-    server.open(uri, text)
+    editor.open(uri, text)
     emoji = len("Thanks for the notes ")  # 😀 takes UTF-16 units emoji and emoji + 1
-    items = answered(server.call(INLINE, inline_params(uri, 0, emoji + 1)))["result"]
+    items = answered(server.request(INLINE, inline_params(uri, 0, emoji + 1))).result
     for item in items:  # never a position between the two halves
         assert item["range"]["end"] == {"line": 0, "character": emoji}
         assert item["range"]["start"]["character"] <= emoji
 
 
-def test_lone_surrogates_in_the_text(server):
+def test_lone_surrogates_in_the_text(server, editor):
     uri = "file:///tmp/hostile/surrogates.txt"
     text = "Note \ud800 and \udfff: thanks for sending over the draft yest"
-    server.open(uri, text)
-    items = answered(server.call(INLINE, inline_params(uri, *end_position(text))))["result"]
+    editor.open(uri, text)
+    items = answered(server.request(INLINE, inline_params(uri, *end_position(text)))).result
     assert items and items[0]["insertText"].startswith("yest") and len(items[0]["insertText"]) > 4
-    server.change(uri, 2, "\udc00", (0, 5), (0, 5))  # and one more through didChange
-    items = answered(server.call(INLINE, inline_params(uri, *end_position(text + "x"))))["result"]
+    editor.change(uri, "\udc00", (0, 5), (0, 5))  # and one more through didChange
+    items = answered(server.request(INLINE, inline_params(uri, *end_position(text + "x")))).result
     assert items and items[0]["insertText"].startswith("yest")
 
 
-def test_did_change_ranges_outside_the_document(server):
+def test_did_change_ranges_outside_the_document(server, editor):
     uri = "file:///tmp/hostile/outside.txt"
-    server.open(uri, "The meeting is on Mon")
-    server.change(uri, 2, "d", (40, 0), (99, 99))  # both ends past the end: an insertion at the end
-    server.change(uri, 3, "", (0, 10**6), (0, 10**5))  # reversed and clamped: nothing to remove
-    items = answered(server.call(INLINE, inline_params(uri, 0, 10**6)))["result"]
+    editor.open(uri, "The meeting is on Mon")
+    editor.change(uri, "d", (40, 0), (99, 99))  # both ends past the end: an insertion at the end
+    editor.change(uri, "", (0, 10**6), (0, 10**5))  # reversed and clamped: nothing to remove
+    items = answered(server.request(INLINE, inline_params(uri, 0, 10**6))).result
     assert items and items[0]["insertText"].startswith("Mond")
     assert items[0]["range"]["end"] == {"line": 0, "character": len("The meeting is on Mond")}
 
 
-def test_unknown_documents_and_methods(server):
-    assert answered(server.call(INLINE, inline_params("file:///never/opened.txt", 0, 0)))["result"] == []
-    server.change("file:///never/opened.txt", 2, "x", (0, 0))
+def test_unknown_documents_and_methods(server, editor):
+    assert answered(server.request(INLINE, inline_params("file:///never/opened.txt", 0, 0))).result == []
+    editor.change("file:///never/opened.txt", "x", (0, 0))
     server.notify("textDocument/didClose", {"textDocument": {"uri": "file:///never/opened.txt"}})
     for method in ("cpcLsp/noSuchThing", "textDocument/noSuchThing", "$/noSuchThing", ""):
-        assert error_code(server.call(method, {"a": 1})) == METHOD_NOT_FOUND
+        assert error_code(server.request(method, {"a": 1})) == METHOD_NOT_FOUND
     server.notify("cpcLsp/noSuchNotification", [1, 2])
-    assert error_code(server.call("cpcLsp/stats", {"unexpected": True})) is None  # params are ignored
+    assert error_code(server.request("cpcLsp/stats", {"unexpected": True})) is None  # params are ignored
 
 
 def test_malformed_frames(server):
@@ -120,7 +125,7 @@ def test_malformed_frames(server):
     server.send_bytes(b"\x00\xff garbage without a header\r\n\r\n")
     lf = json.dumps({"jsonrpc": "2.0", "id": "lf", "method": "cpcLsp/stats"}).encode()
     server.send_bytes(b"content-length: %d\n\n" % len(lf) + lf)
-    after = server.request("cpcLsp/stats")
+    after, _ = server.send("cpcLsp/stats")
     assert error_code(server.response(after)) is None  # still reading, in step
     assert error_code(server.response("lf")) is None  # bare LF line ends, lower-case header
     assert error_code(server.response("no-version")) == INVALID_REQUEST
@@ -181,29 +186,29 @@ def test_a_stream_of_random_garbage_notifications(server):
         else:
             params = random_json(rng)
         server.notify(method, params)
-    reply = server.call("cpcLsp/stats")
+    reply = server.request("cpcLsp/stats")
     assert error_code(reply) is None and server.alive()
     warnings = server.messages("window/showMessage")[shown:]
     assert warnings and all(w.startswith("cpcLsp.") for w in warnings)  # settings said what is wrong
 
 
-def test_an_unreadable_change_makes_the_document_stale_until_its_text_comes_again(server):
+def test_an_unreadable_change_makes_the_document_stale_until_its_text_comes_again(server, editor):
     uri = "file:///tmp/hostile/stale.txt"
-    server.open(uri, DRAFT)
+    editor.open(uri, DRAFT)
     logged = len(server.notifications)
     bad_change = {"range": {"start": {"line": 0}}, "text": "x"}  # no end, no start character
     server.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": 2}, "contentChanges": [bad_change]})
-    assert answered(server.call(INLINE, inline_params(uri, *end_position(DRAFT))))["result"] == []
+    assert answered(server.request(INLINE, inline_params(uri, *end_position(DRAFT)))).result == []
     warning = server.wait_notification(lambda n: n["method"] == "window/logMessage" and "could not be read" in n["params"]["message"], after=logged)
     assert warning["params"]["type"] == 2  # Warning
-    server.change(uri, 3, "x", (0, 0))  # incremental changes still cannot be trusted
-    assert answered(server.call(INLINE, inline_params(uri, *end_position(DRAFT))))["result"] == []
-    server.change(uri, 4, DRAFT)  # the whole text: in step again
-    items = answered(server.call(INLINE, inline_params(uri, *end_position(DRAFT))))["result"]
+    editor.change(uri, "x", (0, 0))  # incremental changes still cannot be trusted
+    assert answered(server.request(INLINE, inline_params(uri, *end_position(DRAFT)))).result == []
+    editor.change(uri, DRAFT)  # the whole text: in step again
+    items = answered(server.request(INLINE, inline_params(uri, *end_position(DRAFT)))).result
     assert items and "yesterday" in items[0]["insertText"]
 
 
-def test_a_failed_reload_keeps_the_previous_model(server):
+def test_a_failed_reload_keeps_the_previous_model(server, editor):
     shown = len(server.messages("window/showMessage"))
     after = len(server.notifications)
     server.notify("workspace/didChangeConfiguration", {"settings": {"cpcLsp": {"model": "/nonexistent/cpc-reload.gguf"}}})
@@ -211,19 +216,19 @@ def test_a_failed_reload_keeps_the_previous_model(server):
     assert "/nonexistent/cpc-reload.gguf" in message and "Keeping the previous model" in message
     assert any("Keeping the previous model" in m for m in server.messages("window/showMessage")[shown:])
     uri = "file:///tmp/hostile/kept.txt"
-    server.open(uri, DRAFT)
-    assert "yesterday" in (server.suggestion(uri, *end_position(DRAFT)) or "")
+    editor.open(uri, DRAFT)
+    assert "yesterday" in (editor.suggestion(uri) or "")
     after = len(server.notifications)
     server.notify("workspace/didChangeConfiguration", {"settings": {"cpcLsp": {"model": None}}})
     assert server.wait_loaded(after=after).startswith("loaded")
 
 
 def test_requests_after_shutdown_get_an_error():
-    server = RawServer("--model", "/nonexistent/cpc-shutdown.gguf")  # nothing to load: cheap
+    server = LspClient(["--model", "/nonexistent/cpc-shutdown.gguf"])  # nothing to load: cheap
     try:
-        server.initialize(wait_loaded=False)
-        assert error_code(server.call("shutdown")) is None
-        assert error_code(server.call(INLINE, inline_params("file:///x", 0, 0))) == INVALID_REQUEST
+        server.initialize()
+        assert error_code(server.request("shutdown")) is None
+        assert error_code(server.request(INLINE, inline_params("file:///x", 0, 0))) == INVALID_REQUEST
         server.notify("exit")
         assert server.process.wait(30) == 0
     finally:
@@ -231,9 +236,9 @@ def test_requests_after_shutdown_get_an_error():
 
 
 def test_the_server_exits_when_the_client_goes_away():
-    server = RawServer("--model", "/nonexistent/cpc-eof.gguf")
+    server = LspClient(["--model", "/nonexistent/cpc-eof.gguf"])
     try:
-        server.initialize(wait_loaded=False)
+        server.initialize()
         server.send_bytes(b"Content-Length: 100\r\n\r\n{")  # half a message, then nothing
         server.process.stdin.close()  # no shutdown, no exit: the editor died
         assert server.process.wait(30) == 0
@@ -241,10 +246,10 @@ def test_the_server_exits_when_the_client_goes_away():
         server.close()
 
 
-def test_afterwards_a_normal_completion_is_still_right(server):
+def test_afterwards_a_normal_completion_is_still_right(server, editor):
     uri = "file:///tmp/hostile/final.txt"
-    server.open(uri, DRAFT)
-    items = answered(server.call(INLINE, inline_params(uri, *end_position(DRAFT))))["result"]
+    editor.open(uri, DRAFT)
+    items = answered(server.request(INLINE, inline_params(uri, *end_position(DRAFT)))).result
     assert len(items) == 1 and "yesterday" in items[0]["insertText"]
     start = len("Thanks for sending over the draft ")
     assert items[0]["range"] == {"start": {"line": 0, "character": start}, "end": {"line": 0, "character": start + 4}}

@@ -3,34 +3,11 @@
 import threading
 import time
 
-from engine import Completion, CompletionRequest, DecodeStats, EngineConfig, ModelLoadError
+from engine import CompletionRequest, EngineConfig, ModelLoadError
 from lsp_server.scheduler import Scheduler
+from tests.fixtures import FakeEngine
 
 WAIT = 5.0
-
-
-class FakeEngine:
-    """Echoes the prompt; `block` makes complete() spin until cancelled, like decode steps would."""
-
-    def __init__(self, block: bool = False) -> None:
-        self.block = block
-        self.started = threading.Event()
-        self.threads: set[str] = set()
-        self.calls: list[str] = []
-        self.closed = False
-
-    def complete(self, request: CompletionRequest, cancel: threading.Event) -> Completion:
-        self.threads.add(threading.current_thread().name)
-        self.calls.append(request.prompt)
-        self.started.set()
-        while self.block and not cancel.is_set():
-            time.sleep(0.001)  # one "decode step"
-        if cancel.is_set():
-            return Completion("", "cancelled", DecodeStats())
-        return Completion(request.required + " done", "eos", DecodeStats(decoded_tokens=1))
-
-    def close(self) -> None:
-        self.closed = True
 
 
 def loaded(engine: FakeEngine) -> Scheduler:

@@ -92,3 +92,12 @@ def test_boundary_is_maximal(text, cursor):
 @given(texts, word_chars)
 def test_typing_a_word_character_leaves_the_prompt_unchanged(text, ch):
     assert split(text + ch, len(text) + 1).prompt == split(text, len(text)).prompt
+
+
+def test_the_suffix_stops_at_the_line_end_or_max_suffix_characters():
+    from lsp_server.split import MAX_SUFFIX
+
+    long_line = "x" * (3 * MAX_SUFFIX)
+    assert split("draft yest" + long_line + "\n" + "y" * 10, 10).suffix == long_line[:MAX_SUFFIX]
+    assert split("draft yest and more\r\nnext\rline", 10).suffix == " and more"
+    assert split("draft yest and more\nnext\rline", 10).suffix == " and more"  # a later \r is not this line's

@@ -1,0 +1,332 @@
+"""Typing replay: real text typed keystroke by keystroke through the real server, beside the peer.
+
+A *passage* is a few lines cut from a real file (files the quality sets do not use, `sources`).
+It is typed one character per keystroke, either at the *end* of the document (the document is
+the file up to the passage) or *in place* (the rest of the file stays after the cursor). After
+every keystroke the server is asked for a suggestion at the cursor; when the suggestion's next
+word is exactly right (it ends where the passage's word ends), the simulated user accepts it with
+one key (one didChange inserting it) and asks again.
+
+The peer, llama-cpp-python's own `create_completion` with its prefix cache, gets the text before
+the cursor with the partial word in it (what it would be given as a plain completion), the same
+token budget, temperature 0 and a line-break stop, and is replayed by the same rule. Its
+suggestion depends only on the text before the cursor, so one peer replay per passage serves
+both placements.
+
+Reported per language: the share of the passage's characters the user did not type (accepted),
+the keys pressed per character (typed characters plus accept keys), and request latency.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench import report
+from bench.cases import KINDS, Case, read_text, source_files
+from bench.lsp_client import Editor, insert_text
+from bench.quality import LANGUAGES
+from bench.stats import median, ratio
+from lsp_server.split import is_word_char
+
+PASSAGE_CHARS = 240  # about three lines of code or two sentences
+CONTEXT_BEFORE = 1_500  # the document starts at a line this far before the passage
+CONTEXT_AFTER = 1_500  # in place: this much of the file stays after the passage
+
+
+@dataclass(frozen=True)
+class Passage:
+    kind: str
+    file: str
+    start: int  # where the passage starts in the file (a line start)
+    end: int  # where it ends (a line end)
+    before: str  # the document before the passage
+    text: str  # what gets typed
+    after: str  # the rest of the file after it (in place)
+
+
+def passages(per_kind: int, used: set[str], seed: int = 0, chars: int = PASSAGE_CHARS) -> list[Passage]:
+    """`per_kind` passages per kind, one per file, from files not in `used` (the quality sets')."""
+    found = []
+    for kind in KINDS:
+        rng = random.Random(f"cpc-lsp replay {seed} {kind}")
+        files = [f for f in source_files(kind) if str(f) not in used]
+        rng.shuffle(files)
+        made = 0
+        for path in files:
+            if made == per_kind:
+                break
+            passage = _passage_in(rng, kind, path, chars)
+            if passage is not None:
+                found.append(passage)
+                made += 1
+    return found
+
+
+def _passage_in(rng: random.Random, kind: str, path: Path, chars: int) -> Passage | None:
+    """Whole lines of about `chars` characters, with some words in them, past the file's start."""
+    text = read_text(path)
+    if text is None or len(text) < CONTEXT_BEFORE + 2 * chars:
+        return None
+    at = rng.randrange(CONTEXT_BEFORE // 2, len(text) - 2 * chars)
+    start = text.find("\n", at) + 1
+    end = text.find("\n", start + chars)
+    if start <= 0 or end < 0 or end - start > 2 * chars:
+        return None
+    passage = text[start:end]
+    if sum(ch.isalpha() for ch in passage) < len(passage) // 3 or "\t" in passage and kind == "prose":
+        return None
+    first = text.find("\n", max(0, start - CONTEXT_BEFORE)) + 1 if start > CONTEXT_BEFORE else 0
+    after = text[end : end + CONTEXT_AFTER]
+    return Passage(kind, str(path), start, end, text[first:start], passage, after)
+
+
+def next_word(added: str) -> str:
+    """What one accept key takes from a suggestion: up to the end of its first word."""
+    i = 0
+    while i < len(added) and not is_word_char(added[i]):
+        i += 1
+    while i < len(added) and is_word_char(added[i]):
+        i += 1
+    return added[:i] if any(is_word_char(ch) for ch in added[:i]) else ""
+
+
+def accepts(chunk: str, rest: str) -> bool:
+    """The chunk is exactly right: the passage goes on with it and its word ends there."""
+    return bool(chunk) and rest.startswith(chunk) and (len(chunk) == len(rest) or not is_word_char(rest[len(chunk)]))
+
+
+class _Cursor:
+    """An open document with the cursor at `offset`; inserts there and knows its LSP position."""
+
+    def __init__(self, editor: Editor, uri: str, before: str, after: str, language: str) -> None:
+        self.editor, self.uri = editor, uri
+        self.text, self.offset, self.version = before + after, len(before), 1
+        self.line = before.count("\n")
+        self.column = len(before[before.rfind("\n") + 1 :].encode("utf-16-le")) // 2
+        item = {"uri": uri, "languageId": language, "version": 1, "text": self.text}
+        editor.client.notify("textDocument/didOpen", {"textDocument": item})
+
+    def position(self) -> dict[str, int]:
+        return {"line": self.line, "character": self.column}
+
+    def insert(self, chars: str) -> None:
+        at = self.position()
+        self.version += 1
+        change = {"range": {"start": at, "end": at}, "text": chars}
+        self.editor.client.notify(
+            "textDocument/didChange",
+            {"textDocument": {"uri": self.uri, "version": self.version}, "contentChanges": [change]},
+        )
+        self.text = self.text[: self.offset] + chars + self.text[self.offset :]
+        self.offset += len(chars)
+        if "\n" in chars:
+            self.line += chars.count("\n")
+            self.column = len(chars[chars.rfind("\n") + 1 :].encode("utf-16-le")) // 2
+        else:
+            self.column += len(chars.encode("utf-16-le")) // 2
+
+    def word(self) -> str:
+        """The partial word before the cursor (what the server's insertText starts with)."""
+        start = self.offset
+        while start > 0 and is_word_char(self.text[start - 1]):
+            start -= 1
+        return self.text[start : self.offset]
+
+    def close(self) -> None:
+        self.editor.client.notify("textDocument/didClose", {"textDocument": {"uri": self.uri}})
+
+
+def replay_server(editor: Editor, passage: Passage, uri: str, in_place: bool) -> dict[str, Any]:
+    cursor = _Cursor(editor, uri, passage.before, passage.after if in_place else "", LANGUAGES[passage.kind])
+    target, pos = passage.text, 0
+    typed = accepted = accepts_n = 0
+    ms: list[float] = []
+    shown_count = 0
+    begins = True
+    try:
+        while pos < len(target):
+            params = {"textDocument": {"uri": uri}, "position": cursor.position(), "context": {"triggerKind": 2}}
+            reply = editor.client.request("textDocument/inlineCompletion", params)
+            ms.append(reply.ms)
+            shown = insert_text(reply)
+            chunk = ""
+            if shown is not None:
+                shown_count += 1
+                word = cursor.word()
+                begins = begins and shown.startswith(word)
+                chunk = next_word(shown[len(word) :])
+            if accepts(chunk, target[pos:]):
+                cursor.insert(chunk)
+                pos += len(chunk)
+                accepted += len(chunk)
+                accepts_n += 1
+            else:
+                cursor.insert(target[pos])
+                pos += 1
+                typed += 1
+    finally:
+        cursor.close()
+    return _result(len(target), typed, accepted, accepts_n, ms, shown_count, begins)
+
+
+def replay_peer(peer, passage: Passage, max_tokens: int) -> dict[str, Any]:
+    """The same replay with the peer's completion of the text before the cursor."""
+    target, pos = passage.text, 0
+    typed = accepted = accepts_n = 0
+    ms: list[float] = []
+    shown_count = 0
+    while pos < len(target):
+        prompt = passage.before + target[:pos]
+        started = time.perf_counter()
+        out = peer.llm.create_completion(prompt, max_tokens=max_tokens, temperature=0.0, stop=["\n"])
+        ms.append((time.perf_counter() - started) * 1000)
+        added = out["choices"][0]["text"]
+        shown_count += bool(added.strip())
+        chunk = next_word(added)
+        if accepts(chunk, target[pos:]):
+            pos += len(chunk)
+            accepted += len(chunk)
+            accepts_n += 1
+        else:
+            pos += 1
+            typed += 1
+    return _result(len(target), typed, accepted, accepts_n, ms, shown_count, None)
+
+
+def _result(chars, typed, accepted, accepts_n, ms, shown, begins) -> dict[str, Any]:
+    return {
+        "chars": chars, "typed": typed, "accepted": accepted, "accepts": accepts_n, "requests": len(ms),
+        "ms": ms, "shown": shown, "begins_with_typed": begins,
+    }  # fmt: skip
+
+
+def run(editor: Editor, peer, items: list[Passage], max_tokens: int, variants: dict[str, dict[str, Any]], say=print) -> dict[str, Any]:
+    """Every passage, for every server variant ({name: settings}) at the end and in place, and the peer."""
+    runs = []
+    for n, passage in enumerate(items):
+        for name, settings in variants.items():
+            editor.client.notify("workspace/didChangeConfiguration", {"settings": {"cpcLsp": settings}})
+            for in_place in (False, True):
+                where = "in place" if in_place else "end"
+                uri = f"file:///bench/replay/{n}-{name}-{'place' if in_place else 'end'}{Path(passage.file).suffix}"
+                result = replay_server(editor, passage, uri, in_place)
+                runs.append({"passage": n, "kind": passage.kind, "who": f"server {name}", "where": where, **result})
+        if peer is not None:
+            result = replay_peer(peer, passage, max_tokens)
+            runs.append({"passage": n, "kind": passage.kind, "who": "peer", "where": "before cursor", **result})
+        say(f"replay: passage {n + 1}/{len(items)} ({passage.kind}) done")
+    return {"passages": [_passage_json(p) for p in items], "runs": runs, "table": summarize(runs)}
+
+
+def _passage_json(p: Passage) -> dict[str, Any]:
+    return {"kind": p.kind, "file": p.file, "start": p.start, "end": p.end, "chars": len(p.text)}
+
+
+def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (who, where, kind) and per (who, where) over all kinds."""
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in runs:
+        groups[(r["who"], r["where"], r["kind"])].append(r)
+        groups[(r["who"], r["where"], "all")].append(r)
+    peer_ms = {kind: median([m for r in rs for m in r["ms"]]) for (who, _, kind), rs in groups.items() if who == "peer"}
+    peer_saved = {kind: _saved(rs) for (who, _, kind), rs in groups.items() if who == "peer"}
+    rows = []
+    for (who, where, kind), rs in groups.items():
+        saved = _saved(rs)
+        ms = median([m for r in rs for m in r["ms"]])
+        chars = sum(r["chars"] for r in rs)
+        rows.append({
+            "who": who, "where": where, "kind": kind, "chars": chars,
+            "not_typed": saved, "keys_per_char": sum(r["typed"] + r["accepts"] for r in rs) / chars,
+            "median_ms": ms, "requests": sum(r["requests"] for r in rs),
+            "saved_over_peer": ratio(saved, peer_saved.get(kind)), "ms_over_peer": ratio(ms, peer_ms.get(kind)),
+            "begins_with_typed": None if who == "peer" else all(r["begins_with_typed"] for r in rs),
+        })  # fmt: skip
+    order = {k: i for i, k in enumerate((*KINDS, "all"))}
+    rows.sort(key=lambda r: (order[r["kind"]], r["who"] != "peer", r["who"], r["where"]))
+    return rows
+
+
+def _saved(rs: list[dict[str, Any]]) -> float:
+    return sum(r["accepted"] for r in rs) / sum(r["chars"] for r in rs)
+
+
+def used_files(*case_sets: list[Case]) -> set[str]:
+    return {c.file for cases in case_sets for c in cases}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m bench.replay`: the typing replay alone; results in bench/results/replay.json."""
+    import argparse
+    import json
+    import sys
+
+    from bench import report
+    from bench.cases import build_cases, check_cases
+    from bench.latency import Peer
+    from bench.lsp_client import LspClient
+    from bench.machine import CpuWatch, process_cpu_seconds
+    from engine.model_files import resolve_model
+
+    parser = argparse.ArgumentParser(prog="python -m bench.replay", description=main.__doc__.split(":")[0])
+    parser.add_argument("--per-kind", type=int, default=2, help="passages per kind of text")
+    parser.add_argument("--chars", type=int, default=PASSAGE_CHARS, help="about this many characters a passage")
+    parser.add_argument("--kinds", default=",".join(KINDS))
+    parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--lexicon", default="off,on", help="server variants: off, on or both (off,on)")
+    parser.add_argument("--prior", type=float, default=None, help="lexiconPrior for the 'on' variant")
+    parser.add_argument("--no-peer", action="store_true")
+    parser.add_argument("--out", type=Path, default=report.output_root() / "bench" / "results" / "replay.json")
+    args = parser.parse_args(argv)
+
+    tuning = build_cases(50, 0)
+    used = used_files(tuning, check_cases(50, tuning))
+    kinds = tuple(args.kinds.split(","))
+    items = [p for p in passages(args.per_kind, used, chars=args.chars) if p.kind in kinds]
+    base = {"maxTokens": args.max_tokens, "threads": args.threads}
+    variants = {}
+    for v in args.lexicon.split(","):
+        variants[f"lexicon {v}"] = {"lexicon": v == "on", **({"lexiconPrior": args.prior} if args.prior is not None else {})}
+    watch = CpuWatch.start()
+    peer = None if args.no_peer else Peer(str(resolve_model(None)), threads=args.threads)
+    try:
+        with LspClient(["--log-level", "warning"]) as client:
+            client.initialize({"cpcLsp": base})
+            editor = Editor(client)
+            warm = "file:///bench/replay/warmup.txt"
+            editor.open(warm, "The server is ready when this sentence gets an ans")
+            editor.inline(warm)
+            editor.close(warm)
+            say = lambda m: print(f"[replay] {m}", file=sys.stderr, flush=True)  # noqa: E731
+            results = run(editor, peer, items, args.max_tokens, {k: {**base, **v} for k, v in variants.items()}, say)
+            server_cpu = process_cpu_seconds(client.pid) or 0.0
+    finally:
+        if peer is not None:
+            peer.close()
+    results["other_processes_cpu_share"] = watch.others_share(server_cpu)
+    results["settings"] = {"threads": args.threads, "max_tokens": args.max_tokens, "variants": variants}
+    print(report.render(table(results["table"])))
+    print(f"other processes used {100 * (results['other_processes_cpu_share'] or 0):.0f}% of the CPUs")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
+    return 0
+
+
+def table(rows: list[dict[str, Any]]):
+    from bench.report import num, pct, times
+
+    header = ["kind", "who", "where", "chars", "not typed", "keys/char", "median ms", "not typed / peer", "ms / peer"]
+    body = [[r["kind"], r["who"], r["where"], num(r["chars"]), pct(r["not_typed"]), f"{r['keys_per_char']:.2f}",
+             num(r["median_ms"]), times(r["saved_over_peer"]) if r["who"] != "peer" else "",
+             times(r["ms_over_peer"]) if r["who"] != "peer" else ""] for r in rows]  # fmt: skip
+    return "typing replay: characters not typed (accepted words) and request latency, server vs peer", header, body
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,55 @@
+"""The typing replay's rules and sources, without a model."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.cases import build_cases, check_cases
+from bench.replay import accepts, next_word, passages, summarize, used_files
+
+
+def test_one_accept_takes_the_suggestion_up_to_the_end_of_its_first_word():
+    assert next_word("terday. I am") == "terday"
+    assert next_word(" the draft") == " the"
+    assert next_word("(self, x)") == "(self"
+    assert next_word("):") == "" and next_word("") == ""
+
+
+def test_a_word_is_accepted_only_when_it_is_exactly_right():
+    assert accepts("terday", "terday was fine")
+    assert accepts(" the", " the")
+    assert not accepts("ter", "terday")  # the word goes on: not exactly right
+    assert not accepts("terdays", "terday")
+    assert not accepts("", "anything")
+
+
+@pytest.fixture(scope="module")
+def sets():
+    tuning = build_cases(50, 0)
+    return tuning, check_cases(50, tuning)
+
+
+def test_the_check_set_and_the_replay_use_files_the_tuning_set_does_not(sets):
+    tuning, check = sets
+    assert len(check) == len(tuning) == 200
+    assert not {c.file for c in check} & {c.file for c in tuning}
+    items = passages(2, used_files(tuning, check))
+    assert len(items) == 8
+    assert not {p.file for p in items} & used_files(tuning, check)
+    for p in items:
+        assert p.before.endswith("\n") or p.before == ""
+        assert len(p.text) >= 200
+
+
+def test_summary_puts_the_server_beside_the_peer():
+    runs = [
+        {"passage": 0, "kind": "prose", "who": "peer", "where": "before cursor", "chars": 100, "typed": 80,
+         "accepted": 20, "accepts": 4, "requests": 84, "ms": [100.0, 120.0], "shown": 80, "begins_with_typed": None},
+        {"passage": 0, "kind": "prose", "who": "server lexicon off", "where": "end", "chars": 100, "typed": 60,
+         "accepted": 40, "accepts": 8, "requests": 68, "ms": [20.0, 40.0], "shown": 60, "begins_with_typed": True},
+    ]  # fmt: skip
+    rows = {(r["who"], r["kind"]): r for r in summarize(runs)}
+    ours = rows[("server lexicon off", "all")]
+    assert ours["not_typed"] == 0.4 and ours["saved_over_peer"] == 2.0
+    assert ours["ms_over_peer"] == pytest.approx(30 / 110)
+    assert ours["keys_per_char"] == pytest.approx(0.68)
