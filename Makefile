@@ -1,12 +1,18 @@
 # Two entry points that set everything up on a fresh machine:
 #   make demo   install, then complete one mid-word sentence with the default model
-#   make test   install with the test extras (and the VS Code test's Node packages), then pytest
+#   make test   install with the test extras, the extension's Node packages and a real VS Code
+#               (code-server, Node 24, Chromium: scripts/vscode-env.sh, cached), then pytest
 #   make test-fast   the same install, then every test that does not need the real model (< 30 s)
+#   make vsix   package the VS Code extension: editors/vscode/cpc-lsp.vsix
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
+# npm ci for the extension, skipped while node_modules matches package-lock.json (npm ci would wipe
+# and refetch it on every run).
+NPM_CI_VSCODE = cd editors/vscode && (sha256sum package-lock.json | cmp -s - node_modules/.lock.sha256 || \
+	(npm ci --no-audit --no-fund --silent && sha256sum package-lock.json > node_modules/.lock.sha256))
 
-.PHONY: install install-test demo test test-fast bench bench-quick
+.PHONY: install install-test vsix demo test test-fast bench bench-quick
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +23,13 @@ install: $(PY)
 
 install-test: $(PY)
 	$(PY) -m pip install --quiet --find-links "$$(scripts/llama-wheel.sh $(PY))" -e '.[test,bench]'
-	cd editors/vscode && npm ci --no-audit --no-fund --silent
+	$(NPM_CI_VSCODE)
+	@if [ "$$CPC_SKIP_VSCODE" = 1 ]; then echo "CPC_SKIP_VSCODE=1: not installing the real-VS-Code test"; \
+	else scripts/vscode-env.sh >/dev/null; fi
+
+vsix:
+	$(NPM_CI_VSCODE)
+	cd editors/vscode && npx vsce package --out cpc-lsp.vsix
 
 demo: install
 	$(PY) -m lsp_server complete --text "Thanks for sending over the draft yest"

@@ -272,25 +272,24 @@ CLIENT_KEYS = {f"{SECTION}.enable"}  # one-word keys the client keeps; its other
 
 
 def is_server_entry(name: str) -> bool:
-    """Whether a manifest key is (or was) a generated server setting: ``cpcLsp.<oneWord>`` and not
-    a client key. Lets a renamed or removed setting disappear from the manifest on --write."""
+    """Whether a manifest key looks like a server setting: ``cpcLsp.<oneWord>``, not a client key.
+    The test checks that these are exactly the schema's, so a stray one (a renamed setting, or a
+    client key missing from CLIENT_KEYS) is reported rather than silently kept or dropped."""
     return re.fullmatch(rf"{SECTION}\.[a-z][A-Za-z0-9]*", name) is not None and name not in CLIENT_KEYS
 
 
 def updated_manifest(manifest: dict[str, Any], settings_class: type) -> dict[str, Any]:
-    """`manifest` with its server-setting entries replaced by the generated ones. Client keys
-    (``cpcLsp.server.*``, ``cpcLsp.trace.server``, ...) keep their place; the server's go where the
-    first of them was (at the end for a manifest that has none)."""
+    """`manifest` with the schema's entries written in. They go, in schema order, where the first
+    of them was (at the end for a manifest that has none); every other key keeps its place."""
     properties = manifest["contributes"]["configuration"]["properties"]
     generated = manifest_properties(settings_class)
     result: dict[str, Any] = {}
     for name, entry in properties.items():
-        if is_server_entry(name):
-            result.update(generated)
-            generated = {}
+        if name in generated:
+            result.update(generated)  # the first one places the block; later ones are in it
         else:
             result[name] = entry
-    result.update(generated)
+    result.update({name: entry for name, entry in generated.items() if name not in result})
     manifest["contributes"]["configuration"]["properties"] = result
     return manifest
 

@@ -2,71 +2,205 @@
 // A thin client: start `cpc-lsp`, forward the `cpcLsp.*` settings, and let vscode-languageclient
 // turn the server's `textDocument/inlineCompletion` into ghost text. VS Code asks for a suggestion
 // as you type and cancels the superseded request (`$/cancelRequest`) itself.
+//
+// It activates at start-up ("*"), so the server is running, and the model loading, before the
+// first keystroke: a window opened to type in gets its first suggestion as soon as the model is in.
 
 const vscode = require('vscode');
-const { LanguageClient, DidChangeConfigurationNotification } = require('vscode-languageclient/node');
+const { LanguageClient, DidChangeConfigurationNotification, CloseAction, ErrorAction } = require('vscode-languageclient/node');
 const settings = require('./settings');
+const { stderrHandler } = require('./logs');
+const { ServerError, spawnServer } = require('./server_process');
+const { StatusBar } = require('./status');
+const { TraceChannel } = require('./trace');
+
+const STATUS_METHOD = 'cpcLsp/status'; // lsp_server/status.py: { state: loading|ready|error, message }
+const RESTARTS = 3; // crashes within RESTART_WINDOW_MS that are restarted before giving up
+const RESTART_WINDOW_MS = 3 * 60 * 1000;
 
 /** @type {LanguageClient | undefined} */
 let client;
-/** @type {vscode.OutputChannel | undefined} */
+/** @type {import('./server_process').ServerProcess | undefined} the client's current process */
+let server;
+/** @type {vscode.LogOutputChannel | undefined} */
 let output;
+/** @type {TraceChannel | undefined} */
+let traceChannel;
+/** @type {StatusBar | undefined} */
+let status;
 // Starts, stops and restarts run one after another, never interleaved.
 let pending = Promise.resolve();
 
-function configGetter() {
-  const config = vscode.workspace.getConfiguration(settings.SECTION);
-  return (key) => config.get(key);
+function config() {
+  return vscode.workspace.getConfiguration(settings.SECTION);
 }
 
-function createClient() {
-  const executable = settings.serverExecutable(configGetter());
-  /** @type {import('vscode-languageclient/node').ServerOptions} */
-  const serverOptions = { command: executable.command, args: executable.args };
+function configGetter() {
+  const current = config();
+  return (key) => current.get(key);
+}
+
+function enabledFor(document) {
+  return settings.enabledFor(config().get('enable'), document.languageId);
+}
+
+/** Tell the user, with a way to the log and the settings. */
+async function showError(message) {
+  output?.error(message);
+  const choice = await vscode.window.showErrorMessage(message, 'Show Log', 'Open Settings');
+  if (choice === 'Open Settings') {
+    await vscode.commands.executeCommand('workbench.action.openSettings', 'cpcLsp.server');
+  } else if (choice === 'Show Log') {
+    output?.show();
+  }
+}
+
+/** Restarts a crashed server a few times, then stops and says why (exit code, last error). */
+function errorHandler() {
+  const crashes = [];
+  return {
+    error: (_error, _message, count) => ({
+      action: count !== undefined && count <= 3 ? ErrorAction.Continue : ErrorAction.Shutdown,
+      handled: true,
+    }),
+    closed: async () => {
+      const ended = server;
+      if (ended) {
+        await ended.ended(2000); // the pipes close just before the exit code is known
+      }
+      const why = `cpc-lsp: the server "${ended?.command}" ${ended ? ended.describe() : 'stopped'}`;
+      if (!client?.isRunning()) {
+        return { action: CloseAction.DoNotRestart, message: why, handled: true }; // startClient tells
+      }
+      const now = Date.now();
+      crashes.push(now);
+      while (crashes.length && crashes[0] < now - RESTART_WINDOW_MS) {
+        crashes.shift();
+      }
+      if (crashes.length <= RESTARTS) {
+        status?.set('starting', 'restarting after a crash');
+        return { action: CloseAction.Restart, message: `${why}; restarting it.`, handled: true };
+      }
+      const message = crashes.length > RESTARTS ? `${why}. It stopped ${crashes.length} times in 3 minutes; not restarting it.` : `${why}.`;
+      status?.set('error', message);
+      void showError(message);
+      return { action: CloseAction.DoNotRestart, message, handled: true };
+    },
+  };
+}
+
+/** vscode-languageclient also pops up "couldn't create connection to server" when a start
+ * fails; startClient says why instead (command missing, exit code and last words), so that one
+ * only goes to the log. */
+class Client extends LanguageClient {
+  error(message, data, showNotification) {
+    const quiet = typeof message === 'string' && message.includes("couldn't create connection to server");
+    super.error(message, data, quiet ? false : showNotification);
+  }
+}
+
+function createClient(executable, first) {
+  let next = first;
+  /** Spawns the server; the first start uses the process spawned (and checked) already. */
+  const serverOptions = async () => {
+    const started = next ?? (await spawnServer(executable.command, executable.args));
+    next = undefined;
+    server = started;
+    return started.child;
+  };
   /** @type {import('vscode-languageclient/node').LanguageClientOptions} */
   const clientOptions = {
-    // Every text document, whatever its language: prose and code alike.
+    // Every text document, whatever its language: prose and code alike. `cpcLsp.enable` decides
+    // per language whether to ask for a suggestion.
     documentSelector: [{ scheme: 'file' }, { scheme: 'untitled' }],
     // A function, so that a restart after a crash sends the settings of that moment.
-    initializationOptions: () =>
-      settings.initializationOptions(settings.serverSettings(configGetter())),
+    initializationOptions: () => settings.initializationOptions(settings.serverSettings(configGetter())),
     outputChannel: output,
+    traceOutputChannel: traceChannel,
+    stdioOptions: {
+      stdout: () => {}, // stdout carries the protocol itself
+      stderr: stderrHandler((levels) => {
+        if (server) {
+          server.stderr = levels;
+        }
+      }),
+    },
+    errorHandler: errorHandler(),
+    initializationFailedHandler: () => false, // startClient says why
+    middleware: {
+      provideInlineCompletionItems: (document, position, context, token, next) =>
+        enabledFor(document) ? next(document, position, context, token) : null,
+    },
   };
-  return new LanguageClient(settings.SECTION, 'cpc-lsp', serverOptions, clientOptions);
+  const created = new Client(settings.SECTION, 'cpc-lsp', serverOptions, clientOptions);
+  created.onNotification(STATUS_METHOD, (params) => {
+    if (params && typeof params.state === 'string') {
+      status?.set(params.state, typeof params.message === 'string' ? params.message : '');
+    }
+  });
+  return created;
 }
 
 async function startClient() {
-  const next = createClient();
+  const executable = settings.serverExecutable(configGetter());
+  status?.set('starting');
+  let first;
+  try {
+    first = await spawnServer(executable.command, executable.args);
+  } catch (error) {
+    const message = error instanceof ServerError ? error.message : `cpc-lsp: ${error}`;
+    status?.set('error', message);
+    void showError(message);
+    return;
+  }
+  const next = createClient(executable, first);
   client = next;
   try {
     await next.start();
+    askIfTypedBeforeReady();
   } catch (error) {
-    const { command } = settings.serverExecutable(configGetter());
-    const message = error instanceof Error ? error.message : String(error);
-    const choice = await vscode.window.showErrorMessage(
-      `cpc-lsp: could not start the server "${command}": ${message}. ` +
-        'Install it (pip install cpc-lsp) or set "cpcLsp.server.command" to its full path.',
-      'Open Settings',
-      'Show Log',
-    );
-    if (choice === 'Open Settings') {
-      await vscode.commands.executeCommand('workbench.action.openSettings', 'cpcLsp.server');
-    } else if (choice === 'Show Log') {
-      output?.show();
+    if (client !== next) {
+      return; // stopped or restarted while starting
     }
+    let message;
+    if (server && (await server.ended(2000))) {
+      message = `cpc-lsp: the server "${executable.command}" ${server.describe(' before it was ready')}`;
+    } else {
+      message = `cpc-lsp: the server "${executable.command}" did not start: ${error instanceof Error ? error.message : error}`;
+    }
+    status?.set('error', message);
+    void showError(message);
+  }
+}
+
+/**
+ * VS Code asks for a suggestion when the user types, and not again when a provider appears. Text
+ * typed in the active editor while the server was starting (a window opened to write in) would
+ * get nothing until the next keystroke, so ask once now; the server answers when the model is in.
+ */
+function askIfTypedBeforeReady() {
+  const editor = vscode.window.activeTextEditor;
+  if (editor && editor.document.isDirty && enabledFor(editor.document)) {
+    void vscode.commands.executeCommand('editor.action.inlineSuggest.trigger');
   }
 }
 
 async function stopClient() {
   const current = client;
+  const process = server;
   client = undefined;
+  server = undefined;
   if (current) {
     try {
-      await current.stop();
+      await current.stop(5000);
     } catch {
       // The process may already be gone; nothing left to stop.
     }
   }
+  if (process) {
+    await process.kill();
+  }
+  status?.set('stopped');
 }
 
 function enqueue(task) {
@@ -76,9 +210,27 @@ function enqueue(task) {
 
 function restart() {
   return enqueue(async () => {
+    output?.info('cpc-lsp: restarting the server');
     await stopClient();
     await startClient();
   });
+}
+
+/** Suggestions off (or on) for the active editor's language, in the user's settings. */
+async function toggle() {
+  const editor = vscode.window.activeTextEditor;
+  const language = editor ? editor.document.languageId : undefined;
+  const current = config();
+  const inspected = current.inspect('enable');
+  const key = language ?? '*';
+  // Write where the value for this language comes from, so that the switch takes effect.
+  const inWorkspace = inspected?.workspaceValue && Object.prototype.hasOwnProperty.call(inspected.workspaceValue, key);
+  const target = inWorkspace ? vscode.ConfigurationTarget.Workspace : vscode.ConfigurationTarget.Global;
+  const base = inWorkspace ? inspected.workspaceValue : inspected?.globalValue ?? {};
+  const effective = current.get('enable');
+  const map = { ...base, [key]: !settings.enabledFor(effective, language) };
+  await current.update('enable', map, target);
+  status?.render();
 }
 
 function sendSettings() {
@@ -87,18 +239,30 @@ function sendSettings() {
   }
   const params = settings.didChangeConfigurationParams(settings.serverSettings(configGetter()));
   client.sendNotification(DidChangeConfigurationNotification.type, params).catch((error) => {
-    output?.appendLine(`cpc-lsp: could not send settings: ${error}`);
+    output?.error(`cpc-lsp: could not send settings: ${error}`);
   });
 }
 
 /** @param {vscode.ExtensionContext} context */
 function activate(context) {
-  output = vscode.window.createOutputChannel('cpc-lsp');
+  output = vscode.window.createOutputChannel('cpc-lsp', { log: true });
+  traceChannel = new TraceChannel(output, () => String(config().get('trace.server') ?? 'off'));
+  status = new StatusBar();
   context.subscriptions.push(
     output,
+    traceChannel,
+    status,
     vscode.commands.registerCommand('cpcLsp.restart', restart),
     vscode.commands.registerCommand('cpcLsp.showLog', () => output?.show()),
+    vscode.commands.registerCommand('cpcLsp.toggle', toggle),
+    vscode.window.onDidChangeActiveTextEditor(() => status?.render()),
     vscode.workspace.onDidChangeConfiguration((event) => {
+      if (event.affectsConfiguration(`${settings.SECTION}.enable`)) {
+        status?.render();
+      }
+      if (event.affectsConfiguration(`${settings.SECTION}.trace.server`)) {
+        traceChannel?.changed();
+      }
       if (event.affectsConfiguration(`${settings.SECTION}.server`)) {
         restart();
         return;
@@ -111,7 +275,7 @@ function activate(context) {
       }
     }),
   );
-  return enqueue(startClient);
+  void enqueue(startClient); // activation does not wait for the server
 }
 
 function deactivate() {

@@ -11,9 +11,10 @@ const manifest = require('./package.json');
 
 const SECTION = 'cpcLsp';
 
-// Settings under these prefixes configure the client (how to start the server, tracing); they
-// are not forwarded to the server.
-const CLIENT_PREFIXES = ['server.', 'trace.'];
+// The client's own settings: how to start the server, tracing, where to suggest. They are written
+// by hand in the manifest and never forwarded to the server; every other `cpcLsp.*` setting is the
+// server's (lsp_server/settings.py) and is sent to it.
+const CLIENT_SETTINGS = ['server.command', 'server.args', 'trace.server', 'enable'];
 
 const PROPERTIES = manifest.contributes.configuration.properties;
 
@@ -35,7 +36,7 @@ function serverSettingKeys() {
   return Object.keys(PROPERTIES)
     .filter((name) => name.startsWith(`${SECTION}.`))
     .map((name) => name.slice(SECTION.length + 1))
-    .filter((key) => !CLIENT_PREFIXES.some((prefix) => key.startsWith(prefix)));
+    .filter((key) => !CLIENT_SETTINGS.includes(key));
 }
 
 /**
@@ -89,9 +90,46 @@ function serverExecutable(get) {
   return { command, args: args.map(String) };
 }
 
+/**
+ * Whether suggestions are on for a language, from `cpcLsp.enable`: `{ "*": true, "plaintext":
+ * false }` maps language ids to on or off, and `"*"` is every other language (on when absent).
+ *
+ * @param {unknown} enable  the setting's value
+ * @param {string | undefined} languageId  undefined: the `"*"` entry
+ */
+function enabledFor(enable, languageId) {
+  if (typeof enable === 'boolean') {
+    return enable;
+  }
+  if (enable === null || typeof enable !== 'object' || Array.isArray(enable)) {
+    return true;
+  }
+  const own = (key) => Object.prototype.hasOwnProperty.call(enable, key);
+  if (languageId !== undefined && own(languageId)) {
+    return Boolean(enable[languageId]);
+  }
+  return own('*') ? Boolean(enable['*']) : true;
+}
+
+/**
+ * `cpcLsp.enable` with one language switched: the key to write and the new map. The key is the
+ * language id, or `"*"` when there is no language (no editor open).
+ */
+function toggled(enable, languageId) {
+  const map = enable !== null && typeof enable === 'object' && !Array.isArray(enable) ? { ...enable } : {};
+  if (typeof enable === 'boolean') {
+    map['*'] = enable;
+  }
+  const key = languageId ?? '*';
+  map[key] = !enabledFor(enable, languageId);
+  return map;
+}
+
 module.exports = {
   SECTION,
-  CLIENT_PREFIXES,
+  CLIENT_SETTINGS,
+  enabledFor,
+  toggled,
   defaultOf,
   serverSettingKeys,
   serverSettings,

@@ -83,7 +83,7 @@ def vscode_packages(node: str) -> Path:
     wanted = {
         name.removeprefix("node_modules/"): entry["version"]
         for name, entry in lock["packages"].items()
-        if name.startswith("node_modules/")
+        if name.startswith("node_modules/") and not entry.get("optional")  # other platforms' builds
     }
     missing = [name for name in wanted if not (modules / name / "package.json").exists()]
     if missing:

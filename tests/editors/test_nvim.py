@@ -142,4 +142,25 @@ def test_setup_options_and_the_012_inline_path(nvim, tmp_path):
     report = run_lua(nvim, "nvim_unit.lua", {}, tmp_path)
     failed = {name: result for name, result in report["checks"].items() if result is not True}
     assert failed == {}
-    assert len(report["checks"]) == 9
+    assert len(report["checks"]) == 10
+
+
+def test_per_filetype_switch_and_status_with_the_real_server(nvim, server_command, tmp_path):
+    """`enable = { ['*'] = true, markdown = false }`, then `:CpcLsp toggle` and `:CpcLsp disable`."""
+    note = tmp_path / "note.md"
+    note.write_text("# Notes\n\nThanks for sending over the draft\n", encoding="utf-8")
+    spec = {"cmd": server_command, "file": str(note), "timeout_ms": TIMEOUT_S * 1000, "keystroke_ms": 60}
+    report = run_lua(nvim, "nvim_enable.lua", spec, tmp_path)
+    assert report["filetype"] == "markdown"
+    # The status followed the server: loading the model, then ready; markdown is off here.
+    assert report["statuses"][:1] == ["starting"] and "loading" in report["statuses"], report["statuses"]
+    assert report["ready"] == {"state": "ready", "message": report["ready"]["message"], "enabled": False}
+    assert report["status_ready"] == "cpc-lsp: off"
+    # Off: typing asked nothing and showed nothing.
+    assert report["line_off"].endswith("draft yest")
+    assert report["requests_off"] == 0 and report["words_off"] == []
+    # :CpcLsp toggle: on for markdown, and the next keystroke gets the word.
+    assert report["after_toggle"]["enabled"] is True
+    assert report["requests_on"] > 0 and any(w.startswith("yesterday") for w in report["words_on"])
+    # :CpcLsp disable: off again.
+    assert report["off_again"]["enabled"] is False and report["status_off"] == "cpc-lsp: off"

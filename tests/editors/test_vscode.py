@@ -1,11 +1,11 @@
-"""editors/vscode: a valid manifest whose settings are the server's, and the real server answering
-the extension's own options with UTF-16 inline completions.
+"""editors/vscode without VS Code: the manifest, the modules that do not import `vscode`, and the
+real server answering the extension's own options with UTF-16 inline completions.
 
-There is no VS Code here. The extension is a thin `vscode-languageclient` wrapper, so the test
-checks the parts that are ours: the manifest, the settings module (shared by extension and test,
-no `vscode` import), and a Node client built on the same JSON-RPC library that sends what VS Code
-sends: incremental didChange per keystroke, an inline completion request after each, and
-`$/cancelRequest` for the one superseded.
+The extension in a real VS Code is test_vscode_real.py. These are the fast checks of the parts
+that are ours: the manifest and its settings, the settings, log-level and process modules (plain
+Node, so no `vscode` import), and a Node client built on the extension's JSON-RPC library that
+sends what VS Code sends: incremental didChange per keystroke, an inline completion request after
+each, and `$/cancelRequest` for the one superseded.
 """
 
 from __future__ import annotations
@@ -61,7 +61,8 @@ def settings_module(node) -> dict:
 def test_manifest_is_a_loadable_extension(node, vscode_packages):
     assert MANIFEST["name"] and MANIFEST["publisher"] and MANIFEST["version"]
     assert (VSCODE / MANIFEST["main"]).is_file()
-    assert MANIFEST["activationEvents"] == ["onStartupFinished"]
+    # At start-up: the server is running, and the model loading, before the first keystroke.
+    assert MANIFEST["activationEvents"] == ["*"]
     # vscode-languageclient states the oldest VS Code it runs on: ours must not be older.
     client = json.loads((vscode_packages / "vscode-languageclient" / "package.json").read_text())
     assert MANIFEST["engines"]["vscode"] == client["engines"]["vscode"] == "^1.91.0"
@@ -76,7 +77,7 @@ def test_manifest_is_a_loadable_extension(node, vscode_packages):
     source = (VSCODE / "extension.js").read_text(encoding="utf-8")
     registered = set(re.findall(r"registerCommand\('([^']+)'", source))
     assert registered == {c["command"] for c in MANIFEST["contributes"]["commands"]}
-    for path in ("extension.js", "settings.js", "test/inline_completion.js", "test/activate.js"):
+    for path in (*sorted(p.name for p in VSCODE.glob("*.js")), "test/inline_completion.js"):
         check = subprocess.run([node, "--check", str(VSCODE / path)], capture_output=True, text=True)
         assert check.returncode == 0, check.stderr
 
@@ -115,7 +116,9 @@ def test_settings_are_the_servers_with_the_servers_defaults(settings_module):
     assert apply(Settings(), settings_module["change"]["settings"]) == (Settings(), [])
     # Client-only settings stay in the client.
     assert settings_module["executable"] == {"command": "cpc-lsp", "args": []}
-    assert not {"server.command", "server.args", "trace.server"} & set(settings_module["settings"])
+    client_only = {"server.command", "server.args", "trace.server", "enable"}
+    assert not client_only & set(settings_module["settings"])
+    assert set(PROPERTIES) == {f"{SECTION}.{k}" for k in client_only | set(settings_module["keys"])}
 
 
 def _bounds(key: str, schema: dict):
@@ -148,35 +151,83 @@ def test_the_settings_ui_allows_what_the_server_accepts():
     assert stop["items"]["minLength"] == 1 and apply(Settings(), {"stop": [""]})[1] != []
 
 
-def test_extension_starts_the_server_and_forwards_settings(node, vscode_packages):
-    """extension.js with stand-ins for `vscode` and LanguageClient (see test/activate.js)."""
-    proc = subprocess.run(
-        [node, str(VSCODE / "test" / "activate.js")], cwd=VSCODE, capture_output=True, text=True, timeout=60
+def test_server_stderr_keeps_its_log_levels(node):
+    """vscode-languageclient writes stderr as errors; logs.js routes each line to its own level."""
+    lines = [
+        "2026-11-30 15:20:00,123 INFO lsp_server.server: loading the default model",
+        "2026-11-30 15:20:01,001 WARNING lsp_server.server: maxTokens must be at least 1",
+        "2026-11-30 15:20:02,002 DEBUG lsp_server.server: #1 detail",
+        "llama_model_loader: loaded meta data",
+        "2026-11-30 15:20:03,003 ERROR lsp_server.server: cannot load model",
+        "Traceback (most recent call last):",
+        '  File "x.py", line 1, in <module>',
+        "ValueError: boom",
+    ]
+    out = _node_json(
+        node,
+        "const {StderrLevels} = require('./logs'); const l = new StderrLevels();"
+        "const lines = JSON.parse(require('fs').readFileSync(0, 'utf8'));"
+        "console.log(JSON.stringify({routed: lines.map((x) => l.line(x)), last: l.lastError()}));",
+        stdin=json.dumps(lines),
     )
-    assert proc.returncode == 0, proc.stderr
-    report = json.loads(proc.stdout)
-    first, restarted = report["clients"]
-    # Started as configured, for every file and untitled document, with the user's settings.
-    assert first["id"] == SECTION  # so vscode-languageclient reads `cpcLsp.trace.server`
-    assert first["serverOptions"] == {"command": "/opt/venv/bin/cpc-lsp", "args": ["--log-level", "debug"]}
-    assert first["documentSelector"] == [{"scheme": "file"}, {"scheme": "untitled"}]
-    sent = first["initializationOptions"][SECTION]
-    assert (sent["maxTokens"], sent["stop"], sent["model"]) == (4, ["\n\n"], None)
-    assert apply(Settings(), first["initializationOptions"]) == (Settings(max_tokens=4, stop=("\n\n",)), [])
-    assert first["started"] and report["errors"] == []
-    assert set(report["commands"]) == {"cpcLsp.restart", "cpcLsp.showLog"}
-    # A server setting is sent to the running server; other settings send nothing.
-    assert report["afterServerSetting"] == {"clients": 1, "notifications": 1}
-    (change,) = report["notifications"]
-    assert change["method"] == "workspace/didChangeConfiguration"
-    assert change["params"]["settings"][SECTION]["maxTokens"] == 8
-    assert report["afterOtherSettings"] == {"clients": 1, "notifications": 1}
-    # Changing how the server starts restarts it, with the settings of that moment.
-    assert report["afterServerArgs"] == {"clients": 2, "notifications": 1}
-    assert first["stopped"]
-    assert restarted["serverOptions"]["args"] == []
-    assert restarted["initializationOptions"][SECTION]["maxTokens"] == 8
-    assert restarted["stopped"]  # by deactivate()
+    levels = [r["level"] for r in out["routed"]]
+    assert levels == ["info", "warn", "debug", "debug", "error", "error", "error", "error"]
+    assert out["routed"][0]["text"] == "lsp_server.server: loading the default model"  # the channel adds the time
+    assert out["last"] == "ValueError: boom"
+    # argparse's complaint has no level: the last line still names the cause.
+    out = _node_json(
+        node,
+        "const {StderrLevels} = require('./logs'); const l = new StderrLevels();"
+        "l.line('usage: cpc-lsp [-h]'); l.line('cpc-lsp: error: unrecognized arguments: --x');"
+        "console.log(JSON.stringify({last: l.lastError()}));",
+    )
+    assert out["last"] == "cpc-lsp: error: unrecognized arguments: --x"
+
+
+def test_per_language_switch(node):
+    """`cpcLsp.enable` in the manner of `github.copilot.enable`."""
+    cases = [
+        [{"*": True, "plaintext": False}, "plaintext", False],
+        [{"*": True, "plaintext": False}, "markdown", True],
+        [{"*": False, "python": True}, "python", True],
+        [{"*": False, "python": True}, "markdown", False],
+        [{}, "markdown", True],
+        [None, "markdown", True],
+        [False, "markdown", False],
+        [{"*": False}, None, False],
+    ]
+    out = _node_json(
+        node,
+        "const s = require('./settings');"
+        "const cases = JSON.parse(require('fs').readFileSync(0, 'utf8'));"
+        "console.log(JSON.stringify(cases.map(([e, l]) => s.enabledFor(e, l ?? undefined))));",
+        stdin=json.dumps(cases),
+    )
+    assert out == [want for _, _, want in cases]
+
+
+def test_spawn_failures_name_the_cause(node, tmp_path):
+    """The messages a user sees when the server cannot start (checked for real in
+    test_vscode_real.py too)."""
+    not_executable = tmp_path / "cpc-lsp"
+    not_executable.write_text("#!/bin/sh\n")
+    script = (
+        "const {spawnServer} = require('./server_process');"
+        "const [missing, onPath, denied] = JSON.parse(require('fs').readFileSync(0, 'utf8'));"
+        "(async () => { const out = [];"
+        " for (const c of [missing, onPath, denied]) {"
+        "  try { const p = await spawnServer(c, []); await p.kill(0); out.push('started'); }"
+        "  catch (e) { out.push(e.message); } }"
+        " const p = await spawnServer('sh', ['-c', 'echo boom >&2; exit 3']); await p.ended(5000);"
+        " p.stderr = {lastError: () => 'boom'}; out.push(p.describe(' before it was ready'));"
+        " console.log(JSON.stringify(out)); })();"
+    )
+    missing = str(tmp_path / "nowhere" / "cpc-lsp")
+    out = _node_json(node, script, stdin=json.dumps([missing, "cpc-lsp-no-such-command", str(not_executable)]))
+    assert out[0].startswith(f'cpc-lsp: the server command "{missing}" was not found.')
+    assert out[1].startswith('cpc-lsp: the server command "cpc-lsp-no-such-command" was not found on PATH')
+    assert "is not executable" in out[2]
+    assert out[3] == "exited with code 3 before it was ready: boom"
 
 
 # --- the server through the extension's options ------------------------------------------------

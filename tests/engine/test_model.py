@@ -145,7 +145,8 @@ def test_a_cancel_from_another_thread_stops_within_one_step_and_the_sequence_sta
     assert complete(engine, "Thanks for sending over the draft", " yest").text.startswith(" yesterday")
 
 
-def test_a_prompt_longer_than_the_context_keeps_its_tail_and_still_reuses_the_cache(engine):
+def test_a_prompt_longer_than_the_context_keeps_its_tail_and_still_reuses_the_cache(small_context_engine):
+    engine = small_context_engine
     long_text = " ".join(f"Line {i} of a long report about the weather." for i in range(400))
     first = complete(engine, long_text, " tod", max_tokens=4)
     assert first.stats.prompt_tokens <= engine.n_ctx - 4
@@ -185,7 +186,8 @@ def test_the_cli_prints_json():
     assert data["tokens"] >= 1 and data["ms"] > 0
 
 
-def test_a_huge_prompt_is_clipped_before_tokenizing_and_typing_at_its_end_reuses_the_cache(engine):
+def test_a_huge_prompt_is_clipped_before_tokenizing_and_typing_at_its_end_reuses_the_cache(small_context_engine):
+    engine = small_context_engine
     huge = "".join(f"def function_{i}(value):\n    return value * {i}\n\n" for i in range(120_000))
     assert len(huge) > 5_000_000
     clipped = engine.clip(huge)

@@ -9,6 +9,9 @@
 --- takes them. Neovim 0.11: no inline completion exists, so the server's `textDocument/completion`
 --- fallback fills the completion menu as you type (`vim.lsp.completion`); the accept key takes the
 --- first entry.
+---
+--- Suggestions can be switched per filetype (`enable`, `:CpcLsp toggle`), and `status()` tells a
+--- statusline whether the model is loading, ready or failed.
 
 local M = {}
 
@@ -27,9 +30,13 @@ M.name = 'cpc_lsp'
 --- @field debounce_ms? integer 0.11 fallback: pause after a keystroke before asking. Default: 80.
 --- @field completeopt? string|false 0.11 fallback: buffer-local 'completeopt' for attached
 ---   buffers. Default: `'menuone,noselect,popup'`. `false`: leave it alone.
+--- @field enable? table<string, boolean> Where to suggest: filetypes mapped to true or false, with
+---   `'*'` for every other filetype (and buffers without one), like VS Code's `cpcLsp.enable`.
+---   Default: `{ ['*'] = true }`. Change it while running with `enable()`, `disable()`, `toggle()`.
 M.defaults = {
   cmd = { 'cpc-lsp' },
   filetypes = nil,
+  enable = { ['*'] = true },
   settings = {},
   accept_key = '<Tab>',
   debounce_ms = 80,
@@ -40,6 +47,10 @@ M.defaults = {
 local options = vim.deepcopy(M.defaults)
 
 local group = vim.api.nvim_create_augroup('cpc_lsp', { clear = true })
+
+--- What the server last said about its model (`cpcLsp/status`), or what became of its process.
+--- @type { state: string, message: string }
+local server_status = { state = 'stopped', message = '' }
 
 --- True when this Neovim shows LSP inline completions (0.12+).
 function M.has_inline_completion()
@@ -67,6 +78,12 @@ local function reuse_client(client, config)
   return client.name == config.name and not client:is_stopped()
 end
 
+local function set_status(state, message)
+  server_status = { state = state, message = message or '' }
+  vim.api.nvim_exec_autocmds('User', { pattern = 'CpcLspStatus', modeline = false })
+  vim.cmd.redrawstatus({ bang = true })
+end
+
 local function lsp_config()
   return {
     cmd = options.cmd,
@@ -74,7 +91,134 @@ local function lsp_config()
     init_options = section(options.settings),
     settings = section(options.settings),
     reuse_client = reuse_client,
+    handlers = {
+      -- loading | ready | error, sent around each model load (lsp_server/status.py).
+      ['cpcLsp/status'] = function(_, result)
+        if type(result) == 'table' and type(result.state) == 'string' then
+          set_status(result.state, result.message)
+        end
+      end,
+    },
+    before_init = function()
+      set_status('starting', '')
+    end,
+    on_exit = function(code, signal)
+      vim.schedule(function()
+        if code == 0 and signal == 0 then
+          set_status('stopped', '')
+        else
+          set_status('error', ('the server exited with code %d%s'):format(code, signal ~= 0 and (', signal ' .. signal) or ''))
+        end
+      end)
+    end,
   }
+end
+
+-- Per filetype ---------------------------------------------------------------------------------
+
+--- Whether suggestions are on for `filetype` (default: the current buffer's).
+--- @param filetype? string
+--- @return boolean
+function M.is_enabled(filetype)
+  filetype = filetype or vim.bo.filetype
+  local enable = options.enable
+  if filetype ~= '' and enable[filetype] ~= nil then
+    return enable[filetype] == true
+  end
+  return enable['*'] ~= false
+end
+
+--- Turn suggestions on or off in one attached buffer, by its filetype.
+local function apply_to_buffer(client, bufnr)
+  local on = M.is_enabled(vim.bo[bufnr].filetype)
+  if M.has_inline_completion() then
+    vim.lsp.inline_completion.enable(on, { bufnr = bufnr })
+  else
+    vim.lsp.completion.enable(on, client.id, bufnr, { autotrigger = true })
+  end
+end
+
+local function apply_everywhere()
+  for _, client in ipairs(vim.lsp.get_clients({ name = M.name })) do
+    for bufnr in pairs(client.attached_buffers) do
+      apply_to_buffer(client, bufnr)
+    end
+  end
+  vim.cmd.redrawstatus({ bang = true })
+end
+
+local function key_of(filetype)
+  filetype = filetype or vim.bo.filetype
+  return filetype == '' and '*' or filetype
+end
+
+--- Suggestions on for `filetype` (default: the current buffer's; `'*'`: every other filetype).
+--- @param filetype? string
+function M.enable(filetype)
+  options.enable[key_of(filetype)] = true
+  apply_everywhere()
+end
+
+--- Suggestions off for `filetype` (default: the current buffer's; `'*'`: every other filetype).
+--- @param filetype? string
+function M.disable(filetype)
+  options.enable[key_of(filetype)] = false
+  apply_everywhere()
+end
+
+--- Switch suggestions for `filetype` (default: the current buffer's). Returns the new state.
+--- @param filetype? string
+--- @return boolean
+function M.toggle(filetype)
+  local key = key_of(filetype)
+  local on = not M.is_enabled(key == '*' and '' or key)
+  options.enable[key] = on
+  apply_everywhere()
+  return on
+end
+
+--- The server's state and whether suggestions are on here: `{ state, message, enabled }`, where
+--- state is starting | loading | ready | error | stopped.
+function M.state()
+  return { state = server_status.state, message = server_status.message, enabled = M.is_enabled() }
+end
+
+--- A short text for a statusline: `cpc-lsp: ready`, `cpc-lsp: loading`, `cpc-lsp: off`, ...
+--- e.g. `vim.o.statusline = '%f %= %{v:lua.require("cpc_lsp").status()}'`.
+function M.status()
+  local now = M.state()
+  if now.state == 'error' then
+    return 'cpc-lsp: error'
+  end
+  if not now.enabled then
+    return 'cpc-lsp: off'
+  end
+  return 'cpc-lsp: ' .. now.state
+end
+
+local SUBCOMMANDS = { 'enable', 'disable', 'toggle', 'status' }
+
+--- `:CpcLsp enable|disable|toggle [filetype]`, `:CpcLsp status`.
+local function command(args)
+  local sub, filetype = args.fargs[1] or 'status', args.fargs[2]
+  if sub == 'status' then
+    local now = M.state()
+    local where = vim.bo.filetype ~= '' and (' for ' .. vim.bo.filetype) or ''
+    vim.notify(
+      ('cpc-lsp: %s%s; suggestions %s%s'):format(
+        now.state,
+        now.message ~= '' and (' (' .. now.message .. ')') or '',
+        now.enabled and 'on' or 'off',
+        where
+      )
+    )
+  elseif sub == 'enable' or sub == 'disable' or sub == 'toggle' then
+    M[sub](filetype)
+    local key = key_of(filetype)
+    vim.notify(('cpc-lsp: suggestions %s for %s'):format(M.is_enabled(key == '*' and '' or key) and 'on' or 'off', key == '*' and 'every other filetype' or key))
+  else
+    vim.notify('cpc-lsp: unknown subcommand ' .. sub .. ' (enable, disable, toggle, status)', vim.log.levels.ERROR)
+  end
 end
 
 --- What `key` did in insert mode before cpc_lsp mapped it in `bufnr`, as a function returning
@@ -130,6 +274,9 @@ local function on_keyword_char(bufnr, triggers)
   if vim.fn.pumvisible() == 1 then
     return -- the menu is open: autotrigger asks again if the server said the list is incomplete
   end
+  if not M.is_enabled(vim.bo[bufnr].filetype) then
+    return
+  end
   stop_timer()
   timer = assert(vim.uv.new_timer())
   timer:start(
@@ -146,7 +293,7 @@ local function on_keyword_char(bufnr, triggers)
 end
 
 local function attach_completion(client, bufnr)
-  vim.lsp.completion.enable(true, client.id, bufnr, { autotrigger = true })
+  apply_to_buffer(client, bufnr)
   if options.completeopt then
     vim.bo[bufnr].completeopt = options.completeopt
   end
@@ -182,8 +329,8 @@ end
 
 -- Neovim 0.12+ ---------------------------------------------------------------------------------
 
-local function attach_inline(_, bufnr)
-  vim.lsp.inline_completion.enable(true, { bufnr = bufnr })
+local function attach_inline(client, bufnr)
+  apply_to_buffer(client, bufnr)
   if options.accept_key then
     map_accept_key(bufnr, options.accept_key, function()
       return vim.lsp.inline_completion.get({ bufnr = bufnr }) and '' or nil
@@ -241,8 +388,24 @@ function M.setup(opts)
   vim.validate('accept_key', options.accept_key, { 'string', 'boolean' })
   vim.validate('debounce_ms', options.debounce_ms, 'number')
   vim.validate('completeopt', options.completeopt, { 'string', 'boolean' })
+  vim.validate('enable', options.enable, 'table')
+  options.enable = vim.deepcopy(options.enable)
 
   vim.lsp.config[M.name] = lsp_config()
+  vim.api.nvim_create_user_command('CpcLsp', command, {
+    nargs = '*',
+    desc = 'cpc-lsp: enable|disable|toggle [filetype], status',
+    force = true,
+    complete = function(lead, line)
+      local words = vim.split(line, '%s+', { trimempty = true })
+      if #words <= 1 or (#words == 2 and lead ~= '') then
+        return vim.tbl_filter(function(sub)
+          return vim.startswith(sub, lead)
+        end, SUBCOMMANDS)
+      end
+      return vim.fn.getcompletion(lead, 'filetype')
+    end,
+  })
 
   vim.api.nvim_clear_autocmds({ group = group })
   vim.api.nvim_create_autocmd('LspAttach', {

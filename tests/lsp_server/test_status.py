@@ -1,0 +1,33 @@
+"""lsp_server.status: what the status bar is told around a model load."""
+
+from __future__ import annotations
+
+from engine import EngineConfig
+from lsp_server import status
+from lsp_server.scheduler import LoadResult
+
+
+class _Protocol:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, object]] = []
+
+    def notify(self, method: str, params: object = None) -> None:
+        self.sent.append((method, params))
+
+
+def test_states_around_a_load():
+    config = EngineConfig()
+    assert status.loading("the default model") == status.Status("loading", "loading the default model")
+    ok = status.loaded(LoadResult(config, None, 1.5), "the default model")
+    assert ok == status.Status("ready", "the default model loaded in 1.5 s")
+    failed = status.loaded(LoadResult(config, "cannot load model (x.gguf): no such file", 0.1), "x.gguf")
+    assert failed == status.Status("error", "cannot load model (x.gguf): no such file")
+    kept = status.loaded(LoadResult(config, "cannot load model (x.gguf)", 0.1, kept=config), "x.gguf")
+    assert kept.state == "ready" and "kept the previous model" in kept.message
+
+
+def test_sent_as_a_notification():
+    protocol = _Protocol()
+    status.send(protocol, status.Status("error", "why"))
+    assert protocol.sent == [(status.STATUS_METHOD, {"state": "error", "message": "why"})]
+    assert status.STATUS_METHOD == "cpcLsp/status"  # editors/vscode/extension.js listens for this name
