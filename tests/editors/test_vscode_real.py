@@ -62,9 +62,15 @@ def vscode_env() -> Path:
 def vsix(tmp_path_factory, vscode_packages) -> Path:
     """editors/vscode packaged with vsce, as `make vsix` does."""
     out = tmp_path_factory.mktemp("vsix") / "cpc-lsp.vsix"
-    vsce = VSCODE / "node_modules" / ".bin" / "vsce"
+    npm = shutil.which("npm")
+    if npm is None:
+        _fail_setup("npm is not installed")
     proc = subprocess.run(
-        [str(vsce), "package", "--out", str(out)], cwd=VSCODE, capture_output=True, text=True, timeout=300
+        [npm, "run", "--silent", "package", "--", "--out", str(out)],
+        cwd=VSCODE,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     if proc.returncode != 0 or not out.exists():
         pytest.fail(f"vsce package failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
