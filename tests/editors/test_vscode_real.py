@@ -80,9 +80,11 @@ def vsix(tmp_path_factory, vscode_packages) -> Path:
 def _loopback_only() -> list[str]:
     """A prefix that runs a command in a new network namespace with only loopback up (root);
     without the privilege, nothing: every address the session uses is 127.0.0.1 anyway."""
-    unshare = shutil.which("unshare")
-    if unshare and subprocess.run([unshare, "-n", "true"], capture_output=True).returncode == 0:
-        return [unshare, "-n", "sh", "-c", 'ip link set lo up 2>/dev/null || true; exec "$@"', "sh"]
+    unshare, ip = shutil.which("unshare"), shutil.which("ip")
+    if unshare and ip:
+        check = subprocess.run([unshare, "-n", ip, "link", "set", "lo", "up"], capture_output=True)
+        if check.returncode == 0:
+            return [unshare, "-n", "sh", "-c", f'{ip} link set lo up && exec "$@"', "sh"]
     return []
 
 
