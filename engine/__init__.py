@@ -11,6 +11,7 @@ from engine.types import (
     DecodeStats,
     EngineConfig,
     ModelLoadError,
+    Prefetched,
     SamplingConfig,
 )
 
@@ -22,6 +23,7 @@ __all__ = [
     "Engine",
     "EngineConfig",
     "ModelLoadError",
+    "Prefetched",
     "SamplingConfig",
 ]
 

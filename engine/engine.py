@@ -19,6 +19,7 @@ from engine.llama_backend import LlamaContext, LlamaModel
 from engine.model_files import resolve_model
 from engine.prompt import FIM_EXTRA_TOKENS, FimTokens, fim_prompt
 from engine.sequence import PathRows, Sequence
+from engine.speculative import DraftConfig, PromptLookup
 from engine.stops import first_stop
 from engine.types import (  # BudgetError is defined with the types so callers need not import llama_cpp
     BudgetError,
@@ -27,6 +28,7 @@ from engine.types import (  # BudgetError is defined with the types so callers n
     DecodeStats,
     EngineConfig,
     ModelLoadError,
+    Prefetched,
     SamplingConfig,
 )
 from engine.vocab import VocabIndex
@@ -34,12 +36,21 @@ from engine.vocab import VocabIndex
 MIN_PROMPT_TOKENS = 64  # below this a context cannot hold a useful prompt beside the budget
 CHARS_PER_CONTEXT_TOKEN = 8  # text kept before tokenizing: generous, the token window trims the rest
 LINE_BREAKS = ("\n", "\r")
+MIB = 1024 * 1024
+MAX_REMEMBERED = 15  # sequences beyond the live one, whatever the budget
 
 
 @dataclass
 class _TokenizedPrompt:
     text: str = ""
     tokens: tuple[int, ...] = ()
+
+
+def remembered_sequences(config: EngineConfig, kv_bytes_per_token: int) -> int:
+    """How many prompts (documents) stay decoded: the live one, plus as many more whole contexts
+    of KV as fit in `memory_budget_mib`."""
+    per_context = max(1, config.context_tokens * kv_bytes_per_token)
+    return 1 + min(MAX_REMEMBERED, config.memory_budget_mib * MIB // per_context)
 
 
 class Engine:
@@ -54,6 +65,12 @@ class Engine:
         self._context = context
         self.vocab = vocab
         self.kv = KvCache(context)
+        self.drafts = DraftConfig(max_draft=config.draft_tokens)
+        # A draft ends after a token that ends generation, or (single-line mode) breaks the line.
+        self._draft_stops = vocab.eog
+        self._draft_line_stops = [
+            eog or b"\n" in piece or b"\r" in piece for eog, piece in zip(vocab.eog, vocab.pieces)
+        ]
         self._bos = list(model.tokenize(b"", add_bos=True))
         self._last_prompt = _TokenizedPrompt()
         self._last_suffix = _TokenizedPrompt()
@@ -71,7 +88,8 @@ class Engine:
         path = resolve_model(config.model_path)
         model = LlamaModel(path)
         try:
-            context = LlamaContext(model, config.context_tokens, config.batch_tokens, config.threads)
+            sequences = remembered_sequences(config, model.kv_bytes_per_token())
+            context = LlamaContext(model, config.context_tokens, config.batch_tokens, config.threads, sequences)
         except Exception:
             model.close()
             raise
@@ -137,15 +155,38 @@ class Engine:
 
     def sequence(self, sampling: SamplingConfig = SamplingConfig(), cancel: threading.Event | None = None) -> Sequence:
         """A seed-003 style sequence over this engine's KV cache (for callers that stream)."""
-        return Sequence(self.kv, self.vocab, sampling, cancel)
+        drafter = None
+        if self.drafts.max_draft > 0:
+            stops = self._draft_line_stops if sampling.single_line else self._draft_stops
+            drafter = PromptLookup(self.drafts, stops)
+        return Sequence(self.kv, self.vocab, sampling, cancel, drafter)
+
+    @staticmethod
+    def _reserve(request: CompletionRequest) -> int:
+        """Context tokens kept free after the prompt: the budget, the required prefix, a word."""
+        longest = max((len(c.encode("utf-8", "replace")) for c in request.candidates), default=0)
+        return request.max_tokens + len(request.required.encode("utf-8", "replace")) + longest + 1
+
+    def prefetch(self, request: CompletionRequest, cancel: threading.Event | None = None) -> Prefetched:
+        """Decode the prompt `request` would need, and nothing else (no covering, no sampling),
+        so a later `complete` with the same prompt starts warm. Low priority by contract: the
+        caller cancels it for any real request; what it decoded by then stays in the KV cache."""
+        started = time.perf_counter()
+        prompt = self.prompt_tokens(request, self._reserve(request))
+        before = self.kv.decoded
+        done = True
+        try:
+            self.kv.logits_after(prompt, cancel)
+        except Cancelled:
+            done = False
+        ms = (time.perf_counter() - started) * 1000
+        return Prefetched(len(prompt), self.kv.decoded - before, done, ms)
 
     def complete(self, request: CompletionRequest, cancel: threading.Event | None = None) -> Completion:
         started = time.perf_counter()
         cancel = cancel or threading.Event()
         required = request.required.encode("utf-8", "replace")
-        longest = max((len(c.encode("utf-8", "replace")) for c in request.candidates), default=0)
-        reserve = request.max_tokens + len(required) + longest + 1
-        prompt = self.prompt_tokens(request, reserve)
+        prompt = self.prompt_tokens(request, self._reserve(request))
         seq = self.sequence(request.sampling, cancel)
         text, reason, generated, logprobs = "", "cancelled", 0, []
         if seq.decode_prompt(prompt, required, request.exact, request.max_cover_decodes):
@@ -215,7 +256,7 @@ class Engine:
         counted = generated = 0
         logprobs: list[float] = []
         while counted < request.max_tokens:
-            result = seq.sample_next(request.sampling.logprobs)
+            result = seq.sample_next(request.sampling.logprobs, horizon=request.max_tokens - counted)
             if result.was_cancelled:
                 return text, "cancelled", generated, logprobs
             if result.is_eos:

@@ -4,25 +4,58 @@ The cache knows which tokens its KV holds. Asked for the logits after a token se
 the longest common prefix, removes the rest, and decodes only the new tail. Logits rows are also
 remembered by the exact token sequence that produced them (a small LRU), so an unchanged prompt,
 or a covering branch or suggestion already computed on an earlier keystroke, decodes nothing.
-A failed decode clears the cache instead of trusting uncertain memory.
+
+Prompt work is never thrown away: a decode cancelled between chunks keeps the chunks it finished,
+and the next request (or prefetch) resumes from them.
+
+Several documents stay decoded: the context has several sequences (each a whole context). One is
+live. A prompt that would cut the live sequence back by many tokens (usually: another document)
+moves to the sequence that shares clearly more with it, else to an empty or the least recently
+used one, so the displaced prompt stays decoded for when the user comes back. Why sequences and
+not llama.cpp's per-sequence state save/restore (measured on the default model): a saved state
+leaves out sliding-window cells older than the window, so a restored prompt could only be
+extended, never cut back; restoring the whole context's state instead changed logits by up to
+1.9 past the window; a switch between sequences copies nothing and any prefix is reused exactly.
+
+A failed decode or KV removal clears the cache instead of trusting uncertain memory.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
+from engine.tokens import common_prefix_length
+
+__all__ = ["Backend", "Cancelled", "Decoded", "KvCache", "common_prefix_length"]
+
+MOVE_MIN_DROP = 128  # a prompt that would cut the live sequence back this far moves to another
+MOVE_MIN_GAIN = 32  # ... and goes to a sequence sharing at least this many more tokens with it
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """What a backend decode did: `count` tokens are now in KV; `rows` (one per output, the last
+    `outputs` tokens in order) is None when the decode was cancelled between chunks."""
+
+    count: int
+    rows: np.ndarray | None
+
 
 class Backend(Protocol):
     n_ctx: int
+    sequences: int
 
-    def decode(self, tokens: Sequence[int], start: int, cancelled) -> np.ndarray | None: ...
+    def decode(
+        self, tokens: Sequence[int], start: int, cancelled: Callable[[], bool], outputs: int = 1, seq: int = 0
+    ) -> Decoded: ...
 
-    def remove_from(self, position: int) -> bool: ...
+    def remove_from(self, position: int, seq: int = 0) -> bool: ...
 
     def clear(self) -> None: ...
 
@@ -31,73 +64,118 @@ class Cancelled(Exception):
     """The request was cancelled between decode chunks or steps."""
 
 
-def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    # Compare in blocks first: prompts share long prefixes, so this is mostly one slice compare.
-    step = 256
-    while i + step <= n and a[i : i + step] == b[i : i + step]:
-        i += step
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
 class KvCache:
     def __init__(self, backend: Backend, remembered_rows: int = 48) -> None:
         self._backend = backend
-        self._held: list[int] = []  # tokens in KV at positions 0..len-1
+        self._seqs: list[list[int]] = [[] for _ in range(backend.sequences)]  # tokens per sequence
+        self._live = 0
+        self._recent: list[int] = list(range(backend.sequences))  # least recently used first
+        self._held = self._seqs[0]  # the live sequence: tokens in KV at positions 0..len-1
         self._rows: OrderedDict[tuple[int, ...], np.ndarray] = OrderedDict()
         self._capacity = remembered_rows
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards the sequences, _rows and the backend
         self.decoded = 0  # tokens decoded since construction (for per-request accounting)
+        self.switches = 0  # moves to a sequence that already held a shared prefix
 
     @property
     def held(self) -> int:
         return len(self._held)
 
-    def shared_prefix(self, tokens: Sequence[int]) -> int:
-        return common_prefix_length(self._held, tokens)
+    def sequences(self) -> list[int]:
+        """Tokens held per sequence, the live one first (diagnostics)."""
+        with self._lock:
+            return [len(self._held)] + [len(t) for i, t in enumerate(self._seqs) if i != self._live]
+
+    def remembers(self, tokens: tuple[int, ...]) -> bool:
+        with self._lock:
+            return tokens in self._rows
 
     def logits_after(self, tokens: tuple[int, ...], cancel: threading.Event | None = None) -> np.ndarray:
         """The logits row for the token after `tokens` (read-only: the row may be shared).
 
-        Raises Cancelled when `cancel` is set before or between decode chunks."""
-        row = self._rows.get(tokens)
-        if row is not None:
-            self._rows.move_to_end(tokens)
-            return row
+        Raises Cancelled when `cancel` is set before or between decode chunks; the chunks
+        decoded by then stay in the cache."""
+        with self._lock:
+            row = self._rows.get(tokens)
+            if row is not None:
+                self._rows.move_to_end(tokens)
+                return row
+            rows = self._decode_to(tokens, 1, cancel)
+            return self._remember(tokens, rows[0])
+
+    def rows_along(self, context: tuple[int, ...], draft: tuple[int, ...], cancel: threading.Event | None = None) -> None:
+        """Remember the rows after `context` and after each prefix of `draft` behind it, decoded
+        in one batch (speculative drafts: a sampler then finds them as it walks the draft)."""
+        with self._lock:
+            rows = self._decode_to(context + draft, len(draft) + 1, cancel)
+            for i, row in enumerate(rows):
+                self._remember(context + draft[:i], row)
+
+    def _decode_to(self, tokens: tuple[int, ...], outputs: int, cancel: threading.Event | None) -> np.ndarray:
+        """Bring KV to hold `tokens`, decoding at least the last `outputs` of them; their rows."""
         if cancel is not None and cancel.is_set():
             raise Cancelled()
-        with self._lock:
-            keep = common_prefix_length(self._held, tokens)
-            if keep == len(tokens):  # the row was forgotten: decode the last token again
-                keep -= 1
-            if keep < len(self._held):
-                if not self._backend.remove_from(keep):
-                    self._reset()
-                    keep = 0
-                del self._held[keep:]
-            tail = tokens[keep:]
-            try:
-                row = self._backend.decode(tail, keep, cancel.is_set if cancel else (lambda: False))
-            except Exception:
+        self._switch_for(tokens)
+        keep = self._cut(min(common_prefix_length(self._held, tokens), len(tokens) - outputs))
+        tail = tokens[keep:]
+        try:
+            done = self._backend.decode(tail, keep, cancel.is_set if cancel else (lambda: False), outputs, self._live)
+        except Exception:
+            self._reset()
+            raise
+        self._held.extend(tail[: done.count])
+        self.decoded += done.count
+        if done.rows is None:  # cancelled between chunks: what was decoded stays for the next request
+            raise Cancelled()
+        return done.rows
+
+    def _switch_for(self, tokens: tuple[int, ...]) -> None:
+        """Pick the sequence `tokens` decode into (see the module docstring)."""
+        if len(self._seqs) == 1:
+            return
+        keep = common_prefix_length(self._held, tokens)
+        others = [i for i in range(len(self._seqs)) if i != self._live]
+        shared, best = max((common_prefix_length(self._seqs[i], tokens), i) for i in others)
+        if shared >= keep + MOVE_MIN_GAIN:
+            self._use(best)
+            self.switches += 1
+        elif len(self._held) - keep >= MOVE_MIN_DROP:
+            target = next((i for i in self._recent if not self._seqs[i]), None)
+            if target is None:
+                target = next(i for i in self._recent if i != self._live)
+            self._use(target)
+            self._cut(0)
+        else:
+            return
+
+    def _use(self, seq: int) -> None:
+        self._live = seq
+        self._held = self._seqs[seq]
+        self._recent.remove(seq)
+        self._recent.append(seq)
+
+    def _cut(self, keep: int) -> int:
+        """Remove the live sequence's KV from position `keep` on; returns what is kept (0 after a
+        refused removal, which clears the whole cache)."""
+        if keep < len(self._held):
+            if not self._backend.remove_from(keep, self._live):
                 self._reset()
-                raise
-            if row is None:  # cancelled between chunks; the cache holds an unknown part of the tail
-                self._backend.remove_from(keep)
-                raise Cancelled()
-            self._held.extend(tail)
-            self.decoded += len(tail)
+                return 0
+            del self._held[keep:]
+        return keep
+
+    def _remember(self, tokens: tuple[int, ...], row: np.ndarray) -> np.ndarray:
         row.flags.writeable = False
         self._rows[tokens] = row
-        if len(self._rows) > self._capacity:
+        self._rows.move_to_end(tokens)
+        while len(self._rows) > self._capacity:
             self._rows.popitem(last=False)
         return row
 
     def _reset(self) -> None:
         self._backend.clear()
-        self._held.clear()
+        for held in self._seqs:
+            held.clear()
         self._rows.clear()
 
     def forget(self) -> None:

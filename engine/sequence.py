@@ -18,6 +18,7 @@ from engine.covering import CoveringSearch
 from engine.kv import Cancelled, KvCache
 from engine.prefix import RequiredPrefix
 from engine.sampler import Sampler, log_sum_exp
+from engine.speculative import PromptLookup
 from engine.types import SamplingConfig
 from engine.vocab import VocabIndex
 
@@ -63,8 +64,10 @@ class Sequence:
         vocab: VocabIndex,
         sampling: SamplingConfig,
         cancel: threading.Event | None = None,
+        drafter: PromptLookup | None = None,
     ) -> None:
         self._kv = kv
+        self._drafter = drafter
         self._vocab = vocab
         self._sampler = Sampler(sampling, vocab.banned, vocab.free_ids)
         self._cancel = cancel or threading.Event()
@@ -120,8 +123,9 @@ class Sequence:
             )
         return True
 
-    def sample_next(self, want_logprob: bool = False) -> SampleResult:
-        """The next piece. A forced covering token needs no logits unless a log-probability is asked."""
+    def sample_next(self, want_logprob: bool = False, horizon: int = 1) -> SampleResult:
+        """The next piece. A forced covering token needs no logits unless a log-probability is asked.
+        `horizon`: how many more tokens the caller may want (bounds a speculative draft)."""
         if self._cancel.is_set():
             return SampleResult(None, b"", was_cancelled=True)
         try:
@@ -129,6 +133,10 @@ class Sequence:
                 token = self._forced.pop(0)
                 row = self._kv.logits_after(self._context, self._cancel) if want_logprob else None
             else:
+                if self._drafter is not None and horizon > 1 and not self._kv.remembers(self._context):
+                    draft = self._drafter.propose(self._context, horizon - 1)
+                    if draft:
+                        self._kv.rows_along(self._context, draft, self._cancel)
                 row = self._kv.logits_after(self._context, self._cancel)
                 allowed = self._prefix.allowed()
                 if self._prefix.dropped:

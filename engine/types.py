@@ -18,6 +18,8 @@ class EngineConfig:
     context_tokens: int = 2048
     threads: int | None = None  # None: all cores
     batch_tokens: int = 512
+    memory_budget_mib: int = 128  # KV of earlier prompts (other documents) kept decoded, LRU
+    draft_tokens: int = 6  # speculative draft length from the document (prompt lookup); 0: off
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,16 @@ class DecodeStats:
     ms: float = 0.0
     lexicon_decodes: int = 0  # extra decodes spent scoring document words
     lexicon_changed: bool = False  # a document word won over the model's own word
+
+
+@dataclass(frozen=True)
+class Prefetched:
+    """What a prefetch did: the prompt's length, the tokens it decoded, whether it finished."""
+
+    prompt_tokens: int
+    decoded_tokens: int
+    finished: bool
+    ms: float
 
 
 @dataclass(frozen=True)

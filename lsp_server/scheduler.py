@@ -6,6 +6,10 @@ job waits: a new one replaces it, and the one running is told to stop (the engin
 cancel flag between decode steps). A replaced job's future resolves at once with no completion,
 so the request it belongs to answers immediately and never with a stale suggestion.
 
+A prefetch (`prefetch`) is the lowest priority: it runs only when no request waits, decodes the
+prompt a request on that document would need, and any request stops it at once (within one
+decode chunk). What it decoded stays in the engine's KV cache, so the request continues from it.
+
 Loading runs on the same thread, so completions submitted before or while a model loads simply
 wait for it; once a load has failed they answer "no-model" at once. A failed *re*load puts the
 previous model back (loaded again rather than kept beside the new one, so memory never holds
@@ -22,7 +26,7 @@ from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from engine import BudgetError, Completion, CompletionRequest, EngineConfig, ModelLoadError
+from engine import BudgetError, Completion, CompletionRequest, EngineConfig, ModelLoadError, Prefetched
 from lsp_server.logs import frames
 
 logger = logging.getLogger(__name__)
@@ -32,6 +36,8 @@ class EngineLike(Protocol):
     """The part of `engine.Engine` the scheduler uses (a fake in unit tests)."""
 
     def complete(self, request: CompletionRequest, cancel: threading.Event) -> Completion: ...
+
+    def prefetch(self, request: CompletionRequest, cancel: threading.Event) -> Prefetched: ...
 
     def close(self) -> None: ...
 
@@ -70,6 +76,7 @@ class Job:
 
     request: CompletionRequest
     tag: str | None = None  # the document it belongs to, so an edit can cancel it
+    prefetch: bool = False  # decode the prompt only, at the lowest priority
     cancel_flag: threading.Event = field(default_factory=threading.Event)
     started: threading.Event = field(default_factory=threading.Event)  # the engine has it
     future: Future[Answer] = field(default_factory=Future)
@@ -89,12 +96,14 @@ class Scheduler:
         self._load_engine = load
         self._cond = threading.Condition()
         self._pending: Job | None = None
+        self._prefetch: Job | None = None  # runs only when nothing is pending
         self._running: Job | None = None
         self._wanted: tuple[EngineConfig, list[Future[LoadResult]]] | None = None
         self._engine: EngineLike | None = None
         self._config: EngineConfig | None = None  # what `_engine` was loaded with
         self._closed = False
         self.last: Completion | None = None  # what the engine last returned, for stats
+        self.last_prefetch: Prefetched | None = None
         self.load_error: str | None = None  # why the current model is missing, if it is
         self._thread = threading.Thread(target=self._work, name="cpc-engine", daemon=True)
         self._thread.start()
@@ -122,10 +131,25 @@ class Scheduler:
             if self._closed:
                 _resolve(job.future, Answer(None, "closed"))
                 return job
-            for old in (self._pending, self._running):
+            for old in (self._pending, self._running, self._prefetch):
                 if old is not None:
                     self._stop(old, "superseded")
             self._pending = job
+            self._cond.notify()
+        return job
+
+    def prefetch(self, request: CompletionRequest, tag: str | None = None) -> Job:
+        """Decode `request`'s prompt when the engine has nothing else to do. Replaces an older
+        prefetch; never stops a request, and any request stops it."""
+        job = Job(request, tag, prefetch=True)
+        with self._cond:
+            if self._closed:
+                _resolve(job.future, Answer(None, "closed"))
+                return job
+            for old in (self._prefetch, self._running):
+                if old is not None and old.prefetch:
+                    self._stop(old, "superseded")
+            self._prefetch = job
             self._cond.notify()
         return job
 
@@ -136,7 +160,7 @@ class Scheduler:
     def cancel_tag(self, tag: str, reason: str = "superseded") -> None:
         """Stop whatever work belongs to `tag` (a document that just changed)."""
         with self._cond:
-            for job in (self._pending, self._running):
+            for job in (self._pending, self._running, self._prefetch):
                 if job is not None and job.tag == tag:
                     self._stop(job, reason)
 
@@ -144,7 +168,7 @@ class Scheduler:
         """Stop all work, close the engine, end the thread."""
         with self._cond:
             self._closed = True
-            for job in (self._pending, self._running):
+            for job in (self._pending, self._running, self._prefetch):
                 if job is not None:
                     self._stop(job, "closed")
             if self._wanted:
@@ -162,21 +186,25 @@ class Scheduler:
         job.cancel_flag.set()
         if self._pending is job:
             self._pending = None
+        if self._prefetch is job:
+            self._prefetch = None
         _resolve(job.future, Answer(None, reason))
 
     def _work(self) -> None:
         while True:
             with self._cond:
-                while not (self._closed or self._wanted or (self._pending and self._ready())):
+                while not (self._closed or self._wanted or ((self._pending or self._prefetch) and self._ready())):
                     self._cond.wait()
                 if self._closed:
                     break
                 wanted, job = self._wanted, None
                 if wanted is not None:
                     self._wanted = None
-                else:
+                elif self._pending is not None:
                     job, self._pending = self._pending, None
-                    self._running = job
+                else:
+                    job, self._prefetch = self._prefetch, None
+                self._running = job
             if wanted is not None:
                 self._load(*wanted)
             elif job is not None:
@@ -226,6 +254,9 @@ class Scheduler:
     def _complete(self, job: Job) -> None:
         if job.cancel_flag.is_set():
             return
+        if job.prefetch:
+            self._run_prefetch(job)
+            return
         if self._engine is None:
             _resolve(job.future, Answer(None, "no-model"))
             return
@@ -244,3 +275,20 @@ class Scheduler:
             _resolve(job.future, Answer(None, "cancelled"))
         else:
             _resolve(job.future, Answer(completion, "done"))
+
+    def _run_prefetch(self, job: Job) -> None:
+        if self._engine is None:
+            _resolve(job.future, Answer(None, "no-model"))
+            return
+        job.started.set()
+        try:
+            self.last_prefetch = self._engine.prefetch(job.request, job.cancel_flag)
+        except BudgetError as exc:  # the request made for this cursor will say it to the user
+            _resolve(job.future, Answer(None, "budget", str(exc)))
+            return
+        except Exception as exc:
+            logger.error("prefetch failed: %s", frames(exc))
+            _resolve(job.future, Answer(None, "failed"))
+            return
+        stopped = job.cancel_flag.is_set() or not self.last_prefetch.finished
+        _resolve(job.future, Answer(None, "cancelled" if stopped else "done"))

@@ -172,6 +172,19 @@ class CpcServer(LanguageServer):
 
     # --- completion ------------------------------------------------------------------------
 
+    def prefetch(self, uri: str, edit: tuple[Range, int] | None) -> None:
+        """Let the idle engine decode the prompt the next request here will likely need: the
+        one for a cursor after the last edit (`edit`: its range and inserted length), or at the
+        document's end when there is no edit position (just opened, whole text replaced). For a
+        document that fits the context, the end's prompt covers any cursor's prompt as a prefix."""
+        doc = self.documents.get(uri)
+        if doc is None or doc.stale or not self.settings.prefetch:
+            return
+        cursor = len(doc.text)
+        if edit is not None:
+            cursor = doc.offset_at(edit[0].start_line, edit[0].start_character, self.encoding) + edit[1]
+        self.scheduler.prefetch(request_for(split(doc.text, cursor), self.settings), tag=unquote(uri))
+
     async def suggest(self, uri: str, position: types.Position) -> tuple[Document, Suggestion] | None:
         """The suggestion at `position` and the document it was made from; None when there is none."""
         doc = self.documents.get(uri)
@@ -302,6 +315,7 @@ def build_server(
     def did_open(ls: CpcServer, params: types.DidOpenTextDocumentParams) -> None:
         doc = params.text_document
         ls.documents.open(doc.uri, doc.text, doc.version)
+        ls.prefetch(doc.uri, None)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: CpcServer, params: types.DidChangeTextDocumentParams) -> None:
@@ -310,6 +324,9 @@ def build_server(
         changes = [(_change_range(c), c.text) for c in params.content_changes]
         if not ls.documents.change(uri, params.text_document.version, changes, ls.encoding):
             logger.warning("didChange for a document that is not open")
+        elif changes:
+            last_range, last_text = changes[-1]
+            ls.prefetch(uri, None if last_range is None else (last_range, len(last_text)))
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: CpcServer, params: types.DidCloseTextDocumentParams) -> None:

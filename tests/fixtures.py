@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from bench.lsp_client import Editor, LspClient, Reply, end_position, frame  # noqa: F401  (re-exported)
-from engine import Completion, CompletionRequest, DecodeStats, EngineConfig, ModelLoadError
+from engine import Completion, CompletionRequest, DecodeStats, EngineConfig, ModelLoadError, Prefetched
 
 DRAFT = "Thanks for sending over the draft yest"
 FAST = {"maxTokens": 4, "threads": 1}  # real-model settings that keep a completion short
@@ -52,6 +52,7 @@ class FakeEngine:
         self.threads: set[str] = set()
         self.calls: list[str] = []
         self.requests: list[CompletionRequest] = []
+        self.prefetched: list[str] = []
         self.closed = False
         self._last_prompt: str | None = None
 
@@ -76,6 +77,14 @@ class FakeEngine:
             generated_tokens=2, kv_tokens=prompt_tokens + 2,
         )  # fmt: skip
         return Completion(text, "eos", stats)
+
+    def prefetch(self, request: CompletionRequest, cancel: threading.Event) -> Prefetched:
+        """Like the real one: the prompt is warm afterwards, unless cancelled first."""
+        self.prefetched.append(request.prompt)
+        if cancel.is_set():
+            return Prefetched(0, 0, False, 0.0)
+        self._last_prompt = request.prompt
+        return Prefetched(len(request.prompt.split()) + 1, 0, True, 0.0)
 
     def close(self) -> None:
         self.closed = True

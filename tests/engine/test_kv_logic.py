@@ -5,36 +5,56 @@ import threading
 import numpy as np
 import pytest
 
-from engine.kv import Cancelled, KvCache, common_prefix_length
+from engine.kv import Cancelled, Decoded, KvCache, common_prefix_length
 
 
 class RecordingBackend:
+    """KV cells per sequence as lists; a row is [sum of the cells up to that token] * 8."""
+
     n_ctx = 4096
 
-    def __init__(self, fail_at: int | None = None):
-        self.cells: list[int] = []
+    def __init__(self, fail_at: int | None = None, sequences: int = 1):
+        self.sequences = sequences
+        self.seqs: list[list[int]] = [[] for _ in range(sequences)]
         self.calls: list[tuple] = []
         self.fail_at = fail_at
+        self.refuse_rm = False
 
-    def decode(self, tokens, start, cancelled):
-        assert start == len(self.cells), "decode must continue exactly where KV ends"
-        self.calls.append(("decode", tuple(tokens), start))
+    @property
+    def cells(self) -> list[int]:
+        return self.seqs[0]
+
+    def decode(self, tokens, start, cancelled, outputs=1, seq=0):
+        cells = self.seqs[seq]
+        assert start == len(cells), "decode must continue exactly where KV ends"
+        assert 1 <= outputs <= len(tokens)
+        self.calls.append(("decode", tuple(tokens), start) + ((seq,) if seq else ()))
+        rows = []
         for i in range(0, len(tokens), 4):  # chunks of 4, cancellable between chunks
             if i and cancelled():
-                return None
+                return Decoded(i, None)
             if self.fail_at is not None and start + i <= self.fail_at < start + i + 4:
                 raise RuntimeError("decode failed")
-            self.cells.extend(tokens[i : i + 4])
-        return np.full(8, float(sum(self.cells)), dtype=np.float32)
+            for token in tokens[i : i + 4]:
+                cells.append(token)
+                rows.append(row_for(cells))
+        return Decoded(len(tokens), np.stack(rows[len(tokens) - outputs :]))
 
-    def remove_from(self, position):
-        self.calls.append(("rm", position))
-        del self.cells[position:]
+    def remove_from(self, position, seq=0):
+        self.calls.append(("rm", position) + ((seq,) if seq else ()))
+        if self.refuse_rm:
+            return False
+        del self.seqs[seq][position:]
         return True
 
     def clear(self):
         self.calls.append(("clear",))
-        self.cells.clear()
+        for cells in self.seqs:
+            cells.clear()
+
+
+def row_for(tokens) -> np.ndarray:
+    return np.full(8, float(sum(tokens)), dtype=np.float32)
 
 
 def test_common_prefix_length_over_blocks():
@@ -85,14 +105,33 @@ def test_cancel_between_chunks_leaves_a_consistent_cache():
         return True
 
     backend_decode = backend.decode
-    backend.decode = lambda tokens, start, _: backend_decode(tokens, start, cancelled)
+    backend.decode = lambda tokens, start, _, outputs=1, seq=0: backend_decode(tokens, start, cancelled, outputs, seq)
     with pytest.raises(Cancelled):
         kv.logits_after(tuple(range(10)), cancel)
-    assert backend.cells == [] and kv.held == 0
+    # the first chunk was decoded before the cancel: it stays, and the next request resumes there
+    assert backend.cells == [0, 1, 2, 3] and kv.held == 4 and kv.decoded == 4
     backend.decode = backend_decode
-    kv.logits_after(tuple(range(10)))
-    assert backend.cells == list(range(10))
+    row = kv.logits_after(tuple(range(10)))
+    assert backend.calls[-1] == ("decode", tuple(range(4, 10)), 4)
+    assert backend.cells == list(range(10)) and row[0] == sum(range(10))
 
+
+def test_work_survives_every_cancel_of_a_long_prompt():
+    """Typing into a cold document: each keystroke's request is cancelled after one chunk, yet
+    the prompt is decoded once in total, never from zero again."""
+    backend = RecordingBackend()
+    kv = KvCache(backend)
+    prompt = tuple(range(1, 41))
+    cancelled_after_one_chunk = lambda tokens, start, _, outputs=1, seq=0: RecordingBackend.decode(
+        backend, tokens, start, lambda: True, outputs, seq
+    )
+    backend.decode = cancelled_after_one_chunk
+    for _ in range(9):
+        with pytest.raises(Cancelled):
+            kv.logits_after(prompt, threading.Event())
+    del backend.decode
+    kv.logits_after(prompt)
+    assert kv.decoded == 40 and backend.cells == list(prompt)
 
 def test_a_set_cancel_flag_stops_before_any_decode():
     kv = KvCache(RecordingBackend())
@@ -112,3 +151,102 @@ def test_a_failed_decode_clears_the_cache_instead_of_trusting_it():
     backend.fail_at = None
     kv.logits_after((1, 2, 3))  # nothing is reused from uncertain memory
     assert backend.calls[-1] == ("decode", (1, 2, 3), 0)
+
+
+def test_the_lock_guards_the_remembered_rows_too():
+    """Rows are read and written under the same lock as the KV bookkeeping (issue 12)."""
+    backend = RecordingBackend()
+    kv = KvCache(backend, remembered_rows=4)
+    errors = []
+
+    def worker(base):
+        try:
+            for i in range(200):
+                kv.logits_after((1, 2, base + i % 7))
+        except Exception as exc:  # pragma: no cover - the failure being tested for
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(b,)) for b in (100, 200, 300)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
+def test_a_refused_kv_removal_clears_the_cache():
+    backend = RecordingBackend()
+    kv = KvCache(backend)
+    kv.logits_after((1, 2, 3, 4, 5))
+    backend.refuse_rm = True
+    kv.logits_after((1, 2, 9))
+    assert ("clear",) in backend.calls and backend.cells == [1, 2, 9] and kv.held == 3
+
+
+def test_rows_along_a_draft_are_decoded_in_one_batch_and_remembered():
+    backend = RecordingBackend()
+    kv = KvCache(backend)
+    kv.logits_after((1, 2, 3))
+    kv.rows_along((1, 2, 3, 4), (5, 6))
+    assert backend.calls[-1] == ("decode", (4, 5, 6), 3)
+    calls = len(backend.calls)
+    for context in ((1, 2, 3, 4), (1, 2, 3, 4, 5), (1, 2, 3, 4, 5, 6)):
+        assert kv.remembers(context)
+        assert kv.logits_after(context)[0] == sum(context)
+    assert len(backend.calls) == calls
+    kv.logits_after((1, 2, 3, 4, 5, 6, 7))  # the draft's tokens are in KV: one more token decoded
+    assert backend.calls[-1] == ("decode", (7,), 6)
+    kv.logits_after((1, 2, 3, 4, 8))  # a rejected draft token is cut like any changed tail
+    assert backend.calls[-2:] == [("rm", 4), ("decode", (8,), 4)]
+
+
+def test_rows_along_when_the_context_row_is_needed_again():
+    backend = RecordingBackend()
+    kv = KvCache(backend)
+    kv.logits_after((1, 2, 3))
+    kv.rows_along((1, 2, 3), (4,))  # KV holds the whole context: its last token is decoded again
+    assert backend.calls[-2:] == [("rm", 2), ("decode", (3, 4), 2)]
+
+
+def doc(base: int, n: int = 200) -> tuple[int, ...]:
+    return (1,) + tuple(range(base, base + n))
+
+
+def test_coming_back_to_a_document_finds_it_still_decoded_in_another_sequence():
+    backend = RecordingBackend(sequences=3)
+    kv = KvCache(backend)
+    a, b = doc(1000), doc(5000)
+    kv.logits_after(a)
+    kv.logits_after(b)  # A would be cut back to BOS: B goes to an empty sequence instead
+    assert backend.seqs[0] == list(a) and backend.seqs[1] == list(b)
+    decoded = kv.decoded
+    kv.logits_after(a + (7, 8))
+    assert kv.decoded - decoded == 2 and backend.seqs[0] == list(a + (7, 8)) and kv.switches == 1
+    assert kv.sequences() == [len(a) + 2, len(b), 0]
+
+
+def test_a_small_change_stays_in_the_live_sequence():
+    backend = RecordingBackend(sequences=3)
+    kv = KvCache(backend)
+    a = doc(1000)
+    kv.logits_after(a)
+    kv.logits_after(a[:-10] + (3,))
+    assert backend.seqs[1] == [] and backend.seqs[0] == list(a[:-10] + (3,))
+
+
+def test_the_least_recently_used_document_is_the_one_replaced():
+    backend = RecordingBackend(sequences=3)
+    kv = KvCache(backend)
+    a, b, c, d = doc(1000), doc(2000), doc(3000), doc(4000)
+    for tokens in (a, b, c, a + (5,), d):  # A was used again after C, so B goes
+        kv.logits_after(tokens)
+    held = sorted(map(tuple, backend.seqs))
+    assert held == sorted([a + (5,), c, d])
+
+
+def test_a_single_sequence_cache_never_switches():
+    backend = RecordingBackend()
+    kv = KvCache(backend)
+    kv.logits_after(doc(1000))
+    kv.logits_after(doc(2000))
+    assert backend.cells == list(doc(2000)) and kv.switches == 0
