@@ -207,6 +207,13 @@ def test_per_language_enable_and_status_bar_click(session):
     assert "off for markdown" in step["statusOffAgain"] and step["settingOff"] == {"*": True, "markdown": False}
 
 
+def test_trace_setting_switches_while_running(session):
+    step = _step(session, "trace_switch")
+    assert step["servedAfter"] > step["servedBefore"]  # requests went out while trace was off
+    assert step["offAfter"] == step["offBefore"]  # and none was traced
+    assert step["messages"] > step["offAfter"]  # and traced again once it is "messages"
+
+
 def test_a_model_that_fails_to_load_is_named(session):
     step = _step(session, "bad_model")
     assert any(step["model"] in text and "does not exist" in text for text in step["notifications"]), step

@@ -482,6 +482,26 @@ async function main() {
       return { initializeBefore, initializeAfter: count(serverLog(), "Sending request 'initialize"), ghost };
     });
 
+    await step('trace_switch', async () => {
+      // cpcLsp.trace.server while running: off traces nothing, messages traces again.
+      const traced = () => count(serverLog(), "Sending request 'textDocument/inlineCompletion");
+      writeMachineSettings({ 'cpcLsp.trace.server': 'off' });
+      await sleep(1000);
+      const served = () => (serverLog().match(/lsp_server\.server: #\d+ /g) || []).length;
+      const offBefore = traced();
+      const servedBefore = served();
+      await type(' and the');
+      await sleep(1500);
+      const offAfter = traced();
+      const servedAfter = served(); // the server's own log lines: requests did go out
+      writeMachineSettings({ 'cpcLsp.trace.server': 'messages' });
+      await sleep(1000);
+      await type(' not');
+      const deadline = Date.now() + 20000;
+      while (traced() === offAfter && Date.now() < deadline) await sleep(100);
+      return { offBefore, offAfter, servedBefore, servedAfter, messages: traced() };
+    });
+
     await step('bad_model', async () => {
       // A model that does not exist: the server says so, naming the file, and keeps the old one.
       const model = path.join(spec.work, 'no-such-model.gguf');
