@@ -91,11 +91,14 @@ function errorHandler() {
 }
 
 /** vscode-languageclient also pops up "couldn't create connection to server" when a start
- * fails; startClient says why instead (command missing, exit code and last words), so that one
- * only goes to the log. */
+ * fails, and "Sending document notification … failed" for a keystroke typed while it stops (a
+ * restart). startClient says why a start failed (command missing, exit code and last words), and
+ * a keystroke during a restart is no error: those only go to the log. */
 class Client extends LanguageClient {
   error(message, data, showNotification) {
-    const quiet = typeof message === 'string' && message.includes("couldn't create connection to server");
+    const text = typeof message === 'string' ? message : '';
+    const quiet =
+      text.includes("couldn't create connection to server") || (text.startsWith('Sending ') && !this.isRunning());
     super.error(message, data, quiet ? false : showNotification);
   }
 }

@@ -195,7 +195,8 @@ def test_max_tokens_setting_reaches_the_server(session):
 def test_restart_server_command(session):
     step = _step(session, "restart")
     assert step["initializeAfter"] == step["initializeBefore"] + 1
-    assert step["ghost"].startswith("erday")
+    assert step["ghost"].startswith("erday")  # typed during the restart, suggested after it
+    assert step["notifications"] == [], step["notifications"]  # typing during a restart is no error
 
 
 def test_per_language_enable_and_status_bar_click(session):
@@ -212,6 +213,14 @@ def test_trace_setting_switches_while_running(session):
     assert step["servedAfter"] > step["servedBefore"]  # requests went out while trace was off
     assert step["offAfter"] == step["offBefore"]  # and none was traced
     assert step["messages"] > step["offAfter"]  # and traced again once it is "messages"
+
+
+def test_a_server_that_dies_is_restarted_and_the_log_says_why(session):
+    step = _step(session, "server_killed")
+    assert len(step["restarted"]) == 1 and step["restarted"][0] != step["killed"]
+    assert any(line.endswith("was killed by SIGKILL; restarting it.") for line in step["said"]), step["said"]
+    assert step["ghost"]  # suggestions go on
+    assert not any("SIGKILL" in text for text in step["notifications"])  # restarted: nothing to act on
 
 
 def test_a_model_that_fails_to_load_is_named(session):

@@ -219,6 +219,24 @@ async function waitForStatus(pattern, timeout = WARM) {
   }
 }
 
+/** How many status changes there were so far, to wait for a restart after this point. */
+async function statusMark() {
+  return page.evaluate(() => window.__cpcStatus.length);
+}
+
+/** Waits until the status, after `mark`, went through starting (or loading) and is ready again. */
+async function waitForRestart(mark, timeout = WARM) {
+  await page.waitForFunction(
+    (from) => {
+      const seen = window.__cpcStatus.slice(from);
+      const last = seen.length ? seen[seen.length - 1].label : '';
+      return seen.some((e) => /starting|loading/.test(e.label)) && /ready, on for plaintext/.test(last);
+    },
+    mark,
+    { timeout, polling: 50 },
+  );
+}
+
 async function notifications() {
   return page.$$eval('.notification-list-item-message', (items) => items.map((e) => e.textContent));
 }
@@ -296,6 +314,40 @@ function serverLog() {
 }
 
 const count = (text, needle) => text.split(needle).length - 1;
+
+/** Process ids below `root` (from /proc), to find the server that code-server started. */
+function descendants(root) {
+  const children = new Map();
+  for (const name of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const stat = fs.readFileSync(`/proc/${name}/stat`, 'utf8');
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      if (!children.has(ppid)) children.set(ppid, []);
+      children.get(ppid).push(Number(name));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  const found = [];
+  const queue = [root];
+  while (queue.length) {
+    for (const child of children.get(queue.shift()) || []) {
+      found.push(child);
+      queue.push(child);
+    }
+  }
+  return found;
+}
+
+/** A process's arguments, as an array. */
+function cmdline(pid) {
+  try {
+    return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+  } catch {
+    return [];
+  }
+}
 
 /** Runs one step; a failure is recorded with what the page showed, and the session goes on. */
 async function step(name, body) {
@@ -475,11 +527,18 @@ async function main() {
     await step('restart', async () => {
       await openFile('restart.txt');
       const initializeBefore = count(serverLog(), "Sending request 'initialize");
+      const mark = await statusMark();
       await runCommand('cpc-lsp: Restart Server');
-      await waitForStatus(/ready, on for plaintext/);
+      // Typing on while it restarts: no error, and the suggestion comes once the server is back.
       await type(' yest');
+      await waitForRestart(mark);
       const { ghost } = await waitForGhost();
-      return { initializeBefore, initializeAfter: count(serverLog(), "Sending request 'initialize"), ghost };
+      return {
+        initializeBefore,
+        initializeAfter: count(serverLog(), "Sending request 'initialize"),
+        ghost,
+        notifications: await notifications(),
+      };
     });
 
     await step('trace_switch', async () => {
@@ -502,6 +561,22 @@ async function main() {
       return { offBefore, offAfter, servedBefore, servedAfter, messages: traced() };
     });
 
+    await step('server_killed', async () => {
+      // The server dies while running (killed here, by its pid, found among code-server's
+      // descendants): the extension says why in the log, starts it again, suggestions go on.
+      const servers = () => descendants(server.pid).filter((pid) => cmdline(pid).includes(spec.server.command));
+      const pids = servers();
+      if (pids.length !== 1) throw new Error(`expected one server process, found ${pids}`);
+      const mark = await statusMark();
+      process.kill(pids[0], 'SIGKILL');
+      await waitForRestart(mark);
+      await type(' yest');
+      const { ghost } = await waitForGhost();
+      const restarted = servers();
+      const said = serverLog().split('\n').filter((line) => line.includes('was killed by SIGKILL'));
+      return { killed: pids[0], restarted, said, ghost, notifications: await notifications() };
+    });
+
     await step('bad_model', async () => {
       // A model that does not exist: the server says so, naming the file, and keeps the old one.
       const model = path.join(spec.work, 'no-such-model.gguf');
@@ -517,8 +592,9 @@ async function main() {
       writeMachineSettings({ 'cpcLsp.server.args': [...spec.server.args, '--no-such-flag'] });
       await waitForStatus(/error/, 30000);
       const shown = await waitForNotification('--no-such-flag');
+      const mark = await statusMark();
       writeMachineSettings({ 'cpcLsp.server.args': spec.server.args });
-      await waitForStatus(/ready/);
+      await waitForRestart(mark);
       return { notifications: shown };
     });
 
