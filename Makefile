@@ -29,7 +29,7 @@ install-test: $(PY)
 
 vsix:
 	$(NPM_CI_VSCODE)
-	cd editors/vscode && npx vsce package --out cpc-lsp.vsix
+	cd editors/vscode && npm run --silent package -- --out cpc-lsp.vsix
 
 demo: install
 	$(PY) -m lsp_server complete --text "Thanks for sending over the draft yest"

@@ -95,6 +95,17 @@ def next_word(added: str) -> str:
     return added[:i] if any(is_word_char(ch) for ch in added[:i]) else ""
 
 
+POSITIONS = ("inside a word", "at a word end", "after a non-word character")
+
+
+def position_kind(before: str, rest: str) -> str:
+    """Where the cursor is, knowing the passage: inside a word (it goes on), at the end of a word
+    (it does not), or after a space or punctuation."""
+    if before and is_word_char(before[-1]):
+        return POSITIONS[0] if rest and is_word_char(rest[0]) else POSITIONS[1]
+    return POSITIONS[2]
+
+
 def accepts(chunk: str, rest: str) -> bool:
     """The chunk is exactly right: the passage goes on with it and its word ends there."""
     return bool(chunk) and rest.startswith(chunk) and (len(chunk) == len(rest) or not is_word_char(rest[len(chunk)]))
@@ -145,6 +156,7 @@ def replay_server(editor: Editor, passage: Passage, uri: str, in_place: bool) ->
     cursor = _Cursor(editor, uri, passage.before, passage.after if in_place else "", LANGUAGES[passage.kind])
     target, pos = passage.text, 0
     typed = accepted = accepts_n = 0
+    where: dict[str, list[int]] = {k: [0, 0, 0] for k in POSITIONS}  # requests, accepts, accepted chars
     ms: list[float] = []
     shown_count = 0
     begins = True
@@ -160,27 +172,34 @@ def replay_server(editor: Editor, passage: Passage, uri: str, in_place: bool) ->
                 word = cursor.word()
                 begins = begins and shown.startswith(word)
                 chunk = next_word(shown[len(word) :])
+            at = where[position_kind(passage.before + target[:pos], target[pos:])]
+            at[0] += 1
             if accepts(chunk, target[pos:]):
                 cursor.insert(chunk)
                 pos += len(chunk)
                 accepted += len(chunk)
                 accepts_n += 1
+                at[1] += 1
+                at[2] += len(chunk)
             else:
                 cursor.insert(target[pos])
                 pos += 1
                 typed += 1
     finally:
         cursor.close()
-    return _result(len(target), typed, accepted, accepts_n, ms, shown_count, begins)
+    return _result(len(target), typed, accepted, accepts_n, ms, shown_count, begins, where)
 
 
 def replay_peer(peer, passage: Passage, max_tokens: int) -> dict[str, Any]:
     """The same replay with the peer's completion of the text before the cursor."""
     target, pos = passage.text, 0
     typed = accepted = accepts_n = 0
+    where: dict[str, list[int]] = {k: [0, 0, 0] for k in POSITIONS}
     ms: list[float] = []
     shown_count = 0
     while pos < len(target):
+        at = where[position_kind(passage.before + target[:pos], target[pos:])]
+        at[0] += 1
         prompt = passage.before + target[:pos]
         started = time.perf_counter()
         out = peer.llm.create_completion(prompt, max_tokens=max_tokens, temperature=0.0, stop=["\n"])
@@ -192,17 +211,37 @@ def replay_peer(peer, passage: Passage, max_tokens: int) -> dict[str, Any]:
             pos += len(chunk)
             accepted += len(chunk)
             accepts_n += 1
+            at[1] += 1
+            at[2] += len(chunk)
         else:
             pos += 1
             typed += 1
-    return _result(len(target), typed, accepted, accepts_n, ms, shown_count, None)
+    return _result(len(target), typed, accepted, accepts_n, ms, shown_count, None, where)
 
 
-def _result(chars, typed, accepted, accepts_n, ms, shown, begins) -> dict[str, Any]:
+def _result(chars, typed, accepted, accepts_n, ms, shown, begins, where) -> dict[str, Any]:
     return {
         "chars": chars, "typed": typed, "accepted": accepted, "accepts": accepts_n, "requests": len(ms),
-        "ms": ms, "shown": shown, "begins_with_typed": begins,
+        "ms": ms, "shown": shown, "begins_with_typed": begins, "positions": where,
     }  # fmt: skip
+
+
+def by_position(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Over all kinds, per (who, where) and cursor position: requests, the share accepted, and the
+    characters accepted there as a share of all characters."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in runs:
+        if "positions" in r:
+            groups[(r["who"], r["where"])].append(r)
+    rows = []
+    for (who, where), rs in groups.items():
+        chars = sum(r["chars"] for r in rs)
+        for kind in POSITIONS:
+            requests, accepted_n, accepted = (sum(r["positions"][kind][i] for r in rs) for i in range(3))
+            rows.append({"who": who, "where": where, "position": kind, "requests": requests,
+                         "accept_rate": accepted_n / requests if requests else None,
+                         "chars_share": accepted / chars})  # fmt: skip
+    return rows
 
 
 def run(editor: Editor, peer, items: list[Passage], max_tokens: int, variants: dict[str, dict[str, Any]], say=print) -> dict[str, Any]:
@@ -220,7 +259,8 @@ def run(editor: Editor, peer, items: list[Passage], max_tokens: int, variants: d
             result = replay_peer(peer, passage, max_tokens)
             runs.append({"passage": n, "kind": passage.kind, "who": "peer", "where": "before cursor", **result})
         say(f"replay: passage {n + 1}/{len(items)} ({passage.kind}) done")
-    return {"passages": [_passage_json(p) for p in items], "runs": runs, "table": summarize(runs)}
+    return {"passages": [_passage_json(p) for p in items], "runs": runs, "table": summarize(runs),
+            "positions": by_position(runs)}  # fmt: skip
 
 
 def _passage_json(p: Passage) -> dict[str, Any]:
@@ -312,6 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     results["other_processes_cpu_share"] = watch.others_share(server_cpu)
     results["settings"] = {"threads": args.threads, "max_tokens": args.max_tokens, "variants": variants}
     print(report.render(table(results["table"])))
+    print(report.render(position_table(results["positions"])))
     print(f"other processes used {100 * (results['other_processes_cpu_share'] or 0):.0f}% of the CPUs")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
@@ -326,6 +367,14 @@ def table(rows: list[dict[str, Any]]):
              num(r["median_ms"]), times(r["saved_over_peer"]) if r["who"] != "peer" else "",
              times(r["ms_over_peer"]) if r["who"] != "peer" else ""] for r in rows]  # fmt: skip
     return "typing replay: characters not typed (accepted words) and request latency, server vs peer", header, body
+
+
+def position_table(rows: list[dict[str, Any]]):
+    from bench.report import num, pct
+
+    header = ["who", "where", "cursor", "requests", "accepted", "chars not typed from here"]
+    body = [[r["who"], r["where"], r["position"], num(r["requests"]), pct(r["accept_rate"]), pct(r["chars_share"])] for r in rows]
+    return "typing replay by cursor position: where the accepted words come from (all kinds)", header, body
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ on counts the documents already open.
 
 from __future__ import annotations
 
+import heapq
 import re
 from collections import Counter
 from collections.abc import Iterable
@@ -100,9 +101,8 @@ class Lexicon:
         if not typed:
             return ()
         bucket = self._by_initial.get(typed[0], ())
-        found = [w for w in bucket if len(w) > len(typed) and w.startswith(typed)]
-        found.sort(key=lambda w: (-self._total[w], w))
-        return tuple(found[:limit])
+        found = (w for w in bucket if len(w) > len(typed) and w.startswith(typed))
+        return tuple(heapq.nsmallest(limit, found, key=lambda w: (-self._total[w], w)))
 
     def count(self, word: str) -> int:
         return self._total.get(word, 0)

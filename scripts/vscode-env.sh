@@ -45,6 +45,9 @@ command -v npm >/dev/null || fail "npm is not installed"
 
 KEY="$(cat "$SPEC/node/package-lock.json" "$SPEC/package-lock.json" | sha256sum | cut -c1-16)"
 DIR="${CPC_LSP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/cpc-lsp}/vscode/$KEY"
+mkdir -p "$(dirname "$DIR")"
+exec 9>"$DIR.lock"
+flock 9 # one install at a time; a second caller waits, then finds it done
 if [ -f "$DIR/.complete" ]; then
   echo "$DIR"
   exit 0

@@ -3,8 +3,9 @@
 // turn the server's `textDocument/inlineCompletion` into ghost text. VS Code asks for a suggestion
 // as you type and cancels the superseded request (`$/cancelRequest`) itself.
 //
-// It activates at start-up ("*"), so the server is running, and the model loading, before the
-// first keystroke: a window opened to type in gets its first suggestion as soon as the model is in.
+// It activates at start-up ("*"), as early as VS Code allows, so that the server is running and
+// the model loading when the user starts typing; what was typed before the server was up is asked
+// for once it is (askIfTypedBeforeReady), so the first keystroke of a window gets its suggestion.
 
 const vscode = require('vscode');
 const { LanguageClient, DidChangeConfigurationNotification, CloseAction, ErrorAction } = require('vscode-languageclient/node');
@@ -81,7 +82,7 @@ function errorHandler() {
         status?.set('starting', 'restarting after a crash');
         return { action: CloseAction.Restart, message: `${why}; restarting it.`, handled: true };
       }
-      const message = crashes.length > RESTARTS ? `${why}. It stopped ${crashes.length} times in 3 minutes; not restarting it.` : `${why}.`;
+      const message = `${why}. It stopped ${crashes.length} times in 3 minutes; not restarting it.`;
       status?.set('error', message);
       void showError(message);
       return { action: CloseAction.DoNotRestart, message, handled: true };
@@ -90,11 +91,14 @@ function errorHandler() {
 }
 
 /** vscode-languageclient also pops up "couldn't create connection to server" when a start
- * fails; startClient says why instead (command missing, exit code and last words), so that one
- * only goes to the log. */
+ * fails, and "Sending document notification … failed" for a keystroke typed while it stops (a
+ * restart). startClient says why a start failed (command missing, exit code and last words), and
+ * a keystroke during a restart is no error: those only go to the log. */
 class Client extends LanguageClient {
   error(message, data, showNotification) {
-    const quiet = typeof message === 'string' && message.includes("couldn't create connection to server");
+    const text = typeof message === 'string' ? message : '';
+    const quiet =
+      text.includes("couldn't create connection to server") || (text.startsWith('Sending ') && !this.isRunning());
     super.error(message, data, quiet ? false : showNotification);
   }
 }

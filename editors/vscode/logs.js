@@ -22,12 +22,14 @@ const LINE = /^(?:\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[,.]\d+)? )?(DEBUG|INFO|WA
  * cause when the server dies).
  */
 class StderrLevels {
-  constructor(keep = 5) {
+  constructor(recent = 5) {
     this.level = 'info';
-    this.keep = keep;
-    /** @type {string[]} */
-    this.errors = [];
+    this.recent = recent; // an error line older than this many lines says nothing about an exit
+    this.count = 0;
+    /** @type {{ n: number, text: string } | undefined} */
+    this.error = undefined;
     this.last = '';
+    this.lastWasPlain = false;
   }
 
   /** `{ level, text }` for one line: the channel method to call and the text without the date. */
@@ -41,19 +43,23 @@ class StderrLevels {
       this.level = 'error';
     }
     if (text.trim() !== '') {
+      this.count += 1;
       this.last = text.trim();
+      this.lastWasPlain = !match;
       if (this.level === 'error') {
-        this.errors.push(this.last);
-        this.errors.splice(0, this.errors.length - this.keep);
+        this.error = { n: this.count, text: this.last };
       }
     }
     return { level: this.level, text };
   }
 
-  /** The line most likely to say why the server stopped: the last error line, else the last
-   * line (argparse's complaint has no level); '' if none. */
+  /** The line most likely to say why the server stopped: a recent error line (a traceback's
+   * last), else the last line if it had no level (argparse's complaint); '' if none. */
   lastError() {
-    return this.errors.length ? this.errors[this.errors.length - 1] : this.last;
+    if (this.error && this.error.n > this.count - this.recent) {
+      return this.error.text;
+    }
+    return this.lastWasPlain ? this.last : '';
   }
 }
 

@@ -53,3 +53,14 @@ def test_summary_puts_the_server_beside_the_peer():
     assert ours["not_typed"] == 0.4 and ours["saved_over_peer"] == 2.0
     assert ours["ms_over_peer"] == pytest.approx(30 / 110)
     assert ours["keys_per_char"] == pytest.approx(0.68)
+
+
+def test_cursor_positions_are_told_apart_by_the_passage():
+    from bench.replay import POSITIONS, position_kind
+
+    inside, word_end, after = POSITIONS
+    assert position_kind("the dra", "ft was") == inside
+    assert position_kind("the draft", " was") == word_end
+    assert position_kind("the draft", "") == word_end
+    assert position_kind("the draft ", "was") == after
+    assert position_kind("", "the") == after

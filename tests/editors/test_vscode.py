@@ -182,6 +182,15 @@ def test_server_stderr_keeps_its_log_levels(node):
         "console.log(JSON.stringify({last: l.lastError()}));",
     )
     assert out["last"] == "cpc-lsp: error: unrecognized arguments: --x"
+    # A server killed after ordinary log lines: nothing in them is the cause.
+    out = _node_json(
+        node,
+        "const {StderrLevels} = require('./logs'); const l = new StderrLevels();"
+        "l.line('2026-11-30 15:20:03,003 ERROR a: cannot load model');"
+        "for (let i = 0; i < 6; i += 1) l.line('2026-11-30 15:20:04,000 INFO a: #' + i + ' shown');"
+        "console.log(JSON.stringify({last: l.lastError()}));",
+    )
+    assert out["last"] == ""
 
 
 def test_per_language_switch(node):
