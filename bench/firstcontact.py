@@ -358,9 +358,10 @@ def tables(results: dict[str, Any]) -> list[report.Table]:
         m = results["memory"]
         out.append(("memory: server peak RSS, MiB (default memory budget)", ["peak RSS", "KV per 1,000 tokens", "budget"],
                     [[num(m["peak_rss_mib"]), num(m["kv_mib_per_1000_tokens"], 1), f"{m['budget_mib']} MiB"]]))  # fmt: skip
-    if "machine" in results:
-        out.append(("machine", ["threads", "other processes' CPU share"],
-                    [[num(results["machine"]["threads"]), report.pct(results["machine"]["others_share"])]]))  # fmt: skip
+    if results.get("machine"):
+        out.append(("machine: threads per part, and the share of the 2 CPUs other processes used meanwhile",
+                    ["part", "threads", "other processes' CPU share"],
+                    [[part, num(m["threads"]), report.pct(m["others_share"])] for part, m in results["machine"].items()]))  # fmt: skip
     return out
 
 
@@ -377,15 +378,16 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     parts = [p for p in args.only.split(",") if p]
     results: dict[str, Any] = json.loads(args.out.read_text()) if args.out.exists() else {}
-    watch = CpuWatch.start()
-    server_cpu = 0.0
     from engine.llama_backend import LlamaModel
     from engine.model_files import resolve_model
 
     model = LlamaModel(resolve_model(None))
     count = lambda text: len(model.tokenize(text.encode(), add_bos=True))  # noqa: E731
     docs = Documents(count)
-    if {"fresh", "switch", "cancel"} & set(parts):
+    machine = results.setdefault("machine", {})
+    server_parts = [p for p in ("fresh", "switch", "cancel") if p in parts]
+    if server_parts:
+        watch = CpuWatch.start()
         client, editor = _server(args.threads, args.max_tokens)
         try:
             if "fresh" in parts:
@@ -398,23 +400,29 @@ def main(argv: list[str] | None = None) -> None:
                 results["cancel"] = latency.cancellation(editor, count, quick=False)
             results["memory"] = {"peak_rss_mib": peak_rss_mb(client.pid),
                                  "kv_mib_per_1000_tokens": model.kv_bytes_per_token() * 1000 / 2**20,
-                                 "budget_mib": 128}  # fmt: skip
+                                 "budget_mib": 128, "after": ", ".join(server_parts)}  # fmt: skip
             server_cpu = process_cpu_seconds(client.pid) or 0.0
         finally:
             client.shutdown()
+        share = watch.others_share(server_cpu)
+        machine.update({part: {"threads": args.threads, "others_share": share} for part in server_parts})
     if "speculation" in parts:
         from engine import Engine, EngineConfig
 
+        watch = CpuWatch.start()
         engine = Engine.load(EngineConfig(threads=args.threads))
         try:
             results["speculation"] = speculation(engine, args.per_kind)
         finally:
             engine.close()
+        machine["speculation"] = {"threads": args.threads, "others_share": watch.others_share()}
     if "build" in parts:
+        watch = CpuWatch.start()
+        before = os.times()
         results["build"] = build(args.threads, args.rounds, args.baseline_wheel)
-    children = os.times()
-    server_cpu += children.children_user + children.children_system  # the build part's processes
-    results["machine"] = {"threads": args.threads, "others_share": watch.others_share(server_cpu)}
+        after = os.times()
+        children = after.children_user + after.children_system - before.children_user - before.children_system
+        machine["build"] = {"threads": args.threads, "others_share": watch.others_share(children)}
     report.write_json(args.out, results)
     for table in tables(results):
         print(report.render(table) + "\n")
