@@ -219,6 +219,8 @@ def _tables(results: dict[str, Any], args) -> list[report.Table]:
         from bench import replay
 
         tables.append(replay.table(results["replay"]["table"]))
+        if "positions" in results["replay"]:
+            tables.append(replay.position_table(results["replay"]["positions"]))
     checks = _targets(results)
     if checks:
         tables.append(report.targets_table(checks))

@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     import time
 
     from bench.cases import build_cases, check_cases, fingerprint
-    from bench.machine import CpuWatch
+    from bench.machine import CpuWatch, process_cpu_seconds
 
     parser = argparse.ArgumentParser(prog="python -m bench.lexicon", description=main.__doc__.split("\n")[0])
     parser.add_argument("what", choices=("tune", "check"))
@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
             editor = Editor(client)
             rows = server_quality(editor, tuning, args.prior, args.decodes, "tuning")
             rows += server_quality(editor, check, args.prior, args.decodes, "check")
-            cpu = __import__("bench.machine", fromlist=["process_cpu_seconds"]).process_cpu_seconds(client.pid) or 0.0
+            cpu = process_cpu_seconds(client.pid) or 0.0
         results["check"] = {"prior": args.prior, "decodes": args.decodes, "table": summarize(rows), "rows": rows,
                             "other_processes_cpu_share": watch.others_share(cpu)}  # fmt: skip
         for row in results["check"]["table"]:

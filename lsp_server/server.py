@@ -183,7 +183,8 @@ class CpcServer(LanguageServer):
         cursor = len(doc.text)
         if edit is not None:
             cursor = doc.offset_at(edit[0].start_line, edit[0].start_character, self.encoding) + edit[1]
-        self.scheduler.prefetch(request_for(split(doc.text, cursor), self.settings), tag=unquote(uri))
+        parts = split(doc.text, cursor, self.settings.fim_suffix_lines or None)
+        self.scheduler.prefetch(request_for(parts, self.settings), tag=unquote(uri))
 
     async def suggest(self, uri: str, position: types.Position) -> tuple[Document, Suggestion] | None:
         """The suggestion at `position` and the document it was made from; None when there is none."""

@@ -87,3 +87,26 @@ def test_document_words_reach_the_engine_when_the_lexicon_is_on(models):
     assert stats["lexiconChanged"] and 0 < stats["lexiconDecodes"] <= 8
     shown, stats = ask(models["plain"], {"lexicon": False}, text, 8)
     assert stats["lexiconDecodes"] == 0 and not stats["lexiconChanged"]
+
+
+def test_a_prefetch_decodes_the_fim_prompt_the_next_request_uses(models):
+    """After an open, the idle engine decodes the FIM layout, so the request there decodes nothing."""
+    import time
+
+    server = InProcessServer(Settings(model=str(models["fim"]), context_tokens=512, threads=1), load=load_engine)
+    try:
+        client = server.client
+        client.initialize({"cpcLsp": {"maxTokens": 4}}, wait_loaded=True)
+        editor = Editor(client)
+        uri = "file:///tmp/fim-prefetch.py"
+        editor.open(uri, BEFORE + TYPED)
+        deadline = time.monotonic() + 30
+        while server.server.scheduler.last_prefetch is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert server.server.scheduler.last_prefetch is not None
+        shown = insert_text(editor.inline(uri))
+        stats = editor.stats() or {}
+        assert stats["decodedTokens"] == 0 and stats["promptTokens"] == 1 + 1 + tokens(models["fim"], BEFORE) + 2
+        assert shown is None or shown.startswith("yest")
+    finally:
+        server.close()
