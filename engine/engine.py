@@ -66,11 +66,7 @@ class Engine:
         self.vocab = vocab
         self.kv = KvCache(context)
         self.drafts = DraftConfig(max_draft=config.draft_tokens)
-        # A draft ends after a token that ends generation, or (single-line mode) breaks the line.
-        self._draft_stops = vocab.eog
-        self._draft_line_stops = [
-            eog or b"\n" in piece or b"\r" in piece for eog, piece in zip(vocab.eog, vocab.pieces)
-        ]
+        self._draft_line_stops: list[bool] | None = None  # built on first use (a pass over the vocabulary)
         self._bos = list(model.tokenize(b"", add_bos=True))
         self._last_prompt = _TokenizedPrompt()
         self._last_suffix = _TokenizedPrompt()
@@ -155,11 +151,19 @@ class Engine:
 
     def sequence(self, sampling: SamplingConfig = SamplingConfig(), cancel: threading.Event | None = None) -> Sequence:
         """A seed-003 style sequence over this engine's KV cache (for callers that stream)."""
-        drafter = None
-        if self.drafts.max_draft > 0:
-            stops = self._draft_line_stops if sampling.single_line else self._draft_stops
-            drafter = PromptLookup(self.drafts, stops)
-        return Sequence(self.kv, self.vocab, sampling, cancel, drafter)
+        return Sequence(self.kv, self.vocab, sampling, cancel, self._drafter(sampling))
+
+    def _drafter(self, sampling: SamplingConfig) -> PromptLookup | None:
+        """Prompt-lookup drafts when enabled. A draft ends after a token that ends generation or,
+        in single-line mode, breaks the line (nothing after it would be used)."""
+        if self.drafts.max_draft <= 0:
+            return None
+        if not sampling.single_line:
+            return PromptLookup(self.drafts, self.vocab.eog)
+        if self._draft_line_stops is None:
+            breaks = [b"\n" in piece or b"\r" in piece for piece in self.vocab.pieces]
+            self._draft_line_stops = [bool(eog) or brk for eog, brk in zip(self.vocab.eog, breaks)]
+        return PromptLookup(self.drafts, self._draft_line_stops)
 
     @staticmethod
     def _reserve(request: CompletionRequest) -> int:

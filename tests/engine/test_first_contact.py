@@ -102,12 +102,13 @@ def test_batches_up_to_the_verify_cap_compute_the_rows_of_single_token_decodes(m
     model_engine.kv.forget()
 
 
-@pytest.mark.parametrize("text", [PYTHON, PROSE], ids=["code", "prose"])
-def test_speculative_drafts_change_no_greedy_token(model_engine, text):
+@pytest.mark.parametrize(("text", "single_line"), [(PYTHON, False), (PROSE, False), (PYTHON, True)],
+                         ids=["code", "prose", "code-single-line"])
+def test_speculative_drafts_change_no_greedy_token(model_engine, text, single_line):
     cut = len(text) // 2
     requests = [
         CompletionRequest(prompt=text[: cut + k * 97], required="", max_tokens=24,
-                          sampling=SamplingConfig(single_line=False))
+                          sampling=SamplingConfig(single_line=single_line))
         for k in range(4)
     ]  # fmt: skip
     outputs = {}
