@@ -145,8 +145,6 @@ class KvCache:
                 target = next(i for i in self._recent if i != self._live)
             self._use(target)
             self._cut(0)
-        else:
-            return
 
     def _use(self, seq: int) -> None:
         self._live = seq
