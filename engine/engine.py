@@ -180,7 +180,8 @@ class Engine:
         before = self.kv.decoded
         done = True
         try:
-            self.kv.logits_after(prompt, cancel)
+            if prompt:  # see `complete` for an empty one
+                self.kv.logits_after(prompt, cancel)
         except Cancelled:
             done = False
         ms = (time.perf_counter() - started) * 1000
@@ -191,6 +192,11 @@ class Engine:
         cancel = cancel or threading.Event()
         required = request.required.encode("utf-8", "replace")
         prompt = self.prompt_tokens(request, self._reserve(request))
+        if not prompt:
+            # An empty text and a model that adds no BOS (e.g. Qwen2.5-Coder without FIM): the
+            # model has nothing to condition on, so there is no suggestion rather than a guess.
+            stats = DecodeStats(ms=(time.perf_counter() - started) * 1000, kv_tokens=self.kv.held)
+            return Completion("", "empty", stats, required_satisfied=not required)
         seq = self.sequence(request.sampling, cancel)
         text, reason, generated, logprobs = "", "cancelled", 0, []
         if seq.decode_prompt(prompt, required, request.exact, request.max_cover_decodes):

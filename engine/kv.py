@@ -113,6 +113,8 @@ class KvCache:
 
     def _decode_to(self, tokens: tuple[int, ...], outputs: int, cancel: threading.Event | None) -> np.ndarray:
         """Bring KV to hold `tokens`, decoding at least the last `outputs` of them; their rows."""
+        if not tokens:  # there is no "row after nothing"; the cut below would go negative
+            raise ValueError("no tokens to decode: a prompt needs at least one token")
         if cancel is not None and cancel.is_set():
             raise Cancelled()
         self._switch_for(tokens)
