@@ -144,7 +144,12 @@ class Engine:
         if request.suffix != self._last_suffix.text or not self._last_suffix.tokens:
             raw = request.suffix.encode("utf-8", "replace")
             self._last_suffix = _TokenizedPrompt(request.suffix, tuple(self._model.tokenize(raw, add_bos=False)))
-        suffix = self._last_suffix.tokens[: request.suffix_tokens]
+        # The suffix never takes the room the text before the cursor needs: at most half of what
+        # the context has left, and never so much that the prefix drops below MIN_PROMPT_TOKENS
+        # (a `fimSuffixTokens` near the context size would otherwise fail every request).
+        room = self.n_ctx - reserve - FIM_EXTRA_TOKENS
+        fits = max(0, min(room // 2, room - MIN_PROMPT_TOKENS))
+        suffix = self._last_suffix.tokens[: min(request.suffix_tokens, fits)]
         kept = self.window(plain, reserve + len(suffix) + FIM_EXTRA_TOKENS)
         head = len(self._bos)
         return fim_prompt(kept[:head], kept[head:], suffix, self.fim, request.fim_order)
