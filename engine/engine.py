@@ -207,6 +207,7 @@ class Engine:
         if seq.decode_prompt(prompt, required, request.exact, request.max_cover_decodes):
             text, reason, generated, logprobs = self._generate(seq, request, len(required))
         choice, lexicon_decodes = None, 0
+        first = seq.diagnostics()  # the prompt's cost, paid by the first pass only
         if request.candidates and reason != "cancelled" and seq.required_satisfied:
             choice, lexicon_decodes = self._choose_word(prompt, request, text, cancel)
             if choice is None and cancel.is_set():
@@ -222,16 +223,17 @@ class Engine:
         if reason == "cancelled":
             text = ""  # never a stale suggestion
         diag = seq.diagnostics()
+        again = choice is not None and choice.word != choice.base_word  # a second pass was made
         stats = DecodeStats(
             prompt_tokens=diag.prompt_tokens,
-            reused_tokens=diag.reused_tokens,
-            decoded_tokens=diag.decoded_tokens,
-            cover_decodes=diag.cover_decodes,
+            reused_tokens=first.reused_tokens,
+            decoded_tokens=first.decoded_tokens + (diag.decoded_tokens if again else 0),
+            cover_decodes=first.cover_decodes + (diag.cover_decodes if again else 0),
             generated_tokens=generated,
             kv_tokens=diag.kv_tokens,
             ms=(time.perf_counter() - started) * 1000,
             lexicon_decodes=lexicon_decodes,
-            lexicon_changed=choice is not None and choice.word != choice.base_word,
+            lexicon_changed=again,
         )
         return Completion(text, reason, stats, seq.required_satisfied, tuple(logprobs))
 
