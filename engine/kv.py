@@ -30,8 +30,6 @@ from typing import Protocol
 
 import numpy as np
 
-from engine.tokens import common_prefix_length
-
 __all__ = ["Backend", "Cancelled", "Decoded", "KvCache", "common_prefix_length"]
 
 MOVE_MIN_DROP = 128  # a prompt that would cut the live sequence back this far moves to another
@@ -58,6 +56,18 @@ class Backend(Protocol):
     def remove_from(self, position: int, seq: int = 0) -> bool: ...
 
     def clear(self) -> None: ...
+
+
+def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    # Compare in blocks first: prompts share long prefixes, so this is mostly one slice compare.
+    step = 256
+    while i + step <= n and a[i : i + step] == b[i : i + step]:
+        i += step
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
 
 
 class Cancelled(Exception):
