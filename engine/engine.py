@@ -144,7 +144,12 @@ class Engine:
         if request.suffix != self._last_suffix.text or not self._last_suffix.tokens:
             raw = request.suffix.encode("utf-8", "replace")
             self._last_suffix = _TokenizedPrompt(request.suffix, tuple(self._model.tokenize(raw, add_bos=False)))
-        suffix = self._last_suffix.tokens[: request.suffix_tokens]
+        # The suffix never takes the room the text before the cursor needs: at most half of what
+        # the context has left, and never so much that the prefix drops below MIN_PROMPT_TOKENS
+        # (a `fimSuffixTokens` near the context size would otherwise fail every request).
+        room = self.n_ctx - reserve - FIM_EXTRA_TOKENS
+        fits = max(0, min(room // 2, room - MIN_PROMPT_TOKENS))
+        suffix = self._last_suffix.tokens[: min(request.suffix_tokens, fits)]
         kept = self.window(plain, reserve + len(suffix) + FIM_EXTRA_TOKENS)
         head = len(self._bos)
         return fim_prompt(kept[:head], kept[head:], suffix, self.fim, request.fim_order)
@@ -180,7 +185,8 @@ class Engine:
         before = self.kv.decoded
         done = True
         try:
-            self.kv.logits_after(prompt, cancel)
+            if prompt:  # see `complete` for an empty one
+                self.kv.logits_after(prompt, cancel)
         except Cancelled:
             done = False
         ms = (time.perf_counter() - started) * 1000
@@ -191,11 +197,17 @@ class Engine:
         cancel = cancel or threading.Event()
         required = request.required.encode("utf-8", "replace")
         prompt = self.prompt_tokens(request, self._reserve(request))
+        if not prompt:
+            # An empty text and a model that adds no BOS (e.g. Qwen2.5-Coder without FIM): the
+            # model has nothing to condition on, so there is no suggestion rather than a guess.
+            stats = DecodeStats(ms=(time.perf_counter() - started) * 1000, kv_tokens=self.kv.held)
+            return Completion("", "empty", stats, required_satisfied=not required)
         seq = self.sequence(request.sampling, cancel)
         text, reason, generated, logprobs = "", "cancelled", 0, []
         if seq.decode_prompt(prompt, required, request.exact, request.max_cover_decodes):
             text, reason, generated, logprobs = self._generate(seq, request, len(required))
         choice, lexicon_decodes = None, 0
+        first = seq.diagnostics()  # the prompt's cost, paid by the first pass only
         if request.candidates and reason != "cancelled" and seq.required_satisfied:
             choice, lexicon_decodes = self._choose_word(prompt, request, text, cancel)
             if choice is None and cancel.is_set():
@@ -211,16 +223,17 @@ class Engine:
         if reason == "cancelled":
             text = ""  # never a stale suggestion
         diag = seq.diagnostics()
+        again = choice is not None and choice.word != choice.base_word  # a second pass was made
         stats = DecodeStats(
             prompt_tokens=diag.prompt_tokens,
-            reused_tokens=diag.reused_tokens,
-            decoded_tokens=diag.decoded_tokens,
-            cover_decodes=diag.cover_decodes,
+            reused_tokens=first.reused_tokens,
+            decoded_tokens=first.decoded_tokens + (diag.decoded_tokens if again else 0),
+            cover_decodes=first.cover_decodes + (diag.cover_decodes if again else 0),
             generated_tokens=generated,
             kv_tokens=diag.kv_tokens,
             ms=(time.perf_counter() - started) * 1000,
             lexicon_decodes=lexicon_decodes,
-            lexicon_changed=choice is not None and choice.word != choice.base_word,
+            lexicon_changed=again,
         )
         return Completion(text, reason, stats, seq.required_satisfied, tuple(logprobs))
 

@@ -30,8 +30,6 @@ from typing import Protocol
 
 import numpy as np
 
-from engine.tokens import common_prefix_length
-
 __all__ = ["Backend", "Cancelled", "Decoded", "KvCache", "common_prefix_length"]
 
 MOVE_MIN_DROP = 128  # a prompt that would cut the live sequence back this far moves to another
@@ -58,6 +56,18 @@ class Backend(Protocol):
     def remove_from(self, position: int, seq: int = 0) -> bool: ...
 
     def clear(self) -> None: ...
+
+
+def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    # Compare in blocks first: prompts share long prefixes, so this is mostly one slice compare.
+    step = 256
+    while i + step <= n and a[i : i + step] == b[i : i + step]:
+        i += step
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
 
 
 class Cancelled(Exception):
@@ -113,6 +123,8 @@ class KvCache:
 
     def _decode_to(self, tokens: tuple[int, ...], outputs: int, cancel: threading.Event | None) -> np.ndarray:
         """Bring KV to hold `tokens`, decoding at least the last `outputs` of them; their rows."""
+        if not tokens:  # there is no "row after nothing"; the cut below would go negative
+            raise ValueError("no tokens to decode: a prompt needs at least one token")
         if cancel is not None and cancel.is_set():
             raise Cancelled()
         self._switch_for(tokens)

@@ -90,7 +90,7 @@ class Completion:
     """The generated text (beginning with the required prefix unless the constraint was dropped)."""
 
     text: str
-    stop_reason: str  # "eos" | "stop" | "line" | "length" | "cancelled"
+    stop_reason: str  # "eos" | "stop" | "line" | "length" | "cancelled" | "empty" (no prompt token)
     stats: DecodeStats
     required_satisfied: bool = True
     logprobs: tuple[float, ...] = ()

@@ -168,9 +168,16 @@ class Document:
         """This document after one content change (the whole text when `change_range` is None)."""
         if change_range is None:
             return replace(self, text=new_text, stale=False, lines=None)
+        return self.replaced(*self.offsets(change_range, encoding), new_text)
+
+    def offsets(self, change_range: Range, encoding: str) -> tuple[int, int]:
+        """The code point offsets [start, end) of `change_range` (a reversed range put in order)."""
         start = self.offset_at(change_range.start_line, change_range.start_character, encoding)
         end = self.offset_at(change_range.end_line, change_range.end_character, encoding)
-        start, end = min(start, end), max(start, end)
+        return min(start, end), max(start, end)
+
+    def replaced(self, start: int, end: int, new_text: str) -> Document:
+        """This document with the offsets [start, end) replaced by `new_text`."""
         text = self.text[:start] + new_text + self.text[end:]
         return replace(self, text=text, lines=self.lines.edited(text, start, end, len(new_text)))
 
@@ -210,25 +217,23 @@ class Documents:
         A stale document takes only a whole-text change; incremental ones would apply to a text
         the client no longer has, so they are ignored until then.
         """
-        doc = self._docs.get(unquote(uri))
+        key = unquote(uri)
+        doc = self._docs.get(key)
         if doc is None:
             return False
+        watcher = self._watcher
         for change_range, new_text in changes:
-            if doc.stale and change_range is not None:
-                continue
-            if self._watcher is not None:
-                self._tell(unquote(uri), doc, change_range, new_text, encoding)
-            doc = doc.changed(change_range, new_text, encoding)
-        self._docs[unquote(uri)] = replace(doc, version=version)
+            if change_range is None:
+                if watcher is not None:
+                    watcher.opened(key, new_text)
+                doc = doc.changed(None, new_text, encoding)
+            elif not doc.stale:
+                start, end = doc.offsets(change_range, encoding)  # once, for the watcher and the edit
+                if watcher is not None:
+                    watcher.edited(key, doc.text, start, end, new_text)
+                doc = doc.replaced(start, end, new_text)
+        self._docs[key] = replace(doc, version=version)
         return True
-
-    def _tell(self, key: str, doc: Document, change_range: Range | None, new_text: str, encoding: str) -> None:
-        if change_range is None:
-            self._watcher.opened(key, new_text)
-            return
-        start = doc.offset_at(change_range.start_line, change_range.start_character, encoding)
-        end = doc.offset_at(change_range.end_line, change_range.end_character, encoding)
-        self._watcher.edited(key, doc.text, min(start, end), max(start, end), new_text)
 
     def mark_stale(self, uri: str) -> bool:
         """Stop trusting a document's text; False when it is not open."""

@@ -51,7 +51,7 @@ def load_engine(config: EngineConfig) -> EngineLike:
 
 @dataclass(frozen=True)
 class Answer:
-    """How a job ended. `completion` is set only for reason "done"."""
+    """How a job ended. `completion` is set only for a request (not a prefetch) that is "done"."""
 
     completion: Completion | None
     reason: str  # "done" | "superseded" | "cancelled" | "no-model" | "budget" | "failed" | "closed"
@@ -252,43 +252,30 @@ class Scheduler:
             return f"cannot load model: {type(exc).__name__}: {exc}"
 
     def _complete(self, job: Job) -> None:
+        """Run a request or a prefetch; its future always resolves (a prefetch's answer carries
+        no completion: what it decoded stays in the engine's KV cache)."""
         if job.cancel_flag.is_set():
-            return
-        if job.prefetch:
-            self._run_prefetch(job)
             return
         if self._engine is None:
             _resolve(job.future, Answer(None, "no-model"))
             return
         job.started.set()
+        completion = None
         try:
-            completion = self._engine.complete(job.request, cancel=job.cancel_flag)
+            if job.prefetch:
+                self.last_prefetch = self._engine.prefetch(job.request, job.cancel_flag)
+                stopped = not self.last_prefetch.finished
+            else:
+                completion = self.last = self._engine.complete(job.request, cancel=job.cancel_flag)
+                stopped = completion.cancelled
         except BudgetError as exc:  # a setting, not a bug: the server tells the user
             _resolve(job.future, Answer(None, "budget", str(exc)))
             return
         except Exception as exc:
-            logger.error("completion failed: %s", frames(exc))
+            logger.error("%s failed: %s", "prefetch" if job.prefetch else "completion", frames(exc))
             _resolve(job.future, Answer(None, "failed"))
             return
-        self.last = completion
-        if completion.cancelled or job.cancel_flag.is_set():
+        if stopped or job.cancel_flag.is_set():
             _resolve(job.future, Answer(None, "cancelled"))
         else:
             _resolve(job.future, Answer(completion, "done"))
-
-    def _run_prefetch(self, job: Job) -> None:
-        if self._engine is None:
-            _resolve(job.future, Answer(None, "no-model"))
-            return
-        job.started.set()
-        try:
-            self.last_prefetch = self._engine.prefetch(job.request, job.cancel_flag)
-        except BudgetError as exc:  # the request made for this cursor will say it to the user
-            _resolve(job.future, Answer(None, "budget", str(exc)))
-            return
-        except Exception as exc:
-            logger.error("prefetch failed: %s", frames(exc))
-            _resolve(job.future, Answer(None, "failed"))
-            return
-        stopped = job.cancel_flag.is_set() or not self.last_prefetch.finished
-        _resolve(job.future, Answer(None, "cancelled" if stopped else "done"))

@@ -25,6 +25,7 @@ from lsp_server.lexicon import Lexicon
 from lsp_server.logs import TextGuard, frames, installed
 from lsp_server.protocol import CpcProtocol, serve_stdio, serve_tcp
 from lsp_server.scheduler import Answer, EngineLike, Job, LoadResult, Scheduler, load_engine
+from lsp_server.schema import camel
 from lsp_server.settings import SECTION, Settings, apply
 from lsp_server.split import Split, split
 from lsp_server.suggestion import Suggestion, request_for, suggestion_for
@@ -159,7 +160,8 @@ class CpcServer(LanguageServer):
         again (didOpen, or a didChange without a range)."""
         if method != types.TEXT_DOCUMENT_DID_CHANGE:
             return
-        uri = params.get("textDocument", {}).get("uri") if isinstance(params, dict) else None
+        document = params.get("textDocument") if isinstance(params, dict) else None
+        uri = document.get("uri") if isinstance(document, dict) else None
         if not isinstance(uri, str) or self.documents.get(uri) is None:
             return
         self.scheduler.cancel_tag(unquote(uri))
@@ -257,18 +259,13 @@ class CpcServer(LanguageServer):
         last = self.scheduler.last
         if last is None:
             return None
-        numbers = {_camel(k): v for k, v in asdict(last.stats).items()}
+        numbers = {camel(k): v for k, v in asdict(last.stats).items()}
         return {
             **numbers,
             "stopReason": last.stop_reason,
             "requiredSatisfied": last.required_satisfied,
             "requests": self.requests,
         }
-
-
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(part.title() for part in rest)
 
 
 def _change_range(change: Any) -> Range | None:

@@ -182,3 +182,18 @@ def test_the_fim_prompt_fits_the_context(fim_engine, sent):
     tokens = sent.tokens(n)
     assert tokens[:2] == [1, pre] and tokens[-1] == mid
     assert tokens[-2 - len(tok(fim_engine, SUFFIX)) : -1] == [suf, *tok(fim_engine, SUFFIX)]
+
+
+def test_a_suffix_bound_larger_than_the_context_still_leaves_room_for_the_prefix(fim_engine, sent):
+    """`fimSuffixTokens` may be up to 4096 whatever `contextTokens` is: a long text after the cursor
+    is then cut to half of the context's room, instead of failing the request with a message about
+    `maxTokens`."""
+    fim_engine.kv.forget()
+    pre, suf, mid = fim_engine._model.fim_ids()
+    long_suffix = "\n    print(x)" * 300
+    result = fim_engine.complete(request(" yest", suffix=long_suffix, suffix_tokens=4096, max_tokens=8))
+    tokens = sent.tokens(result.stats.prompt_tokens)
+    prefix = tok(fim_engine, PREFIX)
+    assert tokens[: 2 + len(prefix) + 1] == [1, pre, *prefix, suf] and tokens[-1] == mid
+    assert result.stats.prompt_tokens <= fim_engine.n_ctx - 8
+    assert len(tokens) - len(prefix) - 4 >= (fim_engine.n_ctx - 8) // 2 - 32  # the suffix got its half

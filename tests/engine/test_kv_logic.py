@@ -250,3 +250,12 @@ def test_a_single_sequence_cache_never_switches():
     kv.logits_after(doc(1000))
     kv.logits_after(doc(2000))
     assert backend.cells == list(doc(2000)) and kv.switches == 0
+
+
+def test_an_empty_token_sequence_is_refused_and_the_cache_is_untouched():
+    backend = RecordingBackend()
+    kv = KvCache(backend)
+    kv.logits_after((1, 2, 3))
+    with pytest.raises(ValueError):
+        kv.logits_after(())
+    assert kv.held == 3 and backend.cells == [1, 2, 3]

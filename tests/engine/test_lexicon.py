@@ -72,6 +72,10 @@ def test_a_document_word_with_a_large_prior_becomes_the_required_prefix(engine):
     chosen = complete(engine, " y", candidates=(other,), lexicon_prior=20.0)
     assert chosen.stats.lexicon_changed
     assert chosen.text.startswith(" " + other) and chosen.required_satisfied
+    engine.kv.forget()
+    cold = complete(engine, " y", candidates=(other,), lexicon_prior=20.0)
+    assert cold.stats.lexicon_changed and cold.stats.decoded_tokens == cold.stats.prompt_tokens > 0
+    assert cold.stats.reused_tokens == 0  # the first pass's prompt decode is reported, not the second's
     kept = complete(engine, " y", candidates=(other,), lexicon_prior=0.0, lexicon_decodes=64)
     assert kept.text.startswith(" y")
 

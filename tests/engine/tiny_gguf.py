@@ -47,7 +47,8 @@ def load(path: Path) -> Engine:
     return Engine.load(EngineConfig(model_path=path, context_tokens=N_CTX, threads=1))
 
 
-def write_model(path: Path, with_fim: bool, seed: int = 0) -> Path:
+def write_model(path: Path, with_fim: bool, seed: int = 0, add_bos: bool = True) -> Path:
+    """`add_bos=False`: a model that starts a prompt with no token of its own (as Qwen2.5-Coder)."""
     import gguf
 
     texts, scores, types = vocabulary(with_fim)
@@ -75,7 +76,7 @@ def write_model(path: Path, with_fim: bool, seed: int = 0) -> Path:
     writer.add_unk_token_id(0)
     writer.add_bos_token_id(1)
     writer.add_eos_token_id(2)
-    writer.add_add_bos_token(True)
+    writer.add_add_bos_token(add_bos)
     writer.add_add_eos_token(False)
     if with_fim:
         first = texts.index(FIM_TEXTS[0])
