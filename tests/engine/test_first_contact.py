@@ -69,6 +69,16 @@ def test_coming_back_to_a_document_decodes_only_what_changed(model_engine):
     assert back.text == cold.text
 
 
+def test_a_request_above_the_prefetched_end_reuses_it(model_engine):
+    """A document is prefetched at its end; a request further up has a prompt that is a prefix of
+    that, so it stays in the same sequence and decodes a token or two, not its whole prompt cold."""
+    model_engine.kv.forget()
+    model_engine.prefetch(CompletionRequest(prompt=PYTHON))
+    middle = PYTHON[: PYTHON.index("def handler_7")] + "def"
+    up = model_engine.complete(CompletionRequest(prompt=middle, required=" hand", max_tokens=4))
+    assert up.stats.prompt_tokens > 150 and up.stats.decoded_tokens <= 3
+
+
 def test_a_prefetched_prompt_needs_no_decode_and_a_cancelled_prefetch_keeps_its_work(model_engine):
     model_engine.kv.forget()
     request = CompletionRequest(prompt=PROSE, required=" bud", max_tokens=4)

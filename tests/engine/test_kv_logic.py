@@ -259,3 +259,18 @@ def test_an_empty_token_sequence_is_refused_and_the_cache_is_untouched():
     with pytest.raises(ValueError):
         kv.logits_after(())
     assert kv.held == 3 and backend.cells == [1, 2, 3]
+
+
+def test_the_cursor_moved_up_in_the_same_document_stays_in_its_sequence():
+    """A prompt that is a prefix of what the live sequence holds (a cursor further up, or the
+    prefetch of the document's end before a request in its middle) decodes one token, not the
+    whole prompt again in another sequence."""
+    backend = RecordingBackend(sequences=3)
+    kv = KvCache(backend)
+    a = doc(1000, 1000)
+    kv.logits_after(a)
+    decoded = kv.decoded
+    kv.logits_after(a[:500])
+    assert kv.decoded - decoded == 1 and backend.seqs[0] == list(a[:500]) and backend.seqs[1] == []
+    kv.logits_after(a[:300] + (7, 8))  # an edit further up: only the edit is decoded
+    assert kv.decoded - decoded == 3 and backend.seqs[0] == list(a[:300] + (7, 8))
