@@ -90,6 +90,15 @@ class FakeEngine:
         self.closed = True
 
 
+def loaded_scheduler(engine: FakeEngine, wait: float = 5.0) -> Any:
+    """A `Scheduler` whose engine (`engine`) has loaded."""
+    from lsp_server.scheduler import Scheduler
+
+    scheduler = Scheduler(lambda config: engine)
+    assert scheduler.load(EngineConfig()).result(wait).ok
+    return scheduler
+
+
 class FakeLoader:
     """`load` for `build_server`/`Scheduler`: a FakeEngine per config; a config in `broken` fails
     like a missing model file. Keeps every engine it made, and refuses to make a second while one
@@ -172,6 +181,19 @@ def fake_module_server() -> Iterator[InProcessServer]:
     yield server
     assert server.client.alive() and server.thread.is_alive()
     server.close()
+
+
+# --- tiny generated GGUF models (tests/engine/tiny_gguf.py) --------------------------------------
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The two tiny models, written once per session: "fim" (with FIM tokens) and "plain"."""
+    pytest.importorskip("gguf")
+    from tests.engine.tiny_gguf import write_model
+
+    folder = tmp_path_factory.mktemp("tiny-gguf")
+    return {"fim": write_model(folder / "fim.gguf", True), "plain": write_model(folder / "plain.gguf", False)}
 
 
 # --- the real server with the real model --------------------------------------------------------

@@ -8,7 +8,13 @@
 // for once it is (askIfTypedBeforeReady), so the first keystroke of a window gets its suggestion.
 
 const vscode = require('vscode');
-const { LanguageClient, DidChangeConfigurationNotification, CloseAction, ErrorAction } = require('vscode-languageclient/node');
+const {
+  LanguageClient,
+  DidChangeConfigurationNotification,
+  LogMessageNotification,
+  CloseAction,
+  ErrorAction,
+} = require('vscode-languageclient/node');
 const settings = require('./settings');
 const { stderrHandler } = require('./logs');
 const { ServerError, spawnServer } = require('./server_process');
@@ -137,6 +143,12 @@ function createClient(executable, first) {
     },
   };
   const created = new Client(settings.SECTION, 'cpc-lsp', serverOptions, clientOptions);
+  // The server writes every `window/logMessage` line to its stderr too (lsp_server's
+  // CpcServer.log), where stderrHandler logs it at its level with the logger's name; the
+  // client's own handler would log each one a second time. The stderr copy is the one kept: it
+  // also has the lines sent nowhere else (tracebacks, llama.cpp, argparse). This handler replaces
+  // the client's once `initialize` is answered; the server sends none before that.
+  created.onNotification(LogMessageNotification.type, () => {});
   created.onNotification(STATUS_METHOD, (params) => {
     if (params && typeof params.state === 'string') {
       status?.set(params.state, typeof params.message === 'string' ? params.message : '');
@@ -266,6 +278,7 @@ function activate(context) {
       }
       if (event.affectsConfiguration(`${settings.SECTION}.trace.server`)) {
         traceChannel?.changed();
+        output?.info(`cpc-lsp: cpcLsp.trace.server is now "${config().get('trace.server')}"`);
       }
       if (event.affectsConfiguration(`${settings.SECTION}.server`)) {
         restart();

@@ -4,7 +4,8 @@
 // vscode-languageclient writes every stderr line with `outputChannel.error()`, so an INFO line
 // would show as [error]. The server logs `<date> <time> LEVEL logger: message` (lsp_server
 // __main__), so each line is routed to the matching level of the log output channel; lines
-// without a level (a traceback's body, llama.cpp's own output) keep the level of the line before.
+// without a level (a traceback's body, llama.cpp's own output) keep the level of the line before;
+// a traceback's first line and argparse's complaint are errors.
 // No `vscode` import: the tests run this module with plain Node.
 
 const LEVELS = {
@@ -15,6 +16,8 @@ const LEVELS = {
   CRITICAL: 'error',
 };
 
+// argparse's last words before exit code 2: `cpc-lsp: error: unrecognized arguments: …`
+const ARGPARSE_ERROR = /^[\w.-]+: error: /;
 const LINE = /^(?:\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[,.]\d+)? )?(DEBUG|INFO|WARNING|ERROR|CRITICAL) (.*)$/;
 
 /**
@@ -39,7 +42,7 @@ class StderrLevels {
     if (match) {
       this.level = LEVELS[match[1]];
       text = match[2];
-    } else if (raw.startsWith('Traceback (most recent call last)')) {
+    } else if (raw.startsWith('Traceback (most recent call last)') || ARGPARSE_ERROR.test(raw)) {
       this.level = 'error';
     }
     if (text.trim() !== '') {

@@ -178,9 +178,10 @@ def test_server_stderr_keeps_its_log_levels(node):
     out = _node_json(
         node,
         "const {StderrLevels} = require('./logs'); const l = new StderrLevels();"
-        "l.line('usage: cpc-lsp [-h]'); l.line('cpc-lsp: error: unrecognized arguments: --x');"
-        "console.log(JSON.stringify({last: l.lastError()}));",
+        "const levels = [l.line('usage: cpc-lsp [-h]').level, l.line('cpc-lsp: error: unrecognized arguments: --x').level];"
+        "console.log(JSON.stringify({levels, last: l.lastError()}));",
     )
+    assert out["levels"] == ["info", "error"]
     assert out["last"] == "cpc-lsp: error: unrecognized arguments: --x"
     # A server killed after ordinary log lines: nothing in them is the cause.
     out = _node_json(

@@ -2,7 +2,7 @@
 
 The extension is packaged (`vsce package`) and installed into a throwaway user-data and extensions
 folder; code-server listens on 127.0.0.1 only, inside a network namespace with nothing but
-loopback. One session (tests/editors/vscode_session.js) types into files as a user would and
+loopback (and a process namespace, so nothing outlives the session). One session (tests/editors/vscode_session.js) types into files as a user would and
 records VS Code's own ghost text (`.ghost-text-decoration`), the status bar, notifications and the
 extension's log; the tests below judge that record, one behaviour each.
 
@@ -78,13 +78,16 @@ def vsix(tmp_path_factory, vscode_packages) -> Path:
 
 
 def _loopback_only() -> list[str]:
-    """A prefix that runs a command in a new network namespace with only loopback up (root);
-    without the privilege, nothing: every address the session uses is 127.0.0.1 anyway."""
+    """A prefix that runs a command in new network and process namespaces (root): only loopback is
+    up, and when the command ends (or is killed on a timeout) the kernel ends every process it left
+    (code-server, Chromium, the servers). Without the privilege, nothing: every address the session
+    uses is 127.0.0.1 anyway, and the session ends code-server's process group itself."""
     unshare, ip = shutil.which("unshare"), shutil.which("ip")
     if unshare and ip:
-        check = subprocess.run([unshare, "-n", ip, "link", "set", "lo", "up"], capture_output=True)
+        prefix = [unshare, "--net", "--pid", "--fork", "--kill-child", "--mount-proc"]
+        check = subprocess.run([*prefix, ip, "link", "set", "lo", "up"], capture_output=True)
         if check.returncode == 0:
-            return [unshare, "-n", "sh", "-c", f'{ip} link set lo up && exec "$@"', "sh"]
+            return [*prefix, "sh", "-c", f'{ip} link set lo up && exec "$@"', "sh"]
     return []
 
 
@@ -242,6 +245,20 @@ def test_missing_server_command_is_named(session):
     step = _step(session, "missing_command")
     assert any(step["missing"] in text and "not found" in text for text in step["notifications"]), step
     assert step["status"].startswith("cpc-lsp: error")
+
+
+def test_each_server_line_is_logged_once_at_its_level(session):
+    """The server sends its messages as window/logMessage and writes them to stderr too; the
+    channel shows each once, from stderr, with the logger's name and the line's level."""
+    entries = re.findall(r"^\d{4}-\d\d-\d\d \S+ \[(\w+)\] (.*)$", session["log"], flags=re.M)
+    from_server = {text.removeprefix("lsp_server.server: ") for _, text in entries if text.startswith("lsp_server.server: ")}
+    assert any(text.startswith("loading the default model") for text in from_server)
+    assert [text for _, text in entries if text in from_server] == []  # no copy without the prefix
+    model = _step(session, "bad_model")["model"]
+    failed = [level for level, text in entries if model in text and "does not exist" in text]
+    assert failed == ["error"], failed
+    loading = {level for level, text in entries if "loading the default model" in text}
+    assert loading == {"info"}, loading
 
 
 def test_log_levels_and_trace(session):

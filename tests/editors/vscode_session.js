@@ -201,6 +201,30 @@ async function waitForGhost(timeout = WARM) {
   return { ghost: await ghostText(), ms: since(t) };
 }
 
+/** Polls `probe` until it returns something truthy; throws, naming `what`, after `timeout`. */
+async function until(what, probe, timeout = WARM) {
+  const t = Date.now();
+  for (;;) {
+    const value = await probe();
+    if (value) return value;
+    if (since(t) > timeout) throw new Error(`timed out after ${timeout} ms waiting for ${what}`);
+    await sleep(50);
+  }
+}
+
+/** The editor's text once a key changed it (an accepted suggestion is in). */
+async function textChangedFrom(before) {
+  return until('the editor text to change', async () => {
+    const text = await editorText();
+    return text !== before && text;
+  }, 10000);
+}
+
+/** Waits until the extension's log, after offset `from`, matches `pattern`. */
+async function untilLogged(pattern, from, timeout = WARM) {
+  await until(`${pattern} in the log`, () => pattern.test(serverLog().slice(from)), timeout);
+}
+
 async function statusLabel() {
   return page.evaluate(() => {
     const item = document.querySelector('[id="cpc-lsp.cpc-lsp.cpcLsp.status"]');
@@ -447,8 +471,7 @@ async function main() {
       const before = await editorText();
       const ghost = await ghostText();
       await page.keyboard.press('Tab');
-      await sleep(300);
-      return { before, ghost, after: await editorText() };
+      return { before, ghost, after: await textChangedFrom(before) };
     });
 
     await step('accept_next_word', async () => {
@@ -457,8 +480,9 @@ async function main() {
       const before = await editorText();
       const { ghost } = await waitForGhost();
       await page.keyboard.press('Control+ArrowRight'); // editor.action.inlineSuggest.acceptNextWord
-      await sleep(300);
-      return { before, ghost, after: await editorText(), ghostAfter: await ghostText() };
+      const after = await textChangedFrom(before);
+      const ghostAfter = await until('the rest of the suggestion', ghostText, 10000);
+      return { before, ghost, after, ghostAfter };
     });
 
     await step('inside_a_word', async () => {
@@ -470,8 +494,7 @@ async function main() {
       const before = await editorText();
       const { ghost } = await waitForGhost();
       await page.keyboard.press('Tab');
-      await sleep(300);
-      return { before, ghost, after: await editorText() };
+      return { before, ghost, after: await textChangedFrom(before) };
     });
 
     await step('emoji', async () => {
@@ -480,8 +503,7 @@ async function main() {
       const before = await editorText();
       const { ghost } = await waitForGhost();
       await page.keyboard.press('Tab');
-      await sleep(300);
-      return { before, ghost, after: await editorText() };
+      return { before, ghost, after: await textChangedFrom(before) };
     });
 
     await step('max_tokens', async () => {
@@ -490,11 +512,7 @@ async function main() {
       // In the remote settings: code-server does not watch the user's settings file on disk.
       writeMachineSettings({ 'cpcLsp.maxTokens': 1 });
       // The change reaches the server as workspace/didChangeConfiguration (traced in the log).
-      const deadline = Date.now() + 20000;
-      while (!/workspace\/didChangeConfiguration[\s\S]*"maxTokens": 1\b/.test(serverLog().slice(logBefore))) {
-        if (Date.now() > deadline) throw new Error('no didChangeConfiguration with maxTokens 1 in the log');
-        await sleep(100);
-      }
+      await untilLogged(/workspace\/didChangeConfiguration[\s\S]*"maxTokens": 1\b/, logBefore);
       await type(' yest');
       const { ghost } = await waitForGhost();
       return { ghost, before: await editorText() };
@@ -506,6 +524,8 @@ async function main() {
       const statusOff = await waitForStatus(/off for markdown/);
       const requestsBefore = count(serverLog(), "Sending request 'textDocument/inlineCompletion");
       await type(' yest');
+      // Nothing to wait for: the middleware answers before a request is sent. This gives one
+      // every chance to show up in the log before judging that none did.
       await sleep(1500);
       const ghostOff = await ghostText();
       const requestsAfter = count(serverLog(), "Sending request 'textDocument/inlineCompletion");
@@ -543,21 +563,24 @@ async function main() {
 
     await step('trace_switch', async () => {
       // cpcLsp.trace.server while running: off traces nothing, messages traces again.
+      // The extension logs the switch after making it, so the log line means it is in effect.
       const traced = () => count(serverLog(), "Sending request 'textDocument/inlineCompletion");
-      writeMachineSettings({ 'cpcLsp.trace.server': 'off' });
-      await sleep(1000);
       const served = () => (serverLog().match(/lsp_server\.server: #\d+ /g) || []).length;
+      let mark = serverLog().length;
+      writeMachineSettings({ 'cpcLsp.trace.server': 'off' });
+      await untilLogged(/cpcLsp\.trace\.server is now "off"/, mark);
       const offBefore = traced();
       const servedBefore = served();
       await type(' and the');
-      await sleep(1500);
+      // The server's own log lines say requests went out (it logs one as it answers; the trace
+      // would have logged it as it was sent, so before).
+      const servedAfter = await until('the server to answer a request', () => served() > servedBefore && served());
       const offAfter = traced();
-      const servedAfter = served(); // the server's own log lines: requests did go out
+      mark = serverLog().length;
       writeMachineSettings({ 'cpcLsp.trace.server': 'messages' });
-      await sleep(1000);
+      await untilLogged(/cpcLsp\.trace\.server is now "messages"/, mark);
       await type(' not');
-      const deadline = Date.now() + 20000;
-      while (traced() === offAfter && Date.now() < deadline) await sleep(100);
+      await until('a traced request', () => traced() > offAfter);
       return { offBefore, offAfter, servedBefore, servedAfter, messages: traced() };
     });
 

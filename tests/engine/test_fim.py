@@ -3,14 +3,13 @@ the suffix bound, the KV reuse across keystrokes, and a model without FIM tokens
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
-from engine import CompletionRequest, Engine, EngineConfig
+from engine import CompletionRequest, Engine
 from engine.llama_backend import LlamaContext
 from engine.prompt import PSM, SPM, FimTokens, fim_prompt
-from tests.engine.tiny_gguf import write_model
+from tests.engine.tiny_gguf import load
 
 pytest.importorskip("gguf")
 
@@ -19,25 +18,15 @@ SUFFIX = "\n    print(x)\nif x"
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory) -> dict[str, Path]:
-    folder = tmp_path_factory.mktemp("tiny-gguf")
-    return {"fim": write_model(folder / "fim.gguf", True), "plain": write_model(folder / "plain.gguf", False)}
-
-
-def load(path: Path) -> Engine:
-    return Engine.load(EngineConfig(model_path=path, context_tokens=512, threads=1))
-
-
-@pytest.fixture(scope="module")
-def fim_engine(models):
-    engine = load(models["fim"])
+def fim_engine(tiny_models):
+    engine = load(tiny_models["fim"])
     yield engine
     engine.close()
 
 
 @pytest.fixture(scope="module")
-def plain_engine(models):
-    engine = load(models["plain"])
+def plain_engine(tiny_models):
+    engine = load(tiny_models["plain"])
     yield engine
     engine.close()
 

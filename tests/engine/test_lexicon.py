@@ -8,21 +8,20 @@ import threading
 import numpy as np
 import pytest
 
-from engine import CompletionRequest, Engine, EngineConfig
+from engine import CompletionRequest, Engine
 from engine.lexicon import WordScorer, first_word, word_end_tokens
 from engine.sampler import log_sum_exp
 from engine.sequence import PathRows
 
 pytest.importorskip("gguf")
-from tests.engine.tiny_gguf import write_model  # noqa: E402
+from tests.engine.tiny_gguf import load  # noqa: E402
 
 PROMPT = "def value(self):\n    return the"
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory):
-    path = write_model(tmp_path_factory.mktemp("tiny-gguf") / "plain.gguf", False)
-    eng = Engine.load(EngineConfig(model_path=path, context_tokens=512, threads=1))
+def engine(tiny_models):
+    eng = load(tiny_models["plain"])
     yield eng
     eng.close()
 

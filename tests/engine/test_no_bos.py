@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine import CompletionRequest, Engine, EngineConfig
-from tests.engine.tiny_gguf import write_model
+from engine import CompletionRequest
+from tests.engine.tiny_gguf import load, write_model
 
 pytest.importorskip("gguf")
 
@@ -17,7 +17,7 @@ PROMPT = "def value(self):\n    return the"
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
     path = write_model(tmp_path_factory.mktemp("tiny-gguf") / "no-bos.gguf", False, add_bos=False)
-    engine = Engine.load(EngineConfig(model_path=path, context_tokens=512, threads=1))
+    engine = load(path)
     assert engine.tokenize("") == ()
     yield engine
     engine.close()

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
+from engine import Engine, EngineConfig
+
 WORDS = ("def", "return", "self", "value", "the", "draft", "yesterday", "yes", "ter", "day", "print", "if", "x")
 FIM_TEXTS = ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|fim_pad|>")
 N_EMBD, N_HEAD, N_FF, N_CTX = 32, 2, 64, 512
@@ -38,6 +40,11 @@ def vocabulary(with_fim: bool) -> tuple[list[str], list[float], list[int]]:
     # SPM merges prefer higher scores: longer pieces win.
     scores = [0.0] * (len(texts) - len(pieces)) + [float(len(p)) for p in pieces]
     return texts, scores, types
+
+
+def load(path: Path) -> Engine:
+    """The engine on a tiny model, as the tests use it (its whole context, one thread)."""
+    return Engine.load(EngineConfig(model_path=path, context_tokens=N_CTX, threads=1))
 
 
 def write_model(path: Path, with_fim: bool, seed: int = 0, add_bos: bool = True) -> Path:

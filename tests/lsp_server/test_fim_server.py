@@ -9,28 +9,21 @@ from pathlib import Path
 import pytest
 
 from bench.lsp_client import Editor, insert_text
-from engine import Engine, EngineConfig
 from lsp_server.scheduler import load_engine
 from lsp_server.settings import Settings
 from lsp_server.split import text_after
 from tests.fixtures import InProcessServer
 
 pytest.importorskip("gguf")
-from tests.engine.tiny_gguf import write_model  # noqa: E402
+from tests.engine.tiny_gguf import load  # noqa: E402
 
 BEFORE = "def value(self):\n    return the"
 TYPED = " yest"
 AFTER = "\n    print(x)\nif x\nreturn the\n"
 
 
-@pytest.fixture(scope="module")
-def models(tmp_path_factory) -> dict[str, Path]:
-    folder = tmp_path_factory.mktemp("tiny-gguf")
-    return {"fim": write_model(folder / "fim.gguf", True), "plain": write_model(folder / "plain.gguf", False)}
-
-
 def tokens(path: Path, text: str) -> int:
-    engine = Engine.load(EngineConfig(model_path=path, context_tokens=512, threads=1))
+    engine = load(path)
     try:
         return len(engine._model.tokenize(text.encode(), add_bos=False))
     finally:
@@ -58,42 +51,42 @@ def ask(path: Path, settings: dict, text: str = BEFORE + TYPED + AFTER, cursor: 
 @pytest.mark.parametrize(
     ("lines", "after"), [(1, ""), (2, "\n    print(x)"), (3, "\n    print(x)\nif x"), (8, AFTER)]
 )
-def test_a_fim_model_gets_the_text_after_the_cursor_bounded_in_lines(models, lines, after):
+def test_a_fim_model_gets_the_text_after_the_cursor_bounded_in_lines(tiny_models, lines, after):
     assert text_after(BEFORE + TYPED + AFTER, len(BEFORE + TYPED), lines) == after
-    shown, stats = ask(models["fim"], {"fimSuffixLines": lines})
-    expected = 1 + 1 + tokens(models["fim"], BEFORE) + 1 + tokens(models["fim"], after) + 1
+    shown, stats = ask(tiny_models["fim"], {"fimSuffixLines": lines})
+    expected = 1 + 1 + tokens(tiny_models["fim"], BEFORE) + 1 + tokens(tiny_models["fim"], after) + 1
     assert stats["promptTokens"] == expected
     assert shown is None or shown.startswith("yest")
     assert stats["requiredSatisfied"]
 
 
-def test_the_suffix_token_bound_and_zero_lines(models):
-    _, bounded = ask(models["fim"], {"fimSuffixLines": 8, "fimSuffixTokens": 2})
-    assert bounded["promptTokens"] == 1 + 1 + tokens(models["fim"], BEFORE) + 1 + 2 + 1
-    _, none = ask(models["fim"], {"fimSuffixLines": 0})
-    assert none["promptTokens"] == 1 + tokens(models["fim"], BEFORE)  # the plain prompt
+def test_the_suffix_token_bound_and_zero_lines(tiny_models):
+    _, bounded = ask(tiny_models["fim"], {"fimSuffixLines": 8, "fimSuffixTokens": 2})
+    assert bounded["promptTokens"] == 1 + 1 + tokens(tiny_models["fim"], BEFORE) + 1 + 2 + 1
+    _, none = ask(tiny_models["fim"], {"fimSuffixLines": 0})
+    assert none["promptTokens"] == 1 + tokens(tiny_models["fim"], BEFORE)  # the plain prompt
 
 
-def test_a_model_without_fim_tokens_never_sees_the_text_after_the_cursor(models):
-    _, stats = ask(models["plain"], {"fimSuffixLines": 8})
-    assert stats["promptTokens"] == 1 + tokens(models["plain"], BEFORE)
+def test_a_model_without_fim_tokens_never_sees_the_text_after_the_cursor(tiny_models):
+    _, stats = ask(tiny_models["plain"], {"fimSuffixLines": 8})
+    assert stats["promptTokens"] == 1 + tokens(tiny_models["plain"], BEFORE)
 
 
-def test_document_words_reach_the_engine_when_the_lexicon_is_on(models):
+def test_document_words_reach_the_engine_when_the_lexicon_is_on(tiny_models):
     """A word from the open document (after the cursor too) wins with a large prior; off, nothing is sent."""
     text = "the yest\nwe met yesterdays"
-    shown, stats = ask(models["plain"], {"lexicon": True, "lexiconPrior": 20.0}, text, 8)
+    shown, stats = ask(tiny_models["plain"], {"lexicon": True, "lexiconPrior": 20.0}, text, 8)
     assert shown is not None and shown.startswith("yesterdays")
     assert stats["lexiconChanged"] and 0 < stats["lexiconDecodes"] <= 8
-    shown, stats = ask(models["plain"], {"lexicon": False}, text, 8)
+    shown, stats = ask(tiny_models["plain"], {"lexicon": False}, text, 8)
     assert stats["lexiconDecodes"] == 0 and not stats["lexiconChanged"]
 
 
-def test_a_prefetch_decodes_the_fim_prompt_the_next_request_uses(models):
+def test_a_prefetch_decodes_the_fim_prompt_the_next_request_uses(tiny_models):
     """After an open, the idle engine decodes the FIM layout, so the request there decodes nothing."""
     import time
 
-    server = InProcessServer(Settings(model=str(models["fim"]), context_tokens=512, threads=1), load=load_engine)
+    server = InProcessServer(Settings(model=str(tiny_models["fim"]), context_tokens=512, threads=1), load=load_engine)
     try:
         client = server.client
         client.initialize({"cpcLsp": {"maxTokens": 4}}, wait_loaded=True)
@@ -106,7 +99,7 @@ def test_a_prefetch_decodes_the_fim_prompt_the_next_request_uses(models):
         assert server.server.scheduler.last_prefetch is not None
         shown = insert_text(editor.inline(uri))
         stats = editor.stats() or {}
-        assert stats["decodedTokens"] == 0 and stats["promptTokens"] == 1 + 1 + tokens(models["fim"], BEFORE) + 2
+        assert stats["decodedTokens"] == 0 and stats["promptTokens"] == 1 + 1 + tokens(tiny_models["fim"], BEFORE) + 2
         assert shown is None or shown.startswith("yest")
     finally:
         server.close()

@@ -4,9 +4,9 @@ A fake engine stands in (scheduling logic only; the real model's side is in test
 import threading
 import time
 
-from engine import CompletionRequest, EngineConfig, Prefetched
-from lsp_server.scheduler import Scheduler
+from engine import CompletionRequest, Prefetched
 from tests.fixtures import Editor, FakeEngine
+from tests.fixtures import loaded_scheduler as loaded
 
 WAIT = 5.0
 
@@ -28,12 +28,6 @@ class SlowPrefetch(FakeEngine):
             time.sleep(0.001)
         self.prefetch_stopped.set()
         return Prefetched(10, 5, not cancel.is_set(), 1.0)
-
-
-def loaded(engine: FakeEngine) -> Scheduler:
-    scheduler = Scheduler(lambda config: engine)
-    assert scheduler.load(EngineConfig()).result(WAIT).ok
-    return scheduler
 
 
 def test_an_idle_engine_prefetches_and_the_next_request_is_warm():
@@ -58,13 +52,19 @@ def test_a_request_stops_a_running_prefetch_and_runs_at_once():
     scheduler.close()
 
 
-def test_a_prefetch_never_stops_a_request_and_waits_for_it():
+def busy_with_a_prefetch_queued():
+    """A scheduler whose engine is running a request (blocked) with a prefetch waiting behind it."""
     engine = FakeEngine(block=True)
     scheduler = loaded(engine)
     running = scheduler.submit(CompletionRequest("b", " x"), tag="b")
     assert engine.started.wait(WAIT)
     queued = scheduler.prefetch(CompletionRequest("a"), tag="a")
-    time.sleep(0.05)
+    return engine, scheduler, running, queued
+
+
+def test_a_prefetch_never_stops_a_request_and_waits_for_it():
+    engine, scheduler, running, queued = busy_with_a_prefetch_queued()
+    time.sleep(0.05)  # a prefetch that stopped the request would have done so by now
     assert not running.cancel_flag.is_set() and engine.prefetched == []
     engine.block = False
     assert running.future.result(WAIT).reason == "done"
@@ -86,13 +86,10 @@ def test_a_newer_prefetch_replaces_the_older_and_an_edit_stops_its_own():
 
 
 def test_a_prefetch_waiting_for_a_request_is_dropped_by_the_next_request():
-    engine = FakeEngine(block=True)
-    scheduler = loaded(engine)
-    running = scheduler.submit(CompletionRequest("b", " x"), tag="b")
-    assert engine.started.wait(WAIT)
-    queued = scheduler.prefetch(CompletionRequest("a"), tag="a")
-    engine.block = False
+    engine, scheduler, running, queued = busy_with_a_prefetch_queued()
     newest = scheduler.submit(CompletionRequest("b", " xy"), tag="b")
+    engine.block = False  # only now: unblocked earlier, the worker could run the prefetch first
+    assert running.future.result(WAIT).reason == "superseded"
     assert queued.future.result(WAIT).reason == "superseded"
     assert newest.future.result(WAIT).reason == "done"
     assert engine.prefetched == []
@@ -128,5 +125,7 @@ def test_the_prefetch_setting_turns_it_off(fake_server):
     fake_server.client.initialize({"cpcLsp": {"prefetch": False}}, wait_loaded=True, timeout=30)
     editor = Editor(fake_server.client)
     editor.open("file:///tmp/prefetch/off.txt", "Thanks for sending over the draft yest")
-    editor.inline("file:///tmp/prefetch/off.txt")
-    assert fake_server.loader.engine.prefetched == []
+    fake_server.client.call("cpcLsp/stats")  # the didOpen has been handled (messages go in order)
+    # With prefetch on, the idle engine would have prefetched within milliseconds (the test above).
+    assert not wait_for(lambda: fake_server.loader.engine.prefetched, timeout=0.5)
+    assert editor.inline("file:///tmp/prefetch/off.txt").result

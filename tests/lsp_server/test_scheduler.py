@@ -6,14 +6,9 @@ import time
 from engine import CompletionRequest, EngineConfig, ModelLoadError
 from lsp_server.scheduler import Scheduler
 from tests.fixtures import FakeEngine
+from tests.fixtures import loaded_scheduler as loaded
 
 WAIT = 5.0
-
-
-def loaded(engine: FakeEngine) -> Scheduler:
-    scheduler = Scheduler(lambda config: engine)
-    assert scheduler.load(EngineConfig()).result(WAIT).ok
-    return scheduler
 
 
 def test_a_job_runs_on_the_dedicated_thread():
