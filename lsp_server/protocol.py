@@ -182,10 +182,20 @@ def serve_stdio(server: Any, stdin: BinaryIO | None, stdout: BinaryIO | None) ->
 
 
 def serve_tcp(server: Any, host: str, port: int) -> None:
-    """pygls's `start_tcp`, with our read loop: one client at a time on `host:port`."""
+    """pygls's `start_tcp`, with our read loop: one client on `host:port`, for one session.
+
+    A second connection while the first is served is closed at once: the protocol has one writer,
+    and taking it over would send the first client's answers (document text) to the second."""
     server._stop_event = stop = threading.Event()
+    serving = False
 
     async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal serving
+        if serving:
+            logger.warning("refusing a second connection: this server serves one client")
+            writer.close()
+            return
+        serving = True
         server.protocol.set_writer(writer)
         await read_loop(StreamSource(reader), server.protocol, stop, server.protocol.send_error)
         server.shutdown()

@@ -1,6 +1,7 @@
 """Failures inside the scheduler, with fake engines: a reload that fails puts the previous model
 back (never two loaded at once), a budget that does not fit is an answer that says what to change,
-and an engine that throws leaves the worker serving."""
+an engine that throws leaves the worker serving, and an unreadable change of any shape only makes
+its document stale."""
 
 from __future__ import annotations
 
@@ -104,3 +105,18 @@ def test_notifications_leave_no_futures_behind():
     assert server.documents.get(uri) is None
     assert protocol.pending_futures() <= 1
     server.scheduler.close()
+
+
+def test_an_unreadable_change_of_any_shape_only_marks_an_open_document_stale():
+    from lsp_server.server import build_server
+
+    server = build_server(load=FakeLoader())
+    try:
+        server.documents.open("file:///open.txt", "text", 1)
+        for params in (None, 5, [], {"textDocument": 5}, {"textDocument": {"uri": 7}}, {"textDocument": {"uri": "file:///closed.txt"}}):
+            server.unreadable_notification("textDocument/didChange", params)
+        assert not server.documents.get("file:///open.txt").stale
+        server.unreadable_notification("textDocument/didChange", {"textDocument": {"uri": "file:///open.txt"}})
+        assert server.documents.get("file:///open.txt").stale
+    finally:
+        server.scheduler.close()

@@ -39,6 +39,16 @@ def test_candidates_begin_with_the_typed_word_most_frequent_first():
     assert lex.count("value") == 2
 
 
+def test_words_keep_their_combining_marks_as_the_split_does():
+    """A decomposed accent and Devanagari's vowel signs are marks: a word keeps them (the split's
+    partial word does), instead of being cut into pieces at each one."""
+    lex = Lexicon()
+    lex.opened("a", "cafe\u0301s हिन्दी naïve")
+    assert lex.candidates("caf") == ("cafe\u0301s",)
+    assert lex.candidates("हि") == ("हिन्दी",)
+    assert lex.candidates("na") == ("naïve",)
+
+
 def position(text: str, offset: int) -> tuple[int, int]:
     line = text.count("\n", 0, offset)
     return line, offset - (text.rfind("\n", 0, offset) + 1)
@@ -47,7 +57,7 @@ def position(text: str, offset: int) -> tuple[int, int]:
 @settings(max_examples=200, deadline=None)
 @given(
     st.lists(
-        st.tuples(st.integers(0, 10_000), st.integers(0, 6), st.text("ab _.\n(é1", max_size=6)),
+        st.tuples(st.integers(0, 10_000), st.integers(0, 6), st.text("ab _.\n(é1\u0301", max_size=6)),
         max_size=25,
     )
 )

@@ -101,6 +101,44 @@ def test_tcp_binds_loopback_unless_a_host_is_given(args, address):
         server.stderr.close()
 
 
+def _frame(message: dict) -> bytes:
+    body = json.dumps(message).encode()
+    return b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+
+def _read_until(conn: socket.socket, marker: bytes) -> bytes:
+    reply = b""
+    while marker not in reply:
+        chunk = conn.recv(65536)
+        assert chunk, "connection closed"
+        reply += chunk
+    return reply
+
+
+def test_a_second_tcp_client_is_refused_and_the_first_keeps_its_answers():
+    """The server has one writer: a second connection must not take the first client's answers."""
+    server, sockets = _tcp_server()
+    try:
+        address, port = sockets[0]
+        with socket.create_connection((address, port), timeout=30) as first:
+            first.sendall(_frame({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"capabilities": {}}}))
+            _read_until(first, b"inlineCompletionProvider")
+            with socket.create_connection((address, port), timeout=30) as second:
+                second.sendall(_frame({"jsonrpc": "2.0", "id": 7, "method": "shutdown"}))
+                try:
+                    answer = second.recv(65536)
+                except ConnectionResetError:  # closed with the request unread
+                    answer = b""
+                assert answer == b""  # closed without an answer
+            first.settimeout(10)
+            first.sendall(_frame({"jsonrpc": "2.0", "id": 2, "method": "shutdown"}))
+            assert re.search(rb'"id":\s*2\b', _read_until(first, b'"result"'))
+    finally:
+        server.kill()
+        server.wait(30)
+        server.stderr.close()
+
+
 @pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.0.2.1", ""])
 def test_a_host_other_machines_can_reach_is_refused(host):
     done = subprocess.run(
