@@ -23,11 +23,14 @@ import json
 import os
 import random
 import sysconfig
-from collections.abc import Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from lsp_server.split import is_word_char
+
+T = TypeVar("T")
 
 KINDS = ("python", "javascript", "c", "prose")
 MIN_BYTES, MAX_BYTES = 2_000, 400_000
@@ -169,20 +172,33 @@ def build_cases(
 ) -> list[Case]:
     """`per_kind` cases of each kind (fewer only if a kind has too few usable files), one per file,
     never from a file in `exclude` (paths as in `Case.file`)."""
-    cases: list[Case] = []
+    return one_per_file(
+        kinds, per_kind, f"cpc-lsp bench {seed}", exclude,
+        lambda rng, kind, path: _case_in(rng, kind, path, context_chars),
+    )  # fmt: skip
+
+
+def one_per_file(
+    kinds: Iterable[str], per_kind: int, seed: str, exclude: Collection[str],
+    make: Callable[[random.Random, str, Path], T | None],
+) -> list[T]:
+    """`per_kind` items of each kind, at most one per file, from the kind's files not in `exclude`
+    in an order drawn from `seed` and the kind; `make(rng, kind, path)` returns None for a file
+    that has no usable item."""
+    found: list[T] = []
     for kind in kinds:
-        rng = random.Random(f"cpc-lsp bench {seed} {kind}")
+        rng = random.Random(f"{seed} {kind}")
         files = [f for f in source_files(kind) if str(f) not in exclude]
         rng.shuffle(files)
         made = 0
         for path in files:
             if made == per_kind:
                 break
-            case = _case_in(rng, kind, path, context_chars)
-            if case is not None:
-                cases.append(case)
+            item = make(rng, kind, path)
+            if item is not None:
+                found.append(item)
                 made += 1
-    return cases
+    return found
 
 
 CHECK_SEED = 1  # the check set: never used to choose a weight

@@ -22,12 +22,12 @@ from __future__ import annotations
 import random
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bench import report
-from bench.cases import KINDS, Case, read_text, source_files
+from bench.cases import KINDS, Case, one_per_file, read_text
 from bench.lsp_client import Editor, insert_text
 from bench.quality import LANGUAGES
 from bench.stats import median, ratio
@@ -51,20 +51,9 @@ class Passage:
 
 def passages(per_kind: int, used: set[str], seed: int = 0, chars: int = PASSAGE_CHARS) -> list[Passage]:
     """`per_kind` passages per kind, one per file, from files not in `used` (the quality sets')."""
-    found = []
-    for kind in KINDS:
-        rng = random.Random(f"cpc-lsp replay {seed} {kind}")
-        files = [f for f in source_files(kind) if str(f) not in used]
-        rng.shuffle(files)
-        made = 0
-        for path in files:
-            if made == per_kind:
-                break
-            passage = _passage_in(rng, kind, path, chars)
-            if passage is not None:
-                found.append(passage)
-                made += 1
-    return found
+    return one_per_file(
+        KINDS, per_kind, f"cpc-lsp replay {seed}", used, lambda rng, kind, path: _passage_in(rng, kind, path, chars)
+    )
 
 
 def _passage_in(rng: random.Random, kind: str, path: Path, chars: int) -> Passage | None:
@@ -152,78 +141,79 @@ class _Cursor:
         self.editor.client.notify("textDocument/didClose", {"textDocument": {"uri": self.uri}})
 
 
+@dataclass
+class _Tally:
+    """What one replay counts as the simulated user goes along the passage."""
+
+    typed: int = 0
+    accepted: int = 0  # characters taken by accept keys
+    accepts: int = 0
+    shown: int = 0
+    ms: list[float] = field(default_factory=list)
+    # per cursor position: requests, accepts, accepted characters
+    where: dict[str, list[int]] = field(default_factory=lambda: {k: [0, 0, 0] for k in POSITIONS})
+
+    def step(self, before: str, rest: str, chunk: str) -> int:
+        """One suggestion whose next word is `chunk`, with `before` the text before the cursor and
+        `rest` what the passage has left: the user accepts it if it is exactly right, else types
+        one character. Returns how many characters of the passage that took."""
+        at = self.where[position_kind(before, rest)]
+        at[0] += 1
+        if accepts(chunk, rest):
+            self.accepted += len(chunk)
+            self.accepts += 1
+            at[1] += 1
+            at[2] += len(chunk)
+            return len(chunk)
+        self.typed += 1
+        return 1
+
+    def result(self, chars: int, begins: bool | None) -> dict[str, Any]:
+        return {
+            "chars": chars, "typed": self.typed, "accepted": self.accepted, "accepts": self.accepts,
+            "requests": len(self.ms), "ms": self.ms, "shown": self.shown, "begins_with_typed": begins,
+            "positions": self.where,
+        }  # fmt: skip
+
+
 def replay_server(editor: Editor, passage: Passage, uri: str, in_place: bool) -> dict[str, Any]:
     cursor = _Cursor(editor, uri, passage.before, passage.after if in_place else "", LANGUAGES[passage.kind])
     target, pos = passage.text, 0
-    typed = accepted = accepts_n = 0
-    where: dict[str, list[int]] = {k: [0, 0, 0] for k in POSITIONS}  # requests, accepts, accepted chars
-    ms: list[float] = []
-    shown_count = 0
+    tally = _Tally()
     begins = True
     try:
         while pos < len(target):
             params = {"textDocument": {"uri": uri}, "position": cursor.position(), "context": {"triggerKind": 2}}
             reply = editor.client.request("textDocument/inlineCompletion", params)
-            ms.append(reply.ms)
+            tally.ms.append(reply.ms)
             shown = insert_text(reply)
             chunk = ""
             if shown is not None:
-                shown_count += 1
+                tally.shown += 1
                 word = cursor.word()
                 begins = begins and shown.startswith(word)
                 chunk = next_word(shown[len(word) :])
-            at = where[position_kind(passage.before + target[:pos], target[pos:])]
-            at[0] += 1
-            if accepts(chunk, target[pos:]):
-                cursor.insert(chunk)
-                pos += len(chunk)
-                accepted += len(chunk)
-                accepts_n += 1
-                at[1] += 1
-                at[2] += len(chunk)
-            else:
-                cursor.insert(target[pos])
-                pos += 1
-                typed += 1
+            took = tally.step(passage.before + target[:pos], target[pos:], chunk)
+            cursor.insert(target[pos : pos + took])  # the accepted word, or one typed character
+            pos += took
     finally:
         cursor.close()
-    return _result(len(target), typed, accepted, accepts_n, ms, shown_count, begins, where)
+    return tally.result(len(target), begins)
 
 
 def replay_peer(peer, passage: Passage, max_tokens: int) -> dict[str, Any]:
     """The same replay with the peer's completion of the text before the cursor."""
     target, pos = passage.text, 0
-    typed = accepted = accepts_n = 0
-    where: dict[str, list[int]] = {k: [0, 0, 0] for k in POSITIONS}
-    ms: list[float] = []
-    shown_count = 0
+    tally = _Tally()
     while pos < len(target):
-        at = where[position_kind(passage.before + target[:pos], target[pos:])]
-        at[0] += 1
         prompt = passage.before + target[:pos]
         started = time.perf_counter()
         out = peer.llm.create_completion(prompt, max_tokens=max_tokens, temperature=0.0, stop=["\n"])
-        ms.append((time.perf_counter() - started) * 1000)
+        tally.ms.append((time.perf_counter() - started) * 1000)
         added = out["choices"][0]["text"]
-        shown_count += bool(added.strip())
-        chunk = next_word(added)
-        if accepts(chunk, target[pos:]):
-            pos += len(chunk)
-            accepted += len(chunk)
-            accepts_n += 1
-            at[1] += 1
-            at[2] += len(chunk)
-        else:
-            pos += 1
-            typed += 1
-    return _result(len(target), typed, accepted, accepts_n, ms, shown_count, None, where)
-
-
-def _result(chars, typed, accepted, accepts_n, ms, shown, begins, where) -> dict[str, Any]:
-    return {
-        "chars": chars, "typed": typed, "accepted": accepted, "accepts": accepts_n, "requests": len(ms),
-        "ms": ms, "shown": shown, "begins_with_typed": begins, "positions": where,
-    }  # fmt: skip
+        tally.shown += bool(added.strip())
+        pos += tally.step(prompt, target[pos:], next_word(added))
+    return tally.result(len(target), None)
 
 
 def by_position(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -64,3 +64,41 @@ def test_cursor_positions_are_told_apart_by_the_passage():
     assert position_kind("the draft", "") == word_end
     assert position_kind("the draft ", "was") == after
     assert position_kind("", "the") == after
+
+
+class _Peer:
+    """A peer whose completion is `say(text before the cursor)`."""
+
+    def __init__(self, say) -> None:
+        self.llm = self
+        self.say = say
+
+    def create_completion(self, prompt: str, **_: object) -> dict:
+        return {"choices": [{"text": self.say(prompt)}]}
+
+
+def test_the_replay_accepts_right_words_and_types_the_rest():
+    from bench.replay import Passage, replay_peer
+
+    passage = Passage("prose", "f.txt", 0, 8, "Hi. ", "ab cd, e", "")
+    oracle = replay_peer(_Peer(lambda prompt: passage.text[len(prompt) - 4 :]), passage, 8)
+    # "ab" (its word ends there), " cd" and ", e": three accepts, nothing typed.
+    assert (oracle["typed"], oracle["accepted"], oracle["accepts"], oracle["requests"]) == (0, 8, 3, 3)
+    assert oracle["positions"]["after a non-word character"] == [1, 1, 2]  # "ab" after "Hi. "
+    assert oracle["positions"]["at a word end"] == [2, 2, 6]  # " cd" after "ab", ", e" after "cd"
+    silent = replay_peer(_Peer(lambda prompt: ""), passage, 8)
+    assert (silent["typed"], silent["accepted"], silent["accepts"], silent["requests"], silent["shown"]) == (8, 0, 0, 8, 0)
+    wrong = replay_peer(_Peer(lambda prompt: "zz"), passage, 8)  # never right: every key typed
+    assert (wrong["typed"], wrong["accepted"], wrong["shown"]) == (8, 0, 8)
+    assert sum(counts[0] for counts in wrong["positions"].values()) == 8
+
+
+def test_the_server_replay_counts_the_same_way(fake_editor):
+    from bench.replay import Passage, replay_server
+
+    # The fake engine finishes "yest" as "yesterday" (tests/fixtures.py WORDS) and adds " done".
+    passage = Passage("prose", "f.txt", 0, 13, "Hi. ", "yesterday was", "")
+    result = replay_server(fake_editor, passage, "file:///bench/replay/fake.txt", in_place=False)
+    assert result["begins_with_typed"] is True and result["requests"] == result["typed"] + result["accepts"]
+    assert result["typed"] + result["accepted"] == len(passage.text)
+    assert result["accepts"] >= 1  # "yesterday" once its first letter is typed

@@ -7,60 +7,17 @@
 -- Run: CPC_NVIM_TEST=input.json nvim --headless --clean -u nvim_driver.lua
 -- input.json: { rtp, cmd, settings, file, typed, out, timeout_ms, keystroke_ms, accept_key }
 --
--- The script never blocks the main loop while keys are pending (typed keys are only processed by
--- the main loop), so each step polls from a timer. A deadline ends the run with an error instead
--- of hanging.
+-- The waits, typing and deadline are nvim_harness.lua's (they never block the main loop).
 
-local input = vim.json.decode(assert(io.open(assert(os.getenv('CPC_NVIM_TEST')))):read('*a'))
-local report = { steps = {} }
-local done = false
-
-local function write_report()
-  local file = assert(io.open(input.out, 'w'))
-  file:write(vim.json.encode(report))
-  file:close()
-end
-
-local function finish(err)
-  if done then
-    return
-  end
-  done = true
-  report.error = err
-  pcall(write_report)
-  vim.cmd(err and 'cquit 1' or 'qall!')
-end
+local harness = dofile(vim.fs.joinpath(vim.fs.dirname(debug.getinfo(1, 'S').source:sub(2)), 'nvim_harness.lua'))
+local input, report, finish, wait_for = harness.input, harness.report, harness.finish, harness.wait_for
+report.steps = {}
 
 local function step(name)
   table.insert(report.steps, { name = name, ms = vim.uv.now() })
 end
-
---- Poll `cond` every 20 ms from the main loop; then call `next`, or fail after `timeout_ms`.
-local function wait_for(what, cond, next, timeout_ms)
-  local deadline = vim.uv.now() + (timeout_ms or input.timeout_ms)
-  local function tick()
-    if done then
-      return
-    end
-    local ok, value = pcall(cond)
-    if not ok then
-      return finish(('error while waiting for %s: %s'):format(what, value))
-    end
-    if value then
-      step(what)
-      return next(value)
-    end
-    if vim.uv.now() > deadline then
-      return finish('timed out waiting for ' .. what)
-    end
-    vim.defer_fn(tick, 20)
-  end
-  tick()
-end
-
-vim.defer_fn(function()
-  finish(('deadline of %d ms passed'):format(input.timeout_ms * 3))
-end, input.timeout_ms * 3)
+harness.on_met = step
+harness.deadline(input.timeout_ms * 3)
 
 local version = vim.version()
 report.nvim = ('%d.%d.%d'):format(version.major, version.minor, version.patch)
@@ -80,22 +37,7 @@ local function line_info()
   return { row = row, col = col, line = vim.api.nvim_get_current_line() }
 end
 
-local function type_keys(keys, next)
-  local chars = vim.fn.split(keys, [[\zs]])
-  local i = 0
-  local function press()
-    if done then
-      return
-    end
-    i = i + 1
-    if i > #chars then
-      return next()
-    end
-    vim.api.nvim_input(chars[i] == '<' and '<lt>' or chars[i])
-    vim.defer_fn(press, input.keystroke_ms)
-  end
-  press()
-end
+local type_keys = harness.type_keys
 
 local partial = vim.trim(input.typed)
 
@@ -172,18 +114,14 @@ local function type_word(bufnr, client)
   end)
 end
 
-vim.api.nvim_create_autocmd('VimEnter', {
-  once = true,
-  nested = true, -- so that :edit fires BufRead and FileType, as it does for a user
-  callback = function()
-    vim.cmd.edit(vim.fn.fnameescape(input.file))
-    local bufnr = vim.api.nvim_get_current_buf()
-    report.filetype = vim.bo[bufnr].filetype
-    wait_for('cpc_lsp to attach and initialize', function()
-      local client = client_of(bufnr)
-      return client and client.initialized and client
-    end, function(client)
-      type_word(bufnr, client)
-    end)
-  end,
-})
+harness.on_enter(function()
+  vim.cmd.edit(vim.fn.fnameescape(input.file))
+  local bufnr = vim.api.nvim_get_current_buf()
+  report.filetype = vim.bo[bufnr].filetype
+  wait_for('cpc_lsp to attach and initialize', function()
+    local client = client_of(bufnr)
+    return client and client.initialized and client
+  end, function(client)
+    type_word(bufnr, client)
+  end)
+end)

@@ -6,47 +6,10 @@
 -- Run: CPC_NVIM_TEST=input.json nvim --headless --clean -u nvim_enable.lua
 -- input.json: { rtp, cmd, file, out, timeout_ms, keystroke_ms }
 
-local input = vim.json.decode(assert(io.open(assert(os.getenv('CPC_NVIM_TEST')))):read('*a'))
-local report = { statuses = {} }
-local done = false
-
-local function finish(err)
-  if done then
-    return
-  end
-  done = true
-  report.error = err
-  local file = assert(io.open(input.out, 'w'))
-  file:write(vim.json.encode(report))
-  file:close()
-  vim.cmd(err and 'cquit 1' or 'qall!')
-end
-
---- Poll `cond` every 20 ms from the main loop; then call `next`, or fail after the timeout.
-local function wait_for(what, cond, next, timeout_ms)
-  local deadline = vim.uv.now() + (timeout_ms or input.timeout_ms)
-  local function tick()
-    if done then
-      return
-    end
-    local ok, value = pcall(cond)
-    if not ok then
-      return finish(('error while waiting for %s: %s'):format(what, value))
-    end
-    if value then
-      return next(value)
-    end
-    if vim.uv.now() > deadline then
-      return finish('timed out waiting for ' .. what)
-    end
-    vim.defer_fn(tick, 20)
-  end
-  tick()
-end
-
-vim.defer_fn(function()
-  finish(('deadline of %d ms passed'):format(input.timeout_ms * 3))
-end, input.timeout_ms * 3)
+local harness = dofile(vim.fs.joinpath(vim.fs.dirname(debug.getinfo(1, 'S').source:sub(2)), 'nvim_harness.lua'))
+local input, report, finish, wait_for = harness.input, harness.report, harness.finish, harness.wait_for
+report.statuses = {}
+harness.deadline(input.timeout_ms * 3)
 
 vim.opt.runtimepath:prepend(input.rtp)
 local cpc_lsp = require('cpc_lsp')
@@ -70,22 +33,7 @@ vim.api.nvim_create_autocmd('LspRequest', {
   end,
 })
 
-local function type_keys(keys, next)
-  local chars = vim.fn.split(keys, [[\zs]])
-  local i = 0
-  local function press()
-    if done then
-      return
-    end
-    i = i + 1
-    if i > #chars then
-      return next()
-    end
-    vim.api.nvim_input(chars[i])
-    vim.defer_fn(press, input.keystroke_ms)
-  end
-  press()
-end
+local type_keys = harness.type_keys
 
 local function menu_words()
   local info = vim.fn.complete_info({ 'items' })
@@ -137,22 +85,18 @@ local function typed_while_off()
   end, 1500)
 end
 
-vim.api.nvim_create_autocmd('VimEnter', {
-  once = true,
-  nested = true, -- so that :edit fires BufRead and FileType, as it does for a user
-  callback = function()
-    vim.cmd.edit(vim.fn.fnameescape(input.file))
-    local bufnr = vim.api.nvim_get_current_buf()
-    report.filetype = vim.bo[bufnr].filetype
-    wait_for('the model to be ready', function()
-      local client = vim.lsp.get_clients({ bufnr = bufnr, name = cpc_lsp.name })[1]
-      return client and client.initialized and cpc_lsp.state().state == 'ready'
-    end, function()
-      report.ready = cpc_lsp.state()
-      report.status_ready = cpc_lsp.status()
-      vim.api.nvim_win_set_cursor(0, { vim.api.nvim_buf_line_count(bufnr), 0 })
-      vim.api.nvim_input('A')
-      type_keys(' yest', typed_while_off)
-    end)
-  end,
-})
+harness.on_enter(function()
+  vim.cmd.edit(vim.fn.fnameescape(input.file))
+  local bufnr = vim.api.nvim_get_current_buf()
+  report.filetype = vim.bo[bufnr].filetype
+  wait_for('the model to be ready', function()
+    local client = vim.lsp.get_clients({ bufnr = bufnr, name = cpc_lsp.name })[1]
+    return client and client.initialized and cpc_lsp.state().state == 'ready'
+  end, function()
+    report.ready = cpc_lsp.state()
+    report.status_ready = cpc_lsp.status()
+    vim.api.nvim_win_set_cursor(0, { vim.api.nvim_buf_line_count(bufnr), 0 })
+    vim.api.nvim_input('A')
+    type_keys(' yest', typed_while_off)
+  end)
+end)

@@ -220,6 +220,15 @@ async function textChangedFrom(before) {
   }, 10000);
 }
 
+/** Types `text`, waits for the suggestion and takes it with Tab; the text before and after. */
+async function typeAndAccept(text) {
+  await type(text);
+  const { ghost } = await waitForGhost();
+  const before = await editorText(); // read with the ghost: the last keystroke is drawn too
+  await page.keyboard.press('Tab');
+  return { before, ghost, after: await textChangedFrom(before) };
+}
+
 /** Waits until the extension's log, after offset `from`, matches `pattern`. */
 async function untilLogged(pattern, from, timeout = WARM) {
   await until(`${pattern} in the log`, () => pattern.test(serverLog().slice(from)), timeout);
@@ -477,8 +486,8 @@ async function main() {
     await step('accept_next_word', async () => {
       await page.keyboard.press('Enter');
       await type('Thanks for sending over the draft yest');
-      const before = await editorText();
       const { ghost } = await waitForGhost();
+      const before = await editorText(); // read with the ghost: the last keystroke is drawn too
       await page.keyboard.press('Control+ArrowRight'); // editor.action.inlineSuggest.acceptNextWord
       const after = await textChangedFrom(before);
       const ghostAfter = await until('the rest of the suggestion', ghostText, 10000);
@@ -490,20 +499,12 @@ async function main() {
       await page.keyboard.press('End');
       const rest = ' and the notes for the meeting.';
       for (let i = 0; i < rest.length; i += 1) await page.keyboard.press('ArrowLeft');
-      await type('yest');
-      const before = await editorText();
-      const { ghost } = await waitForGhost();
-      await page.keyboard.press('Tab');
-      return { before, ghost, after: await textChangedFrom(before) };
+      return typeAndAccept('yest');
     });
 
     await step('emoji', async () => {
       await openFile('emoji.txt');
-      await type(' yest');
-      const before = await editorText();
-      const { ghost } = await waitForGhost();
-      await page.keyboard.press('Tab');
-      return { before, ghost, after: await textChangedFrom(before) };
+      return typeAndAccept(' yest');
     });
 
     await step('max_tokens', async () => {
