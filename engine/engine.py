@@ -1,8 +1,11 @@
 """The engine: one model, one context, one KV cache, and `complete()` for a whole request.
 
 `complete` tokenizes the prompt (reusing the last tokenization when the text is unchanged),
-windows it to the context, runs a `Sequence` and turns its pieces into text: UTF-8 decoded
-incrementally, cut at the first stop sequence or line break, never returned when cancelled.
+windows it to the context (in the FIM layout of engine.prompt when the model has FIM tokens and
+the request a suffix), runs a `Sequence` and turns its pieces into text: UTF-8 decoded
+incrementally, cut at the first stop sequence or line break, never returned when cancelled. With
+document-word candidates, engine.lexicon may choose another word, and the completion is made
+again with it as the required prefix. `prefetch` decodes a request's prompt and nothing else.
 """
 
 from __future__ import annotations

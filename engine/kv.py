@@ -10,11 +10,12 @@ and the next request (or prefetch) resumes from them.
 
 Several documents stay decoded: the context has several sequences (each a whole context). One is
 live. A prompt moves to the sequence that shares clearly more with it, if there is one. Else a
-prompt that shares little with the live sequence but would cut it back by many tokens (another
-document) moves to an empty or the least recently used sequence, so the displaced prompt stays
-decoded for when the user comes back. A prompt that shares much with the live sequence stays
-(the same document with the cursor further up, or edited there: its prompt is mostly a prefix of
-what is held, and moving would decode all of it cold). Why sequences and
+prompt that would cut the live sequence back by many tokens, and shares less with it than it must
+decode anyway (another document, even one with the same licence header), moves to an empty or the
+least recently used sequence, so the displaced prompt stays decoded for when the user comes back;
+moving then costs this request at most twice its decode. A prompt that is mostly what the live
+sequence holds stays (the same document with the cursor further up, or edited there: moving would
+decode all of it cold). Why sequences and
 not llama.cpp's per-sequence state save/restore (measured on the default model): a saved state
 leaves out sliding-window cells older than the window, so a restored prompt could only be
 extended, never cut back; restoring the whole context's state instead changed logits by up to
@@ -36,8 +37,8 @@ import numpy as np
 __all__ = ["Backend", "Cancelled", "Decoded", "KvCache", "common_prefix_length"]
 
 MOVE_MIN_GAIN = 32  # a prompt goes to a sequence sharing at least this many more tokens with it
-MOVE_MIN_DROP = 128  # else one that would cut the live sequence back this far
-MOVE_MAX_KEEP = 128  # ... and keep at most this much of it (another document) goes to a free one
+MOVE_MIN_DROP = 128  # else one that would cut the live sequence back this far (and shares less
+# with it than it adds) goes to a free one
 
 
 @dataclass(frozen=True)
@@ -155,7 +156,7 @@ class KvCache:
         if shared >= keep + MOVE_MIN_GAIN:
             self._use(best)
             self.switches += 1
-        elif len(self._held) - keep >= MOVE_MIN_DROP and keep <= MOVE_MAX_KEEP:
+        elif len(self._held) - keep >= MOVE_MIN_DROP and keep < len(tokens) - keep:
             target = next((i for i in self._recent if not self._seqs[i]), None)
             if target is None:
                 target = next(i for i in self._recent if i != self._live)

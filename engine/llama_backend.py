@@ -1,9 +1,11 @@
 """A thin, typed layer over llama.cpp's C API (through llama-cpp-python's ctypes bindings).
 
-Only this module touches llama_cpp. It loads one model, owns one context with one sequence, and
-offers exactly what the engine needs: tokenize, token pieces, decode a run of tokens at a position
-(returning the last row's logits), and remove a KV tail. Gemma 3 interleaves sliding-window
-layers, so the context keeps the full cache (`swa_full`) to let any tail be removed safely.
+Only this module touches llama_cpp. It loads one model, owns one context with one or more
+sequences (one per remembered prompt, see `engine.kv`), and offers exactly what the engine needs:
+tokenize, token pieces, decode a run of tokens into a sequence at a position (returning the
+logits rows of its last tokens), and remove a sequence's KV tail. Gemma 3 interleaves
+sliding-window layers, so the context keeps the full cache (`swa_full`) to let any tail be
+removed safely.
 """
 
 from __future__ import annotations
@@ -162,8 +164,8 @@ class LlamaContext:
         if not self._ctx:
             raise ModelLoadError(
                 model.path,
-                f"llama.cpp could not create a context of {n_ctx} tokens",
-                "Lower the `contextTokens` setting or free memory",
+                f"llama.cpp could not create a context of {n_ctx} tokens for {sequences} document(s)",
+                "Lower the `contextTokens` or `memoryBudgetMiB` setting, or free memory",
             )
         self.n_ctx = llama_cpp.llama_n_ctx_seq(self._ctx)
         self.sequences = sequences
@@ -181,9 +183,10 @@ class LlamaContext:
         outputs: int = 1,
         seq: int = 0,
     ) -> Decoded:
-        """Decode `tokens` into sequence `seq` at positions start.. in chunks; rows are copies of the logits of the last
-        `outputs` tokens. Between chunks `cancelled()` is checked: then the rows are None and what
-        was decoded stays in KV. Chunks end at multiples of `chunk_tokens` (see CHUNK_TOKENS)."""
+        """Decode `tokens` into sequence `seq` at positions start.. in chunks; rows are copies of
+        the logits of the last `outputs` tokens. Between chunks `cancelled()` is checked: then the
+        rows are None and what was decoded stays in KV. Chunks end at multiples of `chunk_tokens`
+        (see CHUNK_TOKENS)."""
         batch = self._batch
         first_output = len(tokens) - outputs
         rows = np.empty((outputs, self.n_vocab), dtype=np.float32)

@@ -6,7 +6,8 @@ Modules, one job each: `split` (where the prompt ends), `documents` (texts and L
 the README table), `suggestion` (request in, suggestion out), `scheduler` (the engine's worker
 thread, newest request wins), `protocol` (every pygls override, the only module that touches
 pygls's internals), `transport` (the read loop that survives malformed frames), `logs` (no
-document text in logs), `server` (the handlers) and `__main__` (the command line).
+document text in logs), `status` (the model's state for an editor's status bar), `server` (the
+handlers) and `__main__` (the command line).
 """
 
 from importlib.metadata import PackageNotFoundError, version

@@ -13,7 +13,7 @@ doc)`. From those fields come:
 
 **Adding a setting is a one-place edit**: add a field to `Settings`, e.g.
 
-    memory_mb: int = setting(512, Int(0, 65_536), "Memory the KV cache of remembered documents may use, in MB.")
+    max_lines: int = setting(1, Int(1, 16), "Most lines one suggestion may span.")  # (not a real setting)
 
 then regenerate the manifest entries and the README table, and commit what changed:
 

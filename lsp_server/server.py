@@ -34,6 +34,7 @@ logger = logging.getLogger(__name__)
 
 STATS_METHOD = "cpcLsp/stats"
 LOAD_WAIT_SECONDS = 60.0  # how long a request waits for a model that is still loading
+PROGRESS_WAIT_SECONDS = 5.0  # how long a load's progress bar waits for the client to accept it
 
 
 class CpcServer(LanguageServer):
@@ -127,9 +128,9 @@ class CpcServer(LanguageServer):
         if not self.capability("window.work_done_progress"):
             return None
         token = f"cpc-lsp/load/{uuid.uuid4()}"
-        try:
-            await self.work_done_progress.create_async(token)
-        except Exception:  # the client refused: go on without a progress bar
+        try:  # bounded: a client that never answers would hold back the "ready" status for good
+            await asyncio.wait_for(self.work_done_progress.create_async(token), PROGRESS_WAIT_SECONDS)
+        except Exception:  # the client refused or did not answer: go on without a progress bar
             logger.info("client declined a progress token")
             return None
         self.work_done_progress.begin(token, types.WorkDoneProgressBegin(title=title))

@@ -274,3 +274,13 @@ def test_the_cursor_moved_up_in_the_same_document_stays_in_its_sequence():
     assert kv.decoded - decoded == 1 and backend.seqs[0] == list(a[:500]) and backend.seqs[1] == []
     kv.logits_after(a[:300] + (7, 8))  # an edit further up: only the edit is decoded
     assert kv.decoded - decoded == 3 and backend.seqs[0] == list(a[:300] + (7, 8))
+
+
+def test_another_document_with_the_same_long_header_still_moves():
+    backend = RecordingBackend(sequences=3)
+    kv = KvCache(backend)
+    header = doc(100, 300)
+    a, b = header + tuple(range(2000, 2600)), header + tuple(range(5000, 5600))
+    kv.logits_after(a)
+    kv.logits_after(b)  # shares 301 tokens but adds 600: A stays decoded
+    assert backend.seqs[0] == list(a) and backend.seqs[1] == list(b)

@@ -31,3 +31,26 @@ def test_sent_as_a_notification():
     status.send(protocol, status.Status("error", "why"))
     assert protocol.sent == [(status.STATUS_METHOD, {"state": "error", "message": "why"})]
     assert status.STATUS_METHOD == "cpcLsp/status"  # editors/vscode/extension.js listens for this name
+
+
+def test_a_client_that_never_answers_the_progress_request_still_gets_ready(monkeypatch):
+    """window/workDoneProgress/create is a request: a client that never answers it must not hold
+    the "ready" status (and the "loaded" log line) back for good."""
+    import lsp_server.server as server_module
+    from tests.fixtures import FakeLoader, InProcessServer
+
+    monkeypatch.setattr(server_module, "PROGRESS_WAIT_SECONDS", 0.2)
+    server = InProcessServer(load=FakeLoader())
+    try:
+        client = server.client
+        send = client.send_message
+        def send_unless_an_answer(message, *args, **kwargs):
+            return None if "result" in message and "method" not in message else send(message, *args, **kwargs)
+
+        client.send_message = send_unless_an_answer
+        capabilities = {"textDocument": {"inlineCompletion": {}}, "window": {"workDoneProgress": True}}
+        client.initialize(capabilities=capabilities, wait_loaded=True, timeout=10)
+        ready = client.wait_notification(lambda n: n["method"] == "cpcLsp/status" and n["params"]["state"] == "ready", 10)
+        assert ready["params"]["state"] == "ready"
+    finally:
+        server.close()
