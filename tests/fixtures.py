@@ -189,7 +189,6 @@ def fake_module_server() -> Iterator[InProcessServer]:
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The two tiny models, written once per session: "fim" (with FIM tokens) and "plain"."""
-    pytest.importorskip("gguf")
     from tests.engine.tiny_gguf import write_model
 
     folder = tmp_path_factory.mktemp("tiny-gguf")

@@ -11,8 +11,6 @@ from engine.llama_backend import LlamaContext
 from engine.prompt import PSM, SPM, FimTokens, fim_prompt
 from tests.engine.tiny_gguf import load
 
-pytest.importorskip("gguf")
-
 PREFIX = "def value(self):\n    return the"
 SUFFIX = "\n    print(x)\nif x"
 

@@ -9,8 +9,6 @@ import pytest
 from engine import CompletionRequest
 from tests.engine.tiny_gguf import load, write_model
 
-pytest.importorskip("gguf")
-
 PROMPT = "def value(self):\n    return the"
 
 

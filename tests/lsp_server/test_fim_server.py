@@ -12,10 +12,8 @@ from bench.lsp_client import Editor, insert_text
 from lsp_server.scheduler import load_engine
 from lsp_server.settings import Settings
 from lsp_server.split import text_after
+from tests.engine.tiny_gguf import load
 from tests.fixtures import InProcessServer
-
-pytest.importorskip("gguf")
-from tests.engine.tiny_gguf import load  # noqa: E402
 
 BEFORE = "def value(self):\n    return the"
 TYPED = " yest"
