@@ -124,7 +124,10 @@ class Engine:
 
     def window(self, tokens: tuple[int, ...], reserve: int) -> tuple[int, ...]:
         """Keep the prompt's tail within the context. The start moves in large steps, so the kept
-        tokens stay a common prefix from one keystroke to the next and the KV cache is reused."""
+        tokens stay a common prefix from one keystroke to the next and the KV cache is reused.
+        The step is a quarter of the context, not of the budget: the reserve grows with every
+        letter typed into a word, and a step that followed it moved the start (and decoded the
+        whole window again) every few keystrokes."""
         budget = self.n_ctx - reserve
         if budget < MIN_PROMPT_TOKENS:
             raise BudgetError(
@@ -134,7 +137,7 @@ class Engine:
         if len(tokens) <= budget:
             return tokens
         head = len(self._bos)
-        step = max(MIN_PROMPT_TOKENS, budget // 4)
+        step = min(budget, max(MIN_PROMPT_TOKENS, self.n_ctx // 4))
         drop = math.ceil((len(tokens) - budget) / step) * step
         return tokens[:head] + tokens[head + drop :]
 

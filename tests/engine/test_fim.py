@@ -195,3 +195,18 @@ def test_a_suffix_bound_larger_than_the_context_still_leaves_room_for_the_prefix
     assert tokens[: 2 + len(prefix) + 1] == [1, pre, *prefix, suf] and tokens[-1] == mid
     assert result.stats.prompt_tokens <= fim_engine.n_ctx - 8
     assert len(tokens) - len(prefix) - 4 >= (fim_engine.n_ctx - 8) // 2 - 32  # the suffix got its half
+
+
+@pytest.mark.parametrize("which", ["plain", "fim"])
+def test_typing_into_a_word_of_a_windowed_prompt_decodes_nothing(fim_engine, plain_engine, which):
+    """A prompt longer than the context is windowed; the required prefix grows with every letter
+    typed, and the window's start must not move with it (it did every few letters: a whole
+    window decoded again)."""
+    engine = fim_engine if which == "fim" else plain_engine
+    engine.kv.forget()
+    prefix = "x = the value\n" * 300 + "return the"
+    decoded = [
+        engine.complete(request(" yesterda"[:n], prefix=prefix, max_tokens=4)).stats.decoded_tokens
+        for n in range(2, 10)
+    ]
+    assert decoded[0] > 100 and decoded[1:] == [0] * 7, decoded
