@@ -295,25 +295,26 @@ def build(threads: int, rounds: int, wheel: Path | None) -> dict[str, Any]:
     wheel = wheel or _baseline_wheel()
     if wheel is None:
         return {"error": "no AVX2-only wheel found (build one with CPC_LSP_LLAMA_ISA=avx2 scripts/llama-wheel.sh)"}
-    unpacked = Path(tempfile.mkdtemp(prefix="cpc-lsp-avx2-"))
-    with zipfile.ZipFile(wheel) as archive:
-        archive.extractall(unpacked)
-    for lib in (unpacked / "llama_cpp" / "lib").glob("*"):
-        lib.chmod(0o755)
-    text = source_text()[20_000:23_300]  # about 840 tokens
-    runs: dict[str, list[float]] = {"this build": [], "AVX2-only": []}
-    tokens = None
-    repo = str(ROOT)
-    for _ in range(rounds):
-        for name in runs:
-            path = repo if name == "this build" else f"{unpacked}{os.pathsep}{repo}"
-            env = {**os.environ, "PYTHONPATH": path}
-            out = subprocess.run([sys.executable, "-c", CHILD, text, str(threads), "3"], env=env,
-                                 capture_output=True, text=True, check=True)  # fmt: skip
-            got = json.loads(out.stdout.strip().splitlines()[-1])
-            tokens = got["tokens"]
-            runs[name].append(got["ms"])
-            _say(f"cold decode, {name}: {got['ms']:.0f} ms ({got['where']})")
+    with tempfile.TemporaryDirectory(prefix="cpc-lsp-avx2-") as folder:  # removed afterwards
+        unpacked = Path(folder)
+        with zipfile.ZipFile(wheel) as archive:
+            archive.extractall(unpacked)
+        for lib in (unpacked / "llama_cpp" / "lib").glob("*"):
+            lib.chmod(0o755)
+        text = source_text()[20_000:23_300]  # about 840 tokens
+        runs: dict[str, list[float]] = {"this build": [], "AVX2-only": []}
+        tokens = None
+        repo = str(ROOT)
+        for _ in range(rounds):
+            for name in runs:
+                path = repo if name == "this build" else f"{unpacked}{os.pathsep}{repo}"
+                env = {**os.environ, "PYTHONPATH": path}
+                out = subprocess.run([sys.executable, "-c", CHILD, text, str(threads), "3"], env=env,
+                                     capture_output=True, text=True, check=True)  # fmt: skip
+                got = json.loads(out.stdout.strip().splitlines()[-1])
+                tokens = got["tokens"]
+                runs[name].append(got["ms"])
+                _say(f"cold decode, {name}: {got['ms']:.0f} ms ({got['where']})")
     ours, base = median(runs["this build"]), median(runs["AVX2-only"])
     flags = subprocess.run([str(ROOT / "scripts" / "llama-wheel.sh"), "--flags"], capture_output=True, text=True).stdout.split()
     return {"tokens": tokens, "this_build_ms": ours, "avx2_ms": base, "speedup": ratio(base, ours),

@@ -24,6 +24,8 @@ import pytest
 from tests.editors.conftest import ROOT, TIMEOUT_S, VSCODE
 
 HERE = Path(__file__).resolve().parent
+# The README's screenshot. The test saves its own in its work folder; CPC_UPDATE_SCREENSHOT=1
+# saves it over this one, so that a test run leaves the checkout as it was.
 SCREENSHOT = ROOT / "docs" / "vscode-ghost-text.png"
 CHROMIUM = os.environ.get("CPC_CHROMIUM", "/usr/bin/chromium")
 SKIP_VAR = "CPC_SKIP_VSCODE"
@@ -94,14 +96,14 @@ def _loopback_only() -> list[str]:
 @pytest.fixture(scope="module")
 def session(vscode_env, vsix, server_command, tmp_path_factory) -> dict:
     work = tmp_path_factory.mktemp("vscode")
-    SCREENSHOT.parent.mkdir(exist_ok=True)
+    screenshot = SCREENSHOT if os.environ.get("CPC_UPDATE_SCREENSHOT") == "1" else work / SCREENSHOT.name
     spec = {
         "env": str(vscode_env),
         "vsix": str(vsix),
         "chromium": CHROMIUM,
         "server": {"command": server_command[0], "args": server_command[1:]},
         "work": str(work),
-        "screenshot": str(SCREENSHOT),
+        "screenshot": str(screenshot),
         "timeoutMs": TIMEOUT_S * 1000,
         "report": str(work / "report.json"),
     }
@@ -122,6 +124,7 @@ def session(vscode_env, vsix, server_command, tmp_path_factory) -> dict:
             f"the VS Code session failed: {report['error']}\ncode-server: {report.get('codeServer', '')[-3000:]}"
         )
     report["work"] = str(work)
+    report["screenshot"] = str(screenshot)
     print("VS Code session timings (ms):", json.dumps(report["timings"]))  # shown with -s / on failure
     return report
 
@@ -146,7 +149,7 @@ def test_first_keystroke_after_start_gets_ghost_text(session):
     step = _step(session, "first_keystroke")
     assert step["text"].endswith("draft yest")
     assert step["ghost"].startswith("erday"), step["ghost"]
-    assert SCREENSHOT.exists()
+    assert Path(session["screenshot"]).stat().st_size > 0
     # The status bar went through loading the model to ready.
     labels = [entry["label"].split(",")[0] for entry in step["statusHistory"]]
     wanted = ["cpc-lsp: starting the server", "cpc-lsp: loading the model", "cpc-lsp: ready"]

@@ -121,12 +121,26 @@ def test_speculative_drafts_change_no_greedy_token(model_engine, text, single_li
                           sampling=SamplingConfig(single_line=single_line))
         for k in range(4)
     ]  # fmt: skip
-    outputs = {}
-    for draft in (0, 2):
-        model_engine.drafts = DraftConfig(max_draft=draft)
-        outputs[draft] = []
-        for request in requests:
-            model_engine.kv.forget()
-            outputs[draft].append(model_engine.complete(request).text)
-    model_engine.drafts = DraftConfig(max_draft=model_engine.config.draft_tokens)
+    outputs, verified = {}, []
+    kv = model_engine.kv
+    along = kv.rows_along
+
+    def counted(context, draft, cancel=None):  # every verification batch, with its draft's length
+        verified.append(len(draft))
+        return along(context, draft, cancel)
+
+    kv.rows_along = counted
+    try:
+        for draft in (0, 2):
+            model_engine.drafts = DraftConfig(max_draft=draft)
+            outputs[draft] = []
+            for request in requests:
+                kv.forget()
+                outputs[draft].append(model_engine.complete(request).text)
+            if draft == 0:
+                assert verified == []
+    finally:
+        del kv.rows_along
+        model_engine.drafts = DraftConfig(max_draft=model_engine.config.draft_tokens)
+    assert verified and max(verified) >= 1  # drafts were proposed and verified, so this proves something
     assert outputs[0] == outputs[2]
