@@ -14,6 +14,7 @@ import codecs
 import math
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from engine.kv import Cancelled, KvCache
@@ -176,7 +177,7 @@ class Engine:
                 return rest if self._spelled(rest) == raw else plain
         return plain
 
-    def _spelled(self, tokens) -> bytes:
+    def _spelled(self, tokens: Iterable[int]) -> bytes:
         return b"".join(self.vocab.pieces[t] for t in tokens)
 
     def sequence(self, sampling: SamplingConfig = SamplingConfig(), cancel: threading.Event | None = None) -> Sequence:
