@@ -14,6 +14,7 @@ import codecs
 import math
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from engine.kv import Cancelled, KvCache
@@ -148,8 +149,7 @@ class Engine:
         if self.fim is None or request.suffix is None:
             return self.window(plain, reserve)
         if request.suffix != self._last_suffix.text or not self._last_suffix.tokens:
-            raw = request.suffix.encode("utf-8", "replace")
-            self._last_suffix = _TokenizedPrompt(request.suffix, tuple(self._model.tokenize(raw, add_bos=False)))
+            self._last_suffix = _TokenizedPrompt(request.suffix, self.suffix_tokens(request.suffix))
         # The suffix never takes the room the text before the cursor needs: at most half of what
         # the context has left, and never so much that the prefix drops below MIN_PROMPT_TOKENS
         # (a `fimSuffixTokens` near the context size would otherwise fail every request).
@@ -159,6 +159,26 @@ class Engine:
         kept = self.window(plain, reserve + len(suffix) + FIM_EXTRA_TOKENS)
         head = len(self._bos)
         return fim_prompt(kept[:head], kept[head:], suffix, self.fim, request.fim_order)
+
+    def suffix_tokens(self, text: str) -> tuple[int, ...]:
+        """The tokens of the text after the cursor, spelling exactly it. A SentencePiece tokenizer
+        puts a space before a text's start (its space prefix): right for the prompt, which starts a
+        document, wrong for the suffix, which continues one (" print" for "print"; CodeLlama's own
+        infilling strips it too). Tokenized after a line break, the space goes to the line break,
+        and both are dropped; when that does not split cleanly, the plain tokens are kept."""
+        raw = text.encode("utf-8", "replace")
+        plain = tuple(self._model.tokenize(raw, add_bos=False))
+        if self._spelled(plain) == raw:  # no space prefix (BPE vocabularies, Gemma)
+            return plain
+        lead = self._model.tokenize(b"\n" + raw, add_bos=False)
+        for i in range(1, min(3, len(lead) + 1)):
+            if self._spelled(lead[:i]) in (b"\n", b" \n"):
+                rest = tuple(lead[i:])
+                return rest if self._spelled(rest) == raw else plain
+        return plain
+
+    def _spelled(self, tokens: Iterable[int]) -> bytes:
+        return b"".join(self.vocab.pieces[t] for t in tokens)
 
     def sequence(self, sampling: SamplingConfig = SamplingConfig(), cancel: threading.Event | None = None) -> Sequence:
         """A seed-003 style sequence over this engine's KV cache (for callers that stream)."""
@@ -263,7 +283,7 @@ class Engine:
         """The tokens of `text` alone, or [] when they do not spell exactly it. (SentencePiece
         vocabularies prepend a space to a text's start; a lone leading space token is dropped.)"""
         tokens = list(self._model.tokenize(text, add_bos=False))
-        spelled = b"".join(self.vocab.pieces[t] for t in tokens)
+        spelled = self._spelled(tokens)
         if spelled == text:
             return tokens
         if spelled == b" " + text and tokens and self.vocab.pieces[tokens[0]] == b" ":

@@ -15,11 +15,13 @@ decode anyway (another document, even one with the same licence header), moves t
 least recently used sequence, so the displaced prompt stays decoded for when the user comes back;
 moving then costs this request at most twice its decode. A prompt that is mostly what the live
 sequence holds stays (the same document with the cursor further up, or edited there: moving would
-decode all of it cold). Why sequences and
-not llama.cpp's per-sequence state save/restore (measured on the default model): a saved state
-leaves out sliding-window cells older than the window, so a restored prompt could only be
-extended, never cut back; restoring the whole context's state instead changed logits by up to
-1.9 past the window; a switch between sequences copies nothing and any prefix is reused exactly.
+decode all of it cold).
+
+Why sequences and not llama.cpp's per-sequence state save/restore (measured on the default
+model): a saved state leaves out sliding-window cells older than the window, so a restored prompt
+could only be extended, never cut back; restoring the whole context's state instead changed
+logits by up to 1.9 past the window; a switch between sequences copies nothing and any prefix is
+reused exactly.
 
 A failed decode or KV removal clears the cache instead of trusting uncertain memory.
 """
@@ -37,8 +39,7 @@ import numpy as np
 __all__ = ["Backend", "Cancelled", "Decoded", "KvCache", "common_prefix_length"]
 
 MOVE_MIN_GAIN = 32  # a prompt goes to a sequence sharing at least this many more tokens with it
-MOVE_MIN_DROP = 128  # else one that would cut the live sequence back this far (and shares less
-# with it than it adds) goes to a free one
+MOVE_MIN_DROP = 128  # else one that would cut the live sequence back this far may go to a free one
 
 
 @dataclass(frozen=True)

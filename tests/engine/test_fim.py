@@ -90,7 +90,7 @@ def test_layouts():
 def test_the_exact_tokens_sent_and_the_middle_begins_with_the_required_prefix(fim_engine, sent, order):
     fim_engine.kv.forget()
     pre, suf, mid = fim_engine._model.fim_ids()
-    prefix, suffix = tok(fim_engine, PREFIX), tok(fim_engine, SUFFIX)
+    prefix, suffix = tok(fim_engine, PREFIX), list(fim_engine.suffix_tokens(SUFFIX))
     assert prefix[-2:] == ids(fim_engine, " return", " the")  # the prompt ends at a word boundary
     result = fim_engine.complete(request(" yest", fim_order=order))
     body = [pre, *prefix, suf, *suffix] if order == PSM else [suf, *suffix, pre, *prefix]
@@ -103,12 +103,21 @@ def test_the_exact_tokens_sent_and_the_middle_begins_with_the_required_prefix(fi
     assert after_mid.startswith(b" yest")
 
 
+@pytest.mark.parametrize("after", [SUFFIX, "erday the", ")", "  x"])
+def test_the_suffix_spells_exactly_the_text_after_the_cursor(fim_engine, after):
+    """The tiny models' SentencePiece-style tokenizer prepends a space to a text's start: the
+    suffix continues the document, so it must not get one (" print" where "print" follows)."""
+    pieces = [fim_engine.vocab.pieces[t] for t in fim_engine.suffix_tokens(after)]
+    assert b"".join(pieces) == after.encode()
+    assert b"".join(fim_engine.vocab.pieces[t] for t in tok(fim_engine, after)) == b" " + after.encode()
+
+
 def test_the_suffix_keeps_its_first_tokens_only(fim_engine, sent):
     fim_engine.kv.forget()
     pre, suf, mid = fim_engine._model.fim_ids()
     fim_engine.complete(request(" yest", suffix_tokens=3))
     n = 2 + len(tok(fim_engine, PREFIX))
-    assert sent.tokens(n + 5)[n:] == [suf, *tok(fim_engine, SUFFIX)[:3], mid]
+    assert sent.tokens(n + 5)[n:] == [suf, *list(fim_engine.suffix_tokens(SUFFIX))[:3], mid]
     fim_engine.kv.forget()
     fim_engine.complete(request(" yest", suffix_tokens=0))
     assert sent.tokens(n + 2)[n:] == [suf, mid]
@@ -149,7 +158,7 @@ def test_a_new_word_decodes_the_suffix_again_in_psm_but_not_in_spm(fim_engine):
     starts the next word, PSM decodes the word, SUF, the suffix and MID again; SPM the word and MID."""
     word = len(tok(fim_engine, PREFIX + " yesterday")) - len(tok(fim_engine, PREFIX))
     assert word == 1
-    suffix = len(tok(fim_engine, SUFFIX))
+    suffix = len(list(fim_engine.suffix_tokens(SUFFIX)))
     psm = dict((req, dec) for req, dec, _ in keystrokes(fim_engine, PSM))
     spm = dict((req, dec) for req, dec, _ in keystrokes(fim_engine, SPM))
     assert psm[" "] == word + 1 + suffix + 1
@@ -179,7 +188,7 @@ def test_the_fim_prompt_fits_the_context(fim_engine, sent):
     assert n <= fim_engine.n_ctx - 8
     tokens = sent.tokens(n)
     assert tokens[:2] == [1, pre] and tokens[-1] == mid
-    assert tokens[-2 - len(tok(fim_engine, SUFFIX)) : -1] == [suf, *tok(fim_engine, SUFFIX)]
+    assert tokens[-2 - len(list(fim_engine.suffix_tokens(SUFFIX))) : -1] == [suf, *list(fim_engine.suffix_tokens(SUFFIX))]
 
 
 def test_a_suffix_bound_larger_than_the_context_still_leaves_room_for_the_prefix(fim_engine, sent):

@@ -20,10 +20,10 @@ TYPED = " yest"
 AFTER = "\n    print(x)\nif x\nreturn the\n"
 
 
-def tokens(path: Path, text: str) -> int:
+def tokens(path: Path, text: str, after_cursor: bool = False) -> int:
     engine = load(path)
     try:
-        return len(engine._model.tokenize(text.encode(), add_bos=False))
+        return len(engine.suffix_tokens(text) if after_cursor else engine._model.tokenize(text.encode(), add_bos=False))
     finally:
         engine.close()
 
@@ -52,7 +52,7 @@ def ask(path: Path, settings: dict, text: str = BEFORE + TYPED + AFTER, cursor: 
 def test_a_fim_model_gets_the_text_after_the_cursor_bounded_in_lines(tiny_models, lines, after):
     assert text_after(BEFORE + TYPED + AFTER, len(BEFORE + TYPED), lines) == after
     shown, stats = ask(tiny_models["fim"], {"fimSuffixLines": lines})
-    expected = 1 + 1 + tokens(tiny_models["fim"], BEFORE) + 1 + tokens(tiny_models["fim"], after) + 1
+    expected = 1 + 1 + tokens(tiny_models["fim"], BEFORE) + 1 + tokens(tiny_models["fim"], after, after_cursor=True) + 1
     assert stats["promptTokens"] == expected
     assert shown is None or shown.startswith("yest")
     assert stats["requiredSatisfied"]
