@@ -77,7 +77,11 @@ function errorHandler() {
       }
       const why = `cpc-lsp: the server "${ended?.command}" ${ended ? ended.describe() : 'stopped'}`;
       if (!client?.isRunning()) {
-        return { action: CloseAction.DoNotRestart, message: why, handled: true }; // startClient tells
+        // A start that failed: startClient tells the user and the log, so this is not logged again.
+        if (client) {
+          client.toldElsewhere = why;
+        }
+        return { action: CloseAction.DoNotRestart, message: why, handled: true };
       }
       const now = Date.now();
       crashes.push(now);
@@ -99,10 +103,15 @@ function errorHandler() {
 /** vscode-languageclient also pops up "couldn't create connection to server" when a start
  * fails, and "Sending document notification … failed" for a keystroke typed while it stops (a
  * restart). startClient says why a start failed (command missing, exit code and last words), and
- * a keystroke during a restart is no error: those only go to the log. */
+ * a keystroke during a restart is no error: those only go to the log. The close of a failed start
+ * (`toldElsewhere`) is not logged a second time. */
 class Client extends LanguageClient {
   error(message, data, showNotification) {
     const text = typeof message === 'string' ? message : '';
+    if (this.toldElsewhere !== undefined && text === this.toldElsewhere) {
+      this.toldElsewhere = undefined;
+      return;
+    }
     const quiet =
       text.includes("couldn't create connection to server") || (text.startsWith('Sending ') && !this.isRunning());
     super.error(message, data, quiet ? false : showNotification);

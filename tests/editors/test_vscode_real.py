@@ -240,6 +240,8 @@ def test_a_server_that_exits_is_named_with_its_last_words(session):
     step = _step(session, "crash")
     (crash,) = [text for text in step["notifications"] if "--no-such-flag" in text]
     assert "exited with code 2 before it was ready" in crash and "unrecognized arguments" in crash
+    logged = [line for line in session["log"].splitlines() if "exited with code 2" in line]
+    assert len(logged) == 1 and "[error]" in logged[0], logged  # said once, as an error
     # vscode-languageclient's own "couldn't create connection" goes to the log, not to the user.
     assert not any("couldn't create connection" in text for text in step["notifications"])
 

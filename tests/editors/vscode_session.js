@@ -609,8 +609,11 @@ async function main() {
       const model = path.join(spec.work, 'no-such-model.gguf');
       writeMachineSettings({ 'cpcLsp.model': model });
       const shown = await waitForNotification(model);
+      // The status bar's update can be drawn a moment after the notification: the first label
+      // after the load, not one still saying "loading".
+      const status = await waitForStatus(/^cpc-lsp: (ready|error)/, UI);
       writeMachineSettings({ 'cpcLsp.model': '' });
-      return { model, notifications: shown, status: await statusLabel() };
+      return { model, notifications: shown, status };
     });
 
     await step('crash', async () => {
