@@ -121,8 +121,16 @@ class KvCache:
 
     def rows_along(self, context: tuple[int, ...], draft: tuple[int, ...], cancel: threading.Event | None = None) -> None:
         """Remember the rows after `context` and after each prefix of `draft` behind it, decoded
-        in one batch (speculative drafts: a sampler then finds them as it walks the draft)."""
+        in one batch (speculative drafts: a sampler then finds them as it walks the draft).
+
+        The batch is the context's last token and the draft only. When KV lacks more of the
+        context (after a covering whose tokens were not decoded), the context is decoded alone, in
+        the batch plain decoding would use: a longer batch would round differently (see
+        engine.speculative) and could change a greedy token."""
         with self._lock:
+            if common_prefix_length(self._held, context) < len(context) - 1:
+                self._remember(context, self._decode_to(context, 1, cancel)[0])
+                return
             rows = self._decode_to(context + draft, len(draft) + 1, cancel)
             for i, row in enumerate(rows):
                 self._remember(context + draft[:i], row)

@@ -284,3 +284,15 @@ def test_another_document_with_the_same_long_header_still_moves():
     kv.logits_after(a)
     kv.logits_after(b)  # shares 301 tokens but adds 600: A stays decoded
     assert backend.seqs[0] == list(a) and backend.seqs[1] == list(b)
+
+
+def test_a_draft_is_never_batched_with_more_of_the_context_than_its_last_token():
+    """Verification batches stay at the last token + the draft (bitwise the rows of single steps);
+    a longer missing context is decoded alone first, as plain decoding would decode it."""
+    backend = RecordingBackend()
+    kv = KvCache(backend)
+    kv.logits_after((1, 2, 3))
+    kv.rows_along((1, 2, 3, 4, 5), (6, 7))
+    assert backend.calls[-1] == ("decode", (4, 5), 3) and kv.remembers((1, 2, 3, 4, 5))
+    kv.rows_along((1, 2, 3, 4, 5, 6), (7, 8))
+    assert backend.calls[-1] == ("decode", (6, 7, 8), 5)
