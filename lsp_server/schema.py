@@ -94,7 +94,8 @@ class Number(Kind):
 
     def check(self, value: Any) -> float:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        ok = ok and math.isfinite(value) and value <= self.high
+        # An int is compared as it is: math.isfinite would raise on one too large for a float.
+        ok = ok and (isinstance(value, int) or math.isfinite(value)) and value <= self.high
         ok = ok and (value > self.low if self.open_low else value >= self.low)
         if not ok:
             raise Invalid(f"expected a number in {self.allowed().removeprefix('number ')}")

@@ -67,3 +67,9 @@ def test_unknown_keys_and_non_objects():
     assert s == Settings() and len(problems) == 1
     s, problems = apply(Settings(), {"cpcLsp": 5})
     assert s == Settings() and len(problems) == 1
+
+
+def test_a_number_too_large_for_a_float_is_reported_not_raised():
+    huge = 10**400  # JSON allows it; math.isfinite(huge) raises OverflowError
+    updated, problems = apply(Settings(), {"temperature": huge, "topP": -huge, "maxTokens": huge})
+    assert updated == Settings() and len(problems) == 3
