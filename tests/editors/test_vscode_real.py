@@ -153,7 +153,10 @@ def test_first_keystroke_after_start_gets_ghost_text(session):
     # The status bar went through loading the model to ready.
     labels = [entry["label"].split(",")[0] for entry in step["statusHistory"]]
     wanted = ["cpc-lsp: starting the server", "cpc-lsp: loading the model", "cpc-lsp: ready"]
-    assert [label for label in labels if label in wanted] == wanted, labels
+    seen = [label for label in labels if label in wanted]
+    # One state can be drawn twice in a row (its ", on for <language>" part changed with the editor).
+    states = [label for i, label in enumerate(seen) if i == 0 or seen[i - 1] != label]
+    assert states == wanted, labels
     assert re.search(r"cpc-lsp: ready, on for plaintext", step["status"])
     print(f"window load -> first ghost text: {step['ghostMs']} ms (editor at {step['editorMs']} ms)")
 
