@@ -158,6 +158,10 @@ class OptionalPath(Kind):
     def check(self, value: Any) -> str | None:
         if not isinstance(value, str):
             raise Invalid("expected a path to a .gguf file")
+        try:  # here, not at load time: "~nobody/x.gguf" would raise out of every later reload
+            Path(value.strip()).expanduser()
+        except RuntimeError:
+            raise Invalid("expected a path to a .gguf file whose ~ names a known home folder") from None
         return value.strip() or None
 
     def json_schema(self) -> dict[str, Any]:

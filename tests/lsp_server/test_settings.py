@@ -73,3 +73,10 @@ def test_a_number_too_large_for_a_float_is_reported_not_raised():
     huge = 10**400  # JSON allows it; math.isfinite(huge) raises OverflowError
     updated, problems = apply(Settings(), {"temperature": huge, "topP": -huge, "maxTokens": huge})
     assert updated == Settings() and len(problems) == 3
+
+
+def test_a_model_path_whose_home_cannot_be_found_is_reported():
+    """Path.expanduser raises for "~nobody/..."; found at load time, it would fail every reload after."""
+    updated, problems = apply(Settings(), {"model": "~no-such-user-cpc/model.gguf"})
+    assert updated == Settings() and len(problems) == 1 and "cpcLsp.model" in problems[0]
+    assert updated.engine_config().model_path is None
