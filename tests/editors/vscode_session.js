@@ -246,13 +246,14 @@ async function statusLabel() {
 }
 
 async function waitForStatus(pattern, timeout = WARM) {
-  const t = Date.now();
-  for (;;) {
-    const label = await statusLabel();
-    if (label && pattern.test(label)) return label;
-    if (since(t) > timeout) throw new Error(`status bar never matched ${pattern}: last ${JSON.stringify(label)}`);
-    await sleep(50);
-  }
+  let label = null;
+  const matches = async () => {
+    label = await statusLabel();
+    return label && pattern.test(label) && label;
+  };
+  return until(`the status bar to match ${pattern}`, matches, timeout).catch((error) => {
+    throw new Error(`${error.message}; it says ${JSON.stringify(label)}`);
+  });
 }
 
 /** How many status changes there were so far, to wait for a restart after this point. */
@@ -279,13 +280,11 @@ async function notifications() {
 
 /** The notifications once one of them contains `needle` (all of them after `timeout` regardless). */
 async function waitForNotification(needle, timeout = WARM) {
-  const t = Date.now();
-  let shown = await notifications();
-  while (!shown.some((text) => text.includes(needle)) && since(t) < timeout) {
-    await sleep(100);
-    shown = await notifications();
-  }
-  return shown;
+  const shown = async () => {
+    const texts = await notifications();
+    return texts.some((text) => text.includes(needle)) && texts;
+  };
+  return until(`a notification with ${needle}`, shown, timeout).catch(() => notifications());
 }
 
 /** Opens a workspace file with Quick Open and puts the cursor at its end. */
