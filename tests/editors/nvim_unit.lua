@@ -5,8 +5,8 @@
 -- Run: CPC_NVIM_TEST=input.json nvim --headless --clean -u nvim_unit.lua
 -- input.json: { rtp, out }. Writes { checks = { name = true | "failure message" } }.
 
-local input = vim.json.decode(assert(io.open(assert(os.getenv('CPC_NVIM_TEST')))):read('*a'))
-vim.opt.runtimepath:prepend(input.rtp)
+local harness = dofile(vim.fs.joinpath(vim.fs.dirname(debug.getinfo(1, 'S').source:sub(2)), 'nvim_harness.lua'))
+vim.opt.runtimepath:prepend(harness.input.rtp)
 
 local checks = {}
 local function check(name, fn)
@@ -174,7 +174,5 @@ check('per-filetype switch: enable, disable, toggle, the command and the statusl
   eq(cpc_lsp.is_enabled('markdown'), true, 'default enable')
 end)
 
-local file = assert(io.open(input.out, 'w'))
-file:write(vim.json.encode({ checks = checks }))
-file:close()
-vim.cmd('qall!')
+harness.report.checks = checks
+harness.finish(nil)
