@@ -14,7 +14,7 @@ Unknown keys are ignored, since editors put their own keys in the same section (
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -148,18 +148,12 @@ class Settings:
         )
 
     def sampling(self) -> SamplingConfig:
-        return SamplingConfig(
-            temperature=self.temperature,
-            top_k=self.top_k,
-            top_p=self.top_p,
-            min_p=self.min_p,
-            repetition_penalty=self.repetition_penalty,
-            seed=self.seed,
-            single_line=self.single_line,
-        )
+        """The sampler's settings, taken by name (a new sampling setting is declared once, above)."""
+        return SamplingConfig(**{name: getattr(self, name) for name in _SAMPLING_SETTINGS})
 
 
 SPECS: dict[str, Spec] = {spec.key: spec for spec in specs(Settings)}  # JSON key -> setting
+_SAMPLING_SETTINGS = tuple(f.name for f in fields(SamplingConfig) if f.name in {s.name for s in SPECS.values()})
 
 
 def section_of(raw: Any) -> Mapping[str, Any] | None:

@@ -80,3 +80,15 @@ def test_a_model_path_whose_home_cannot_be_found_is_reported():
     updated, problems = apply(Settings(), {"model": "~no-such-user-cpc/model.gguf"})
     assert updated == Settings() and len(problems) == 1 and "cpcLsp.model" in problems[0]
     assert updated.engine_config().model_path is None
+
+
+def test_every_sampler_field_but_logprobs_is_a_setting_of_the_same_name():
+    """`Settings.sampling` takes its values by name: a renamed setting must not drop out silently."""
+    from dataclasses import fields
+
+    from engine import SamplingConfig
+
+    names = {f.name for f in fields(SamplingConfig)} - {"logprobs"}  # logprobs: for the bench, per request
+    assert names <= {f.name for f in fields(Settings)}
+    chosen = Settings(temperature=0.5, top_k=3, top_p=0.5, min_p=0.1, repetition_penalty=1.2, seed=7, single_line=False)
+    assert chosen.sampling() == SamplingConfig(0.5, 3, 0.5, 0.1, 1.2, 7, False, False)
