@@ -15,8 +15,8 @@ Definitions (code points, not bytes or UTF-16 units):
   characters: it only serves to keep a suggestion from retyping it, and a suggestion is shorter
   than that, so the search for the line end never runs through the rest of a huge document.
 - The text *after* the cursor, for models with FIM tokens, is bounded: `after_lines` lines
-  (the cursor's own line first) and AFTER_CHARS_PER_LINE characters a line, so a keystroke never reads
-  the rest of a 5 MB document.
+  (the cursor's own line first) and `after_lines` × AFTER_CHARS_PER_LINE characters in all, so a
+  keystroke never reads the rest of a 5 MB document.
 - A run of more than `MAX_RUN` word characters (a hash, a base64 blob, a minified line) is not a
   word being typed: the cursor then has no partial word, so nothing is required and the prompt
   runs to the cursor. Likewise a longer run of horizontal whitespace stays in the prompt. This
