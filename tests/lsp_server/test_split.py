@@ -101,3 +101,13 @@ def test_the_suffix_stops_at_the_line_end_or_max_suffix_characters():
     assert split("draft yest" + long_line + "\n" + "y" * 10, 10).suffix == long_line[:MAX_SUFFIX]
     assert split("draft yest and more\r\nnext\rline", 10).suffix == " and more"
     assert split("draft yest and more\nnext\rline", 10).suffix == " and more"  # a later \r is not this line's
+
+
+def test_the_engines_copy_of_the_word_characters_agrees_with_the_servers():
+    """engine/lexicon.py keeps its own is_word_char (the engine never imports the server): the two
+    must not drift apart, or the lexicon would cut words where the server does not."""
+    from engine.lexicon import is_word_char as engine_is_word_char
+
+    points = [*range(0x10000), *range(0x10000, 0x110000, 97)]  # the BMP, and a sample beyond it
+    differ = [hex(p) for p in points if engine_is_word_char(chr(p)) != is_word_char(chr(p))]
+    assert differ == []
