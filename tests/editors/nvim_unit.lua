@@ -44,7 +44,7 @@ end)
 check('setup registers the config and enables it', function()
   cpc_lsp.setup({ cmd = 'cpc-lsp-test', settings = { maxTokens = 4 } })
   local config = vim.lsp.config[cpc_lsp.name]
-  eq(config.cmd, { 'cpc-lsp-test' }, 'cmd')
+  eq(config.cmd, { 'cpc-lsp-test', '--log-level', 'warning' }, 'cmd (info lines kept out of the LSP log)')
   eq(config.filetypes, nil, 'filetypes (all)')
   eq(config.init_options, { cpcLsp = { maxTokens = 4 } }, 'init_options')
   eq(config.settings, { cpcLsp = { maxTokens = 4 } }, 'settings')
@@ -56,6 +56,14 @@ check('empty settings are sent as a JSON object', function()
   local config = vim.lsp.config[cpc_lsp.name]
   eq(vim.json.encode(config.init_options), '{"cpcLsp":{}}', 'init_options JSON')
   eq(config.filetypes, { 'text', 'markdown' }, 'filetypes')
+end)
+
+check('a log level in cmd, or log_level = false, adds none', function()
+  cpc_lsp.setup({ cmd = { 'cpc-lsp-test', '--log-level', 'debug' } })
+  eq(vim.lsp.config[cpc_lsp.name].cmd, { 'cpc-lsp-test', '--log-level', 'debug' }, 'cmd with a level')
+  cpc_lsp.setup({ cmd = 'cpc-lsp-test', log_level = false })
+  eq(vim.lsp.config[cpc_lsp.name].cmd, { 'cpc-lsp-test' }, 'log_level = false')
+  eq(pcall(cpc_lsp.setup, { log_level = 3 }), false, 'log_level = 3')
 end)
 
 check('bad options are refused', function()

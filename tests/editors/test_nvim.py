@@ -118,6 +118,11 @@ def test_typing_shows_and_accepts_the_word(nvim, server_command, tmp_path, befor
     }
     assert edit["newText"].startswith("yesterday"), edit["newText"]
 
+    # The server's info lines (one per request) stay out of Neovim's LSP log, where every stderr
+    # line is an error: setup's default log_level.
+    log = tmp_path / "xdg_state_home" / "nvim" / "lsp.log"
+    assert " INFO " not in (log.read_text(encoding="utf-8") if log.exists() else ""), _lsp_log(tmp_path)
+
     # Accepting replaces the typed word with the suggestion and leaves the text before it intact.
     accepted = report["after_accept"]["line"]
     assert accepted.startswith(before + " yesterday"), accepted
@@ -142,7 +147,7 @@ def test_setup_options_and_the_012_inline_path(nvim, tmp_path):
     report = run_lua(nvim, "nvim_unit.lua", {}, tmp_path)
     failed = {name: result for name, result in report["checks"].items() if result is not True}
     assert failed == {}
-    assert len(report["checks"]) == 10
+    assert len(report["checks"]) == 11
 
 
 def test_per_filetype_switch_and_status_with_the_real_server(nvim, server_command, tmp_path):

@@ -33,8 +33,13 @@ M.name = 'cpc_lsp'
 --- @field enable? table<string, boolean> Where to suggest: filetypes mapped to true or false, with
 ---   `'*'` for every other filetype (and buffers without one), like VS Code's `cpcLsp.enable`.
 ---   Default: `{ ['*'] = true }`. Change it while running with `enable()`, `disable()`, `toggle()`.
+--- @field log_level? string|false The server's stderr log level (`--log-level`), added to `cmd`
+---   unless it has one. Neovim writes every stderr line of a server to its LSP log as an error, so
+---   the default, `'warning'`, keeps the server's info lines (one per request) out of it; they
+---   reach the client as `window/logMessage` all the same. `false`: add nothing.
 M.defaults = {
   cmd = { 'cpc-lsp' },
+  log_level = 'warning',
   filetypes = nil,
   enable = { ['*'] = true },
   settings = {},
@@ -382,6 +387,10 @@ function M.setup(opts)
   options.cmd = vim.deepcopy(options.cmd)
   if type(options.cmd[1]) == 'string' and options.cmd[1]:match('^[~$]') then
     options.cmd[1] = vim.fs.normalize(options.cmd[1]) -- the process is not started by a shell
+  end
+  vim.validate('log_level', options.log_level, { 'string', 'boolean' })
+  if options.log_level and not vim.tbl_contains(options.cmd, '--log-level') then
+    vim.list_extend(options.cmd, { '--log-level', options.log_level })
   end
   vim.validate('filetypes', options.filetypes, 'table', true)
   vim.validate('settings', options.settings, 'table')
