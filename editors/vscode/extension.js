@@ -62,8 +62,9 @@ async function showError(message) {
   }
 }
 
-/** Restarts a crashed server a few times, then stops and says why (exit code, last error). */
-function errorHandler() {
+/** Restarts a crashed server a few times, then stops and says why (exit code, last error).
+ * @param {() => Client | undefined} owner  the client this handler belongs to */
+function errorHandler(owner) {
   const crashes = [];
   return {
     error: (_error, _message, count) => ({
@@ -78,8 +79,9 @@ function errorHandler() {
       const why = `cpc-lsp: the server "${ended?.command}" ${ended ? ended.describe() : 'stopped'}`;
       if (!client?.isRunning()) {
         // A start that failed: startClient tells the user and the log, so this is not logged again.
-        if (client) {
-          client.toldElsewhere = why;
+        const self = owner();
+        if (self) {
+          self.toldElsewhere = why;
         }
         return { action: CloseAction.DoNotRestart, message: why, handled: true };
       }
@@ -119,6 +121,8 @@ class Client extends LanguageClient {
 }
 
 function createClient(executable, first) {
+  /** @type {Client | undefined} */
+  let created;
   let next = first;
   /** Spawns the server; the first start uses the process spawned (and checked) already. */
   const serverOptions = async () => {
@@ -144,14 +148,14 @@ function createClient(executable, first) {
         }
       }),
     },
-    errorHandler: errorHandler(),
+    errorHandler: errorHandler(() => created),
     initializationFailedHandler: () => false, // startClient says why
     middleware: {
       provideInlineCompletionItems: (document, position, context, token, next) =>
         enabledFor(document) ? next(document, position, context, token) : null,
     },
   };
-  const created = new Client(settings.SECTION, 'cpc-lsp', serverOptions, clientOptions);
+  created = new Client(settings.SECTION, 'cpc-lsp', serverOptions, clientOptions);
   // The server writes every `window/logMessage` line to its stderr too (lsp_server's
   // CpcServer.log), where stderrHandler logs it at its level with the logger's name; the
   // client's own handler would log each one a second time. The stderr copy is the one kept: it
