@@ -50,11 +50,28 @@ class _TokenizedPrompt:
     tokens: tuple[int, ...] = ()
 
 
-def remembered_sequences(config: EngineConfig, kv_bytes_per_token: int) -> int:
+def available_memory_bytes() -> int | None:
+    """MemAvailable from /proc/meminfo; None where it cannot be read."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def remembered_sequences(config: EngineConfig, kv_bytes_per_token: int, available: int | None = None) -> int:
     """How many prompts (documents) stay decoded: the live one, plus as many more whole contexts
-    of KV as fit in `memory_budget_mib`."""
+    of KV as fit in `memory_budget_mib`, and in half the memory the machine has available (llama.cpp
+    allocates every sequence's KV at load, so a budget larger than the machine would get the
+    server killed later instead of failing now)."""
     per_context = max(1, config.context_tokens * kv_bytes_per_token)
-    return 1 + min(MAX_REMEMBERED, config.memory_budget_mib * MIB // per_context)
+    budget = config.memory_budget_mib * MIB
+    if available is not None:
+        budget = min(budget, available // 2)
+    return 1 + min(MAX_REMEMBERED, budget // per_context)
 
 
 class Engine:
@@ -88,7 +105,7 @@ class Engine:
         path = resolve_model(config.model_path)
         model = LlamaModel(path)
         try:
-            sequences = remembered_sequences(config, model.kv_bytes_per_token())
+            sequences = remembered_sequences(config, model.kv_bytes_per_token(), available_memory_bytes())
             context = LlamaContext(model, config.context_tokens, config.batch_tokens, config.threads, sequences)
         except Exception:
             model.close()

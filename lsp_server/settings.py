@@ -129,7 +129,8 @@ class Settings:
         _ENGINE.memory_budget_mib, Int(0, 65_536),
         "MiB of KV cache kept for other recently used documents, so coming back to one costs no cold "
         "decode (least recently used first out; a 2048-token context takes 36 MiB with the default "
-        "model). Changing it reloads the model.",
+        "model; never more than half the memory available when the model loads). Changing it reloads "
+        "the model.",
     )
     prefetch: bool = setting(
         True, Bool(),
