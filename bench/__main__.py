@@ -238,8 +238,8 @@ def _notes(results: dict[str, Any]) -> list[str]:
     notes = []
     if "quality" in results:
         notes.append(
-            "naive and mask run through the engine with the server's own split/request/suggestion code (the "
-            "server has no setting to choose the method); exact runs through the real server over LSP; the "
+            "naive and mask run through the engine with the server's own split/request/suggestion code (faster "
+            "than a server round trip per case; the server's method setting runs them too); exact runs through the real server over LSP; the "
             "server's and the engine's exact suggestions have the same first word in "
             f"{results['quality']['server_matches_engine_first_word']} cases and are identical in "
             f"{results['quality']['server_matches_engine']} (greedy choices that are close calls can flip with the "
