@@ -210,7 +210,7 @@ class Session:
         for i, (text, expected) in enumerate(SPOT_CHECKS):
             uri = f"file:///soak/spot-{round_}-{i}.txt"
             self.editor.open(uri, text)
-            reply = self.editor.inline(uri, WAIT_S)
+            reply = self.editor.inline(uri, timeout=WAIT_S)
             items = reply.result if reply.error is None else None
             ok += bool(items) and expected in items[0]["insertText"]
             self.editor.close(uri)
