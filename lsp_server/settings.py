@@ -29,7 +29,7 @@ METHODS = (
 )
 FIM_ORDERS = (
     ("psm", "Prefix, suffix, middle: what most FIM models are trained on (Qwen2.5-Coder, StarCoder2, CodeGemma)."),
-    ("spm", "Suffix, prefix, middle: for models trained on it (CodeLlama); a new word decodes only itself."),
+    ("spm", "Suffix, prefix, middle (llama.cpp's suffix-first layout): for models trained on it; a new word decodes only itself."),
 )
 
 
