@@ -165,6 +165,14 @@ def serve(args: argparse.Namespace, settings: Settings) -> int:
             server.start_tcp(args.host, args.tcp)
         else:
             server.start_io()
+    except OSError as exc:  # the port is taken, or the address is not this machine's
+        if args.tcp is None or exc.errno is None:
+            raise
+        logging.getLogger("lsp_server").error(
+            "cannot listen on %s port %d: %s; choose another --tcp port (0 picks a free one) or --host",
+            args.host, args.tcp, exc.strerror or exc,
+        )  # fmt: skip
+        return 1
     finally:
         server.scheduler.close()
     return 0

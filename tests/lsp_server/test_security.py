@@ -159,10 +159,40 @@ def test_a_host_other_machines_can_reach_is_refused(host):
     assert "--unsafe-listen-on-network" in done.stderr and "authentication" in done.stderr
 
 
+def _serve_tcp(*args: str) -> subprocess.CompletedProcess:
+    """In this machine's own network namespace: only there is 192.0.2.1 not bindable (an empty
+    namespace lets a socket bind it) and a port taken by the test really taken."""
+    return subprocess.run(
+        [sys.executable, "-m", "lsp_server", "--tcp", *args],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def test_the_unsafe_flag_gets_past_the_refusal_without_listening_anywhere():
+    """Runs everywhere: 192.0.2.1 (TEST-NET-1) is no address of this machine, so with the flag the
+    server warns, tries to bind and fails there, a clear error instead of the refusal."""
+    done = _serve_tcp("0", "--host", "192.0.2.1", "--unsafe-listen-on-network")
+    assert done.returncode == 1, done.stderr
+    assert "anyone who can reach the port can read your documents" in done.stderr
+    assert "cannot listen on 192.0.2.1" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_port_in_use_is_a_clear_error_not_a_traceback():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        done = _serve_tcp(str(taken.getsockname()[1]))
+    assert done.returncode == 1, done.stderr
+    assert "cannot listen on 127.0.0.1" in done.stderr and "choose another --tcp port" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
 def test_the_unsafe_flag_lets_it_listen_on_all_addresses():
-    """In a network namespace of its own (only a loopback device), so nothing can reach it."""
+    """Really listening on 0.0.0.0, in a network namespace of its own (only a loopback device), so
+    nothing can reach it. Without namespaces (not root) this one cannot run safely; the flag's
+    effect is then still proven by the test above."""
     if not _own_network():
-        pytest.skip("needs `unshare -n` (a network namespace) to listen on 0.0.0.0 safely")
+        pytest.skip("needs `unshare -n` (root) to listen on 0.0.0.0 where nothing can reach it")
     command = ["unshare", "-n", sys.executable, "-m", "lsp_server", "--tcp", "0", "--host", "0.0.0.0",
                "--unsafe-listen-on-network"]  # fmt: skip
     server = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
