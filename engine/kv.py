@@ -68,8 +68,9 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
     n = min(len(a), len(b))
     i = 0
     # Compare in blocks first: prompts share long prefixes, so this is mostly one slice compare.
+    # As tuples: the held tokens are a list and prompts are tuples, and a list never equals a tuple.
     step = 256
-    while i + step <= n and a[i : i + step] == b[i : i + step]:
+    while i + step <= n and tuple(a[i : i + step]) == tuple(b[i : i + step]):
         i += step
     while i < n and a[i] == b[i]:
         i += 1

@@ -296,3 +296,10 @@ def test_a_draft_is_never_batched_with_more_of_the_context_than_its_last_token()
     assert backend.calls[-1] == ("decode", (4, 5), 3) and kv.remembers((1, 2, 3, 4, 5))
     kv.rows_along((1, 2, 3, 4, 5, 6), (7, 8))
     assert backend.calls[-1] == ("decode", (6, 7, 8), 5)
+
+
+def test_common_prefix_length_of_a_held_list_and_a_prompt_tuple():
+    """The cache holds a list and prompts are tuples: the block compare must still match them."""
+    held = list(range(1000))
+    assert common_prefix_length(held, tuple(held[:700]) + (-1,)) == 700
+    assert common_prefix_length(held, tuple(held)) == 1000
