@@ -13,12 +13,15 @@ Unknown keys are ignored, since editors put their own keys in the same section (
 
 from __future__ import annotations
 
+import json
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
 from engine import CompletionRequest, EngineConfig, SamplingConfig
+from lsp_server import schema
 from lsp_server.schema import SECTION, Bool, Choice, Int, Invalid, Number, OptionalPath, Spec, Strings, setting, specs
 
 _SAMPLING, _REQUEST, _ENGINE = SamplingConfig(), CompletionRequest(""), EngineConfig()
@@ -228,3 +231,29 @@ def _show(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return repr(value)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m lsp_server.settings --write | --check`: the VS Code manifest's server keys and the
+    README's settings table, written from (or checked against) `Settings`."""
+    args = sys.argv[1:] if argv is None else argv
+    if args not in (["--write"], ["--check"]):
+        print("usage: python -m lsp_server.settings --write | --check", file=sys.stderr)
+        return 2
+    wanted = {
+        schema.MANIFEST: schema.dump_manifest(schema.updated_manifest(json.loads(schema.MANIFEST.read_text(encoding="utf-8")), Settings)),
+        schema.README: schema.updated_readme(schema.README.read_text(encoding="utf-8"), Settings),
+    }
+    stale = [path for path, text in wanted.items() if path.read_text(encoding="utf-8") != text]
+    if args == ["--write"]:
+        for path in stale:
+            path.write_text(wanted[path], encoding="utf-8")
+            print(f"wrote {path.relative_to(schema.ROOT)}")
+        return 0
+    for path in stale:
+        print(f"{path.relative_to(schema.ROOT)} disagrees with the settings schema; run python -m lsp_server.settings --write")
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,5 +1,5 @@
 """The settings schema: one declaration per setting, and the manifest, the README and the engine's
-defaults agreeing with it. A failure here usually means: run `python -m lsp_server.schema --write`."""
+defaults agreeing with it. A failure here usually means: run `python -m lsp_server.settings --write`."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from lsp_server import schema
 from lsp_server.schema import Int, Strings, setting
 from lsp_server.settings import SPECS, Settings, apply, from_command_line
 
-FIX = "run `python -m lsp_server.schema --write` and commit the result"
+FIX = "run `python -m lsp_server.settings --write` and commit the result"
 
 
 def test_the_manifest_has_exactly_the_schemas_server_settings():
