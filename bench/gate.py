@@ -119,7 +119,8 @@ def record(args) -> int:
     used = used_files(tuning, check_cases(50, tuning))
     sets: dict[str, list[Passage]] = {}
     for name, seed in SETS.items():
-        sets[name] = [p for p in passages(args.per_kind, used, seed=seed) if p.kind in args.kinds.split(",")]
+        per_kind = args.check_per_kind if name == "check" and args.check_per_kind else args.per_kind
+        sets[name] = [p for p in passages(per_kind, used, seed=seed) if p.kind in args.kinds.split(",")]
         used |= {p.file for p in sets[name]}  # the check set shares no file with the tune set
     base = {"maxTokens": args.max_tokens, "threads": args.threads, "minConfidence": 0.0}
     watch = CpuWatch.start()
@@ -220,23 +221,36 @@ def walk_peer(passage: dict[str, Any], steps: list[list[Any]]) -> dict[str, Any]
     return {"kind": passage["kind"], **tally.result(len(text), None)}
 
 
-def replays(data: dict[str, Any]) -> list[tuple[dict[str, Any], list[Point]]]:
+def replays(data: dict[str, Any]) -> list[tuple[dict[str, Any], list[Point], str]]:
     out = []
     for run in data["runs"]:
         if "positions" in run:
             passage = data["passages"][run["passage"]]
-            out.append((passage, points(passage, run)))
+            out.append((passage, points(passage, run), run["where"]))
     return out
 
 
 def simulate(reps, threshold: float, calibration: Calibration = CALIBRATION, who: str = "server") -> list[dict[str, Any]]:
     """One bench.replay run per recorded replay, under the gate at `threshold`."""
-    return [{"who": who, "where": "in place", **walk(p["kind"], p, pts, threshold, calibration)} for p, pts in reps]
+    return [{"who": who, "where": where, **walk(p["kind"], p, pts, threshold, calibration)} for p, pts, where in reps]
 
 
 def peer_runs(data: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"who": "peer", "where": "before cursor", **walk_peer(data["passages"][r["passage"]], r["steps"])}
             for r in data["runs"] if "steps" in r]  # fmt: skip
+
+
+def begins_with_typed(data: dict[str, Any]) -> float | None:
+    """Share of the recorded suggestions (gate off) that begin with the partial word before the cursor."""
+    shown = begins = 0
+    for run in data["runs"]:
+        passage = data["passages"][run["passage"]]
+        for pos, rec in enumerate(run.get("positions", ())):
+            if rec["shown"] is not None:
+                before = passage["before"] + passage["text"][:pos]
+                shown += 1
+                begins += rec["shown"].startswith(split(before, len(before)).word)
+    return begins / shown if shown else None
 
 
 def overall(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -254,7 +268,7 @@ def samples(reps, margin_cap: float) -> tuple[np.ndarray, np.ndarray]:
     lsp_server.gate (FEATURES) and whether the text up to there is right by bench.replay's rule
     (the passage goes on with it, a word ends there, and it has a word character to accept)."""
     xs, ys = [], []
-    for _, pts in reps:
+    for _, pts, _ in reps:
         for point in pts:
             c = point.completion
             s = c.signals if c is not None else None
@@ -350,7 +364,8 @@ def tables(data: dict[str, Any], reps, threshold: float, calibration: Calibratio
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.gate", description=__doc__.split("\n\n")[0])
     parser.add_argument("what", choices=("record", "fit", "render"))
-    parser.add_argument("--per-kind", type=int, default=5, help="passages per kind of text in each set")
+    parser.add_argument("--per-kind", type=int, default=4, help="passages per kind of text in each set")
+    parser.add_argument("--check-per-kind", type=int, default=2, help="passages per kind in the check set (0: as --per-kind)")
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--no-peer", action="store_true")
@@ -378,6 +393,7 @@ def fit_and_check(args) -> int:
         "reliability": {name: reliability(r, calibration) for name, r in reps.items()},
         "curves": curves,
         "default": default,
+        "begins_with_typed": {name: begins_with_typed(d) for name, d in data["sets"].items()},
         "tables": {name: tables(data["sets"][name], r, default, calibration) for name, r in reps.items()},
         "records": {name: {"settings": d["settings"], "seconds": d.get("seconds"), "passages": len(d["passages"]),
                            "chars": sum(len(p["text"]) for p in d["passages"]),
@@ -388,18 +404,57 @@ def fit_and_check(args) -> int:
 
 
 def render(results: dict[str, Any]) -> int:
+    """Print the tables, write docs/gate.png and the README snippet docs/gate.md."""
+    from bench.plots import gate_plot
+
     c = results["calibration"]
     print(f"calibration (fitted on tune): {json.dumps({k: v for k, v in c.items() if k != 'fit'})}  fit {c['fit']}")
     print(f"default minConfidence (chosen on tune): {results['default']}")
+    tabs = [_targets_table(results)]
     for name, rows in results["tables"].items():
-        print(report.render(cursor_table(rows, f"confidence gate, {name} set (simulated from the records)")))
+        tabs.append(cursor_table(rows, f"confidence gate, {name} set (simulated from the records)"))
     for name, curve in results["curves"].items():
-        print(report.render(_curve_table(name, curve)))
-    from bench.plots import gate_plot
-
+        tabs.append(_curve_table(name, curve))
+    for name, rows in results["reliability"].items():
+        tabs.append(_reliability_table(name, rows))
+    for t in tabs:
+        print(report.render(t))
     gate_plot(results["curves"], results["default"], PLOT)
-    print(f"plot: {PLOT}")
+    PLOT.with_suffix(".md").write_text("\n\n".join(report.markdown(t) for t in tabs) + "\n")
+    print(f"plot: {PLOT}; tables: {PLOT.with_suffix('.md')}")
     return 0
+
+
+def targets(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per set, at the default against the gate off: precision ratio, characters-saved ratio."""
+    out = {}
+    for name, curve in results["curves"].items():
+        off = curve[0]
+        at = next(r for r in curve if r["threshold"] == results["default"])
+        out[name] = {"precision_off": off["precision"], "precision": at["precision"], "saved_off": off["saved"],
+                     "saved": at["saved"], "precision_ratio": at["precision"] / off["precision"],
+                     "saved_ratio": at["saved"] / off["saved"],
+                     "begins_with_typed": results.get("begins_with_typed", {}).get(name)}  # fmt: skip
+    return out
+
+
+def _targets_table(results: dict[str, Any]):
+    from bench.report import pct, times
+
+    header = ["set", "precision off", f"precision at {results['default']:g}", "ratio (target >= 1.5x)",
+              "chars saved off", f"at {results['default']:g}", "ratio (target >= 0.8x)", "begin with typed"]  # fmt: skip
+    body = [[name, pct(t["precision_off"]), pct(t["precision"]), times(t["precision_ratio"]), pct(t["saved_off"]),
+             pct(t["saved"]), times(t["saved_ratio"]), pct(t["begins_with_typed"])]
+            for name, t in targets(results).items()]  # fmt: skip
+    return "confidence gate: the default against the gate off, both sets", header, body
+
+
+def _reliability_table(name: str, rows: list[dict[str, Any]]):
+    from bench.report import num, pct
+
+    header = ["calibrated confidence", "first words", "predicted", "observed"]
+    body = [[r["bin"], num(r["n"]), pct(r["predicted"]), pct(r["observed"])] for r in rows]
+    return f"confidence gate, {name} set: calibration of the first word (right by the replay's rule)", header, body
 
 
 def _curve_table(name: str, curve: list[dict[str, Any]]):

@@ -1,0 +1,71 @@
+"""The gate's calibration fit, the threshold choice and the replay walk over records (no model)."""
+
+import math
+
+import numpy as np
+
+from bench.gate import FEATURES, calibration_of, choose, fit_logistic, points, simulate, weights_of, word_done
+from lsp_server.gate import CURSOR_CLASSES
+
+
+def test_newton_recovers_the_coefficients_of_a_known_logistic_model():
+    rng = np.random.default_rng(0)
+    n = 20_000
+    cls = rng.integers(0, 3, n)
+    x = np.zeros((n, len(FEATURES)))
+    x[np.arange(n), cls] = 1.0
+    x[:, 3] = -rng.exponential(2.0, n)  # log-probabilities
+    x[:, 4] = rng.uniform(0, 10, n)
+    x[:, 5] = rng.integers(0, 2, n)
+    x[:, 6] = rng.integers(0, 2, n)
+    x[:, 7] = -rng.exponential(3.0, n)
+    true = np.array([-1.0, -2.0, -1.5, 1.2, 0.2, 0.5, 2.0, 0.05])
+    y = (rng.uniform(size=n) < 1 / (1 + np.exp(-(x @ true)))).astype(float)
+    w = fit_logistic(x, y)
+    assert np.allclose(w, true, atol=0.15), w
+    c = calibration_of(w, 10.0)
+    assert np.allclose(weights_of(c), w)
+    z = w[1] + w[3] * -0.5 + w[4] * 3.0 + w[5] + w[6] + w[7] * -1.0
+    assert math.isclose(c.confidence(CURSOR_CLASSES[1], -0.5, 3.0, True, True, -1.0), 1 / (1 + math.exp(-z)))
+
+
+def test_the_default_is_the_most_precise_threshold_that_keeps_enough_characters():
+    curve = [
+        {"threshold": 0.0, "precision": 0.2, "saved": 0.5},
+        {"threshold": 0.1, "precision": 0.3, "saved": 0.48},
+        {"threshold": 0.2, "precision": 0.4, "saved": 0.43},  # 86% of the saved characters
+        {"threshold": 0.3, "precision": 0.5, "saved": 0.40},  # 80%: below KEEP_SAVED (85%)
+    ]
+    assert choose(curve) == 0.2
+
+
+def record(shown, log_prob=-0.1, ends=None):
+    ends = ends if ends is not None else []
+    return {"shown": shown, "signals": {"wordLogProb": log_prob, "margin": 3.0, "typedLogProb": 0.0, "wordEnds": ends}, "ms": 1}
+
+
+def test_the_walk_over_records_accepts_a_right_word_and_jumps_past_it():
+    """The passage "ab cd" typed at the end: at position 0 the suggestion "ab cd" is right (its next
+    word "ab"), so the user jumps to position 2; there nothing is shown, so " " is typed; at 3 "cd"
+    is right. With a threshold above every confidence nothing is shown and every character is typed."""
+    passage = {"kind": "prose", "text": "ab cd", "before": "x\n", "after": ""}
+    positions = [
+        record("ab cd", ends=[[2, -0.1], [5, -0.2]]),  # at 0: "ab" is right
+        record("bx", ends=[]),
+        record(None),  # at 2 (after "ab"): nothing
+        record("cd", ends=[]),  # at 3 (after "ab "): right, but no confirmed word end to gate by
+        record("d", ends=[]),
+    ]
+    pts = points(passage, {"where": "end", "positions": positions})
+    assert [p.cls for p in pts][:3] == [CURSOR_CLASSES[1], CURSOR_CLASSES[0], CURSOR_CLASSES[0]]
+    (run,) = simulate([(passage, pts, "end")], 0.0)
+    assert run["accepts"] == 2 and run["accepted"] == 4 and run["typed"] == 1 and run["chars"] == 5
+    (gated,) = simulate([(passage, pts, "end")], 0.99)
+    assert gated["accepts"] == 0 and gated["shown"] == 0 and gated["typed"] == 5
+
+
+def test_the_peer_stream_stops_once_its_first_word_has_ended():
+    assert not word_done(" foo")
+    assert word_done(" foo(")
+    assert not word_done("(")
+    assert word_done("(x)")

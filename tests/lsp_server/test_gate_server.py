@@ -1,0 +1,94 @@
+"""The confidence gate through the real server and the default model (`python -m lsp_server`, stdio).
+
+The claims: at the default `minConfidence` a word start the model is unsure of shows nothing (it
+does with the gate off); a confident half-typed word is shown and cut exactly where the calibrated
+confidence of the text so far drops below the threshold (recomputed here from the signals the
+server reports in cpcLsp/stats); typing along the suggestion stays free (no decode).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.lsp_client import Editor
+from engine import Signals, WordEnd
+from engine.types import NO_RIVAL
+from lsp_server.gate import CURSOR_CLASSES, confidences
+from lsp_server.settings import Settings
+
+pytestmark = pytest.mark.model
+
+SERVER_SETTINGS = {"maxTokens": 16, "threads": 1}
+DEFAULT = Settings().min_confidence
+DRAFT = "Thanks for sending over the draft"
+
+
+def configure(client, **settings) -> None:
+    client.notify("workspace/didChangeConfiguration", {"settings": {"cpcLsp": {**SERVER_SETTINGS, **settings}}})
+
+
+def signals_of(stats) -> Signals:
+    raw = stats["signals"]
+    margin = NO_RIVAL if raw["margin"] is None else raw["margin"]
+    return Signals(raw["wordLogProb"], margin, tuple(WordEnd(c, lp) for c, lp in raw["wordEnds"]), raw["typedLogProb"])
+
+
+def suggest(editor: Editor, uri: str, text: str) -> tuple[str | None, dict]:
+    editor.open(uri, text)
+    try:
+        return editor.suggestion(uri), editor.stats()
+    finally:
+        editor.close(uri)
+
+
+def test_the_default_gate_is_on():
+    assert 0 < DEFAULT < 1
+
+
+def test_an_unsure_word_start_shows_nothing_at_the_default_but_something_with_the_gate_off(model_server):
+    editor = Editor(model_server)
+    configure(model_server, minConfidence=0)
+    off, _ = suggest(editor, "file:///gate/start-off.txt", DRAFT + " ")
+    configure(model_server, minConfidence=DEFAULT)
+    on, stats = suggest(editor, "file:///gate/start-on.txt", DRAFT + " ")
+    assert off  # the model has a guess...
+    assert on is None  # ...but not one the gate trusts
+    first = confidences(" " + off, 1, signals_of(stats), CURSOR_CLASSES[1])[0][1]
+    assert first < DEFAULT
+
+
+def test_a_confident_half_typed_word_is_shown_and_cut_where_the_confidence_drops(model_server):
+    editor = Editor(model_server)
+    configure(model_server, minConfidence=0)
+    whole, _ = suggest(editor, "file:///gate/mid-off.txt", DRAFT + " yest")
+    configure(model_server, minConfidence=DEFAULT)
+    cut, stats = suggest(editor, "file:///gate/mid-on.txt", DRAFT + " yest")
+    assert cut is not None and cut.startswith("yesterday")
+    assert len(cut) < len(whole) and whole.startswith(cut)
+    # recompute the cut from the reported signals: the last word end whose confidence (and every
+    # earlier one's) is at least the threshold; the next one is below
+    text = " yest" + whole[len("yest") :]
+    scores = confidences(text, len(" yest"), signals_of(stats), CURSOR_CLASSES[0])
+    kept = [chars for chars, c in scores if c >= DEFAULT]
+    shown_end = len(" yest") + len(cut) - len("yest")
+    assert scores[0][1] >= DEFAULT
+    assert shown_end in kept
+    after = [c for chars, c in scores if chars > shown_end and chars <= len(text)]
+    assert after and after[0] < DEFAULT
+
+
+def test_typing_along_a_gated_suggestion_decodes_nothing(model_server):
+    editor = Editor(model_server)
+    configure(model_server, minConfidence=DEFAULT)
+    uri = "file:///gate/along.txt"
+    editor.open(uri, DRAFT + " yest")
+    try:
+        first = editor.suggestion(uri)
+        assert first and first.startswith("yesterday")
+        editor.type(uri, "e")
+        along = editor.suggestion(uri)
+        stats = editor.stats()
+        assert along is not None and along.startswith("yeste")
+        assert stats["decodedTokens"] == 0 and stats["coverDecodes"] == 0 and stats["alternativeDecodes"] == 0
+    finally:
+        editor.close(uri)
