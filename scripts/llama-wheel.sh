@@ -83,7 +83,7 @@ fetch_source() {
     [[ -f $SRC/CMakeLists.txt ]] && exit 0
     tmp=$(mktemp -d "$CACHE/src/.fetch.XXXXXX")
     trap 'rm -rf "$tmp"' EXIT
-    "$PY" -m pip download --quiet --no-deps --no-binary :all: "llama-cpp-python==$VERSION" -d "$tmp" >&2
+    "$PY" -m pip download --quiet --no-deps --no-binary llama-cpp-python "llama-cpp-python==$VERSION" -d "$tmp" >&2
     tar -xzf "$tmp/llama_cpp_python-$VERSION.tar.gz" -C "$tmp"
     rm -rf "$SRC" && mv "$tmp/llama_cpp_python-$VERSION" "$SRC"
   ) 8>"$CACHE/src/.lock"
