@@ -77,8 +77,9 @@ class Settings:
     single_line: bool = setting(_SAMPLING.single_line, Bool(), "End each suggestion at the end of the line.")
     context_tokens: int = setting(
         _ENGINE.context_tokens, Int(128, 131_072),
-        "Size of the model's context window in tokens; text before the cursor beyond it is cut. "
-        "Changing it reloads the model.",
+        "Size of the model's context window in tokens, per document: no prompt and no KV goes beyond "
+        "it, and text before the cursor beyond it is cut. llama.cpp allocates it rounded up to a "
+        "multiple of 256 tokens (300 takes the memory of 512). Changing it reloads the model.",
     )
     stop: tuple[str, ...] = setting(
         (), Strings(16), "Stop sequences: a suggestion ends before the first one it would contain (OpenAI semantics)."
@@ -132,8 +133,9 @@ class Settings:
         _ENGINE.memory_budget_mib, Int(0, 65_536),
         "MiB of KV cache kept for other recently used documents, so coming back to one costs no cold "
         "decode (least recently used first out; a 2048-token context takes 36 MiB with the default "
-        "model; never more than half the memory available when the model loads). Changing it reloads "
-        "the model.",
+        "model, counted at the size llama.cpp allocates: a multiple of 256 tokens; never more than half "
+        "the memory available when the model loads, and at most 15 documents). The live document's "
+        "KV comes on top. Changing it reloads the model.",
     )
     prefetch: bool = setting(
         True, Bool(),

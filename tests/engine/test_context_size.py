@@ -45,6 +45,5 @@ def test_no_prompt_and_no_kv_beyond_context_tokens(n_ctx: int):
                 assert 0 < stats.prompt_tokens <= n_ctx - 9 - len(typed) and stats.kv_tokens <= n_ctx
         held = [context.positions(seq) for seq in range(context.sequences)]
         assert max(held) <= n_ctx, f"llama.cpp holds {held} positions per sequence for contextTokens {n_ctx}"
-        assert sorted(held)[-2] > 0, "both documents stayed decoded"
     finally:
         engine.close()
