@@ -62,12 +62,12 @@ fi
 
 LEAN="$(cd "$(dirname "$0")" && pwd)/llama-lean.cmake"
 BUILD_FLAGS="-DLLAVA_BUILD=OFF -DCMAKE_PROJECT_INCLUDE=$LEAN"
-CACHE="${CPC_LSP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/cpc-lsp}"
 
 if [[ ${1:-} == --flags ]]; then
   echo "$level $FLAGS"
   exit 0
 fi
+CACHE="${CPC_LSP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/cpc-lsp}"
 source_mode=
 if [[ ${1:-} == --source ]]; then source_mode=1; shift; fi
 PY=${1:?usage: llama-wheel.sh PYTHON | --flags | --source PYTHON}
