@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 import uuid
 from collections.abc import Callable
@@ -28,7 +29,7 @@ from lsp_server.protocol import CpcProtocol, serve_stdio, serve_tcp
 from lsp_server.remote import clear_text_warning, model_name
 from lsp_server.scheduler import Answer, EngineLike, Event, Job, LoadResult, Scheduler, ServerHealth, load_engine
 from lsp_server.schema import camel
-from lsp_server.settings import SECTION, Settings, apply
+from lsp_server.settings import API_KEY_ENV, SECTION, Settings, apply
 from lsp_server.split import Split, split
 from lsp_server.suggestion import Suggestion, request_for, suggestion_for
 
@@ -99,6 +100,8 @@ class CpcServer(LanguageServer):
             self.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning, message=problem))
         previous, self.settings = self.settings, updated
         self.log_guard.allowed = updated.log_document_text
+        keys = (updated.model_server_api_key, os.environ.get(API_KEY_ENV, "").strip())
+        self.log_guard.secrets = frozenset(key for key in keys if key)
         self.lexicon.enable(updated.lexicon, self.documents.texts())
         if self.initialized and updated.engine_config() != previous.engine_config():
             task = asyncio.ensure_future(self.load_model())

@@ -235,3 +235,18 @@ def test_plain_http_to_another_host_warns_in_the_editor():
         assert any(m["type"] == 2 and "in clear" in m["message"] for m in shown)
     finally:
         server.close()
+
+
+@pytest.mark.parametrize("allowed", [False, True])
+def test_the_key_is_hidden_from_pygls_logs_even_with_log_document_text(allowed):
+    import logging
+
+    from lsp_server.logs import TextGuard
+
+    guard = TextGuard(allowed)
+    guard.secrets = frozenset({KEY})
+    record = logging.LogRecord("pygls.protocol", logging.WARNING, __file__, 1, "Received result %s", ({"modelServerApiKey": KEY},), None)
+    assert guard.filter(record)
+    assert KEY not in record.getMessage() and "<hidden>" in record.getMessage()
+    plain = logging.LogRecord("pygls.protocol", logging.WARNING, __file__, 1, "nothing %s", ("here",), None)
+    assert guard.filter(plain) and plain.getMessage() == "nothing here"
