@@ -1,4 +1,5 @@
-"""A small fault-injecting HTTP proxy on 127.0.0.1, in front of a real llama-server.
+"""A small fault-injecting HTTP proxy on 127.0.0.1, in front of a real llama-server (for the fault
+tests and the `remote` bench part's fault probes).
 
 In `"pass"` mode it forwards each request and streams the answer back chunk by chunk (server-sent
 events included, re-chunked, keep-alive kept). For the paths in `paths` (default: the generation
