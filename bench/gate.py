@@ -17,6 +17,7 @@ fit: the logistic calibration of lsp_server.gate on the tune set's records only 
 of every suggestion shown, labelled right when the passage goes on exactly so and a word ends
 there); then the sweep of thresholds on both sets, the default chosen on tune (see `choose`), the
 tables per language and per cursor class (gate off, at the default, the peer) and the plot.
+check: the same with what lsp_server ships (its rounded constants and `minConfidence` default).
 render: the tables and the plot again from the saved results.
 """
 
@@ -38,6 +39,7 @@ from bench.replay import Passage, _Tally, accepts, by_cursor, cursor_table, next
 from engine import Completion, DecodeStats, Signals, WordEnd
 from engine.types import NO_RIVAL
 from lsp_server.gate import CALIBRATION, CURSOR_CLASSES, TYPED_FLOOR, Calibration, cursor_class
+from lsp_server.settings import Settings
 from lsp_server.split import is_word_char, split
 from lsp_server.suggestion import suggestion_for
 
@@ -363,7 +365,7 @@ def tables(data: dict[str, Any], reps, threshold: float, calibration: Calibratio
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.gate", description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=("record", "fit", "render"))
+    parser.add_argument("what", choices=("record", "fit", "check", "render"))
     parser.add_argument("--per-kind", type=int, default=4, help="passages per kind of text in each set")
     parser.add_argument("--check-per-kind", type=int, default=2, help="passages per kind in the check set (0: as --per-kind)")
     parser.add_argument("--max-tokens", type=int, default=16)
@@ -377,18 +379,29 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.what == "record":
         return record(args)
-    if args.what == "fit":
+    if args.what in ("fit", "check"):
         return fit_and_check(args)
     return render(json.loads(args.out.read_text()))
 
 
 def fit_and_check(args) -> int:
+    """Fit on tune and choose the default there (`fit`), or take what lsp_server ships (`check`:
+    the rounded constants of lsp_server.gate and the `minConfidence` default); then both sets."""
     data = {"sets": {name: json.loads(Path(args.records.format(set=name)).read_text()) for name in SETS}}
     reps = {name: replays(d) for name, d in data["sets"].items()}
-    calibration, quality = fit(reps["tune"])
+    if args.what == "fit":
+        calibration, quality = fit(reps["tune"])
+    else:
+        calibration = CALIBRATION
+        x, y = samples(reps["tune"], calibration.margin_cap)
+        quality = {"samples": int(len(y)), "right": int(y.sum()), "log_loss": log_loss(x, y, weights_of(calibration))}
     curves = {name: sweep(r, calibration) for name, r in reps.items()}
-    default = choose(curves["tune"])
+    default = choose(curves["tune"]) if args.what == "fit" else Settings().min_confidence
+    if default not in THRESHOLDS:
+        curves = {name: sorted(c + [{"threshold": default, **overall(simulate(reps[name], default, calibration))}],
+                               key=lambda r: r["threshold"]) for name, c in curves.items()}  # fmt: skip
     results = {
+        "mode": args.what,
         "calibration": calibration.__dict__ | {"fit": quality},
         "reliability": {name: reliability(r, calibration) for name, r in reps.items()},
         "curves": curves,
@@ -408,8 +421,9 @@ def render(results: dict[str, Any]) -> int:
     from bench.plots import gate_plot
 
     c = results["calibration"]
-    print(f"calibration (fitted on tune): {json.dumps({k: v for k, v in c.items() if k != 'fit'})}  fit {c['fit']}")
+    print(f"calibration ({results.get('mode', 'fit')}, fitted on the tune set): {json.dumps({k: v for k, v in c.items() if k != 'fit'})}  fit {c['fit']}")
     print(f"default minConfidence (chosen on tune): {results['default']}")
+    print("for lsp_server/gate.py: " + constants(c))
     tabs = [_targets_table(results)]
     for name, rows in results["tables"].items():
         tabs.append(cursor_table(rows, f"confidence gate, {name} set (simulated from the records)"))
@@ -423,6 +437,13 @@ def render(results: dict[str, Any]) -> int:
     PLOT.with_suffix(".md").write_text("\n\n".join(report.markdown(t) for t in tabs) + "\n")
     print(f"plot: {PLOT}; tables: {PLOT.with_suffix('.md')}")
     return 0
+
+
+def constants(c: dict[str, Any]) -> str:
+    """The fitted calibration as the line that goes in lsp_server/gate.py."""
+    intercepts = ", ".join(f"{x:.3f}" for x in c["intercepts"])
+    named = ", ".join(f"{k}={c[k]:.3f}" for k in ("w_log_prob", "w_margin", "w_first", "w_word", "w_typed"))
+    return f"CALIBRATION = Calibration(({intercepts}), {named}, margin_cap={c['margin_cap']:g})"
 
 
 def targets(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
