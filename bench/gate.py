@@ -285,7 +285,8 @@ def samples(reps, margin_cap: float) -> tuple[np.ndarray, np.ndarray]:
                 right = word and accepts(piece, point.rest)
                 onehot = [float(point.cls == k) for k in CURSOR_CLASSES]
                 typed = max(s.typed_log_prob, -TYPED_FLOOR)
-                xs.append(onehot + [end.log_prob, min(s.margin, margin_cap), float(i == 0), float(word), typed])
+                # a probability: records before the greedy covering counted in the mass had +inf here
+                xs.append(onehot + [min(end.log_prob, 0.0), min(s.margin, margin_cap), float(i == 0), float(word), typed])
                 ys.append(float(right))
     return np.asarray(xs), np.asarray(ys)
 

@@ -138,6 +138,7 @@ class CoveringSearch:
             length = len(self._vocab.pieces[token])
             if consumed + length >= len(required):
                 self._offer(Covering(path, log_prob))
+                self._found.append(_Found(path[:-1], np.asarray([token]), np.asarray([log_prob])))
                 return
             consumed += length
 
