@@ -23,7 +23,7 @@ from tests.fixtures import DRAFT, Editor, LlamaServer, LspClient, start_llama_se
 pytestmark = pytest.mark.model
 pytest.importorskip("engine.remote", reason="the remote backend (remote-core) is not on this branch yet")
 
-BUDGET_MS = 3000
+BUDGET_MS = 15000  # generous: a healthy answer must fit even on a 2-core machine shared with others
 SLACK_S = 10.0  # what a request may take beyond the budget before it counts as a hang
 ANSWER_S = BUDGET_MS / 1000 + SLACK_S
 KEY = "test-key-5f1e9c-never-logged"
@@ -78,7 +78,7 @@ def probe(editor: Editor, text: str) -> str | None:
     return items[0]["insertText"] if items else None
 
 
-def recovers(editor: Editor, text: str = DRAFT, within: float = RETRY_MAX_S + 20) -> str:
+def recovers(editor: Editor, text: str = DRAFT, within: float = RETRY_MAX_S + 3 * ANSWER_S) -> str:
     """The suggestion once the server answers again (the engine fails fast for a back-off first)."""
     deadline = time.monotonic() + within
     while True:
@@ -109,7 +109,7 @@ def test_down_at_start_then_started_reconnects(llama_server, lsp):
         assert probe(editor, DRAFT) is None
     finally:
         llama_server.start()
-    wait_status(client, "ready", RETRY_MAX_S + 20)
+    wait_status(client, "ready", RETRY_MAX_S + 2 * ANSWER_S)
     assert "yesterday" in recovers(editor)
     assert len([m for m in shown(client) if "cannot" in m]) == 1  # the retries did not repeat it
 
