@@ -243,36 +243,40 @@ def test_plain_http_to_another_host_is_warned_about(lsp):
 
 
 def test_four_users_type_at_once_and_each_keeps_its_own_kv(llama_server, lsp):
+    import re
     import threading
 
+    intro = "Minutes of the weekly planning meeting, with the actions agreed by everyone present. "
     texts = [
-        "Thanks for sending over the draft yest",
-        "Please review the proposal before the meeting on Mon",
-        "I will send the final version of the report tomor",
-        "Let me know if you have any questions about the budg",
+        intro + "Thanks for sending over the draft yest",
+        intro + "Please review the proposal before the meeting on Mon",
+        intro + "I will send the final version of the report tomor",
+        intro + "Let me know if you have any questions about the budg",
     ]
     clients = [connect(llama_server.url) for _ in texts]
     lsp.extend(clients)
     editors = [opened(c, t[:-4]) for c, t in zip(clients, texts)]
+    log_from = len(llama_server.log())
     results: dict[int, list[tuple[str | None, dict]]] = {i: [] for i in range(4)}
 
     def user(i: int) -> None:
-        uri, editor = URI, editors[i]
+        editor = editors[i]
         for ch in texts[i][-4:]:
-            editor.type(uri, ch)
-            reply = editor.inline(uri, timeout=ANSWER_S)
+            editor.type(URI, ch)
+            reply = editor.inline(URI, timeout=ANSWER_S)
             items = reply.result["items"] if isinstance(reply.result, dict) else reply.result
-            results[i].append((items[0]["insertText"] if items else None, editor.stats()))
+            results[i].append((items[0]["insertText"] if items else None, editor.stats() or {}))
 
     threads = [threading.Thread(target=user, args=(i,)) for i in range(4)]
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(120)
+        thread.join(8 * ANSWER_S)
     assert all(len(results[i]) == 4 for i in range(4)), results
     for i, typed in results.items():
         assert typed[-1][0] is not None, (i, typed)
-        # Inside the word each keystroke reuses the prompt its slot holds: no prompt re-decoded.
-        assert all(stats["decodedTokens"] <= 2 for _, stats in typed[1:]), (i, [s for _, s in typed])
-    slots = llama_server.slot_states()
-    assert len({s["id"] for s in slots if s.get("n_past", s.get("n_ctx_used", 1))}) == 4
+        # Each keystroke after the first reuses the prompt its slot holds: had another user's prompt
+        # taken the slot, the whole prompt (over 20 tokens) would be decoded again.
+        assert all(stats.get("decodedTokens", 99) <= 4 for _, stats in typed[1:]), (i, [s for _, s in typed])
+    used = set(re.findall(r"slot launch_slot_: id +(\d+)", llama_server.log()[log_from:]))
+    assert used == {"0", "1", "2", "3"}, used  # four users, four slots
