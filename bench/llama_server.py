@@ -67,7 +67,7 @@ class LlamaServer:
         api_key: str | None = None,
         ctx: int = 2048,
         model: Path | str | None = None,
-        threads: int = 2,
+        threads: int = 1,
         port: int | None = None,
         extra_args: tuple[str, ...] = (),
         log_path: Path | None = None,
