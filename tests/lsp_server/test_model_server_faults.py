@@ -198,9 +198,9 @@ def test_a_missing_or_wrong_key_is_refused_and_never_logged(keyed_server, lsp):
     client.notify("workspace/didChangeConfiguration", {"settings": {"cpcLsp": {"modelServerApiKey": KEY}}})
     assert wait_status(client, "ready", 60, before)
     assert "yesterday" in recovers(editor)
+    everything = client.stderr() + repr(client.notifications)
     client.shutdown()
     lsp.remove(client)
-    everything = client.stderr() + repr(client.notifications)
     assert KEY not in everything, "the API key reached a log or a message"
     assert KEY not in keyed_server.log().replace(f"--api-key {KEY}", "")
 
@@ -246,7 +246,10 @@ def test_four_users_type_at_once_and_each_keeps_its_own_kv(llama_server, lsp):
     import re
     import threading
 
-    intro = "Minutes of the weekly planning meeting, with the actions agreed by everyone present. "
+    intro = (
+        "Minutes of the weekly planning meeting, with the actions agreed by everyone present. The team "
+        "discussed the release schedule, the open bugs and the budget for the next quarter. "
+    )
     texts = [
         intro + "Thanks for sending over the draft yest",
         intro + "Please review the proposal before the meeting on Mon",
@@ -275,8 +278,10 @@ def test_four_users_type_at_once_and_each_keeps_its_own_kv(llama_server, lsp):
     assert all(len(results[i]) == 4 for i in range(4)), results
     for i, typed in results.items():
         assert typed[-1][0] is not None, (i, typed)
-        # Each keystroke after the first reuses the prompt its slot holds: had another user's prompt
-        # taken the slot, the whole prompt (over 20 tokens) would be decoded again.
-        assert all(stats.get("decodedTokens", 99) <= 4 for _, stats in typed[1:]), (i, [s for _, s in typed])
+        # Each keystroke after the first reuses the prompt its slot holds (only the covering search's
+        # few tokens are decoded): had another user's prompt taken the slot, the whole prompt (about
+        # 40 tokens) would be decoded again.
+        for _, stats in typed[1:]:
+            assert stats["promptTokens"] >= 30 and stats["decodedTokens"] <= stats["promptTokens"] // 3, (i, stats)
     used = set(re.findall(r"slot launch_slot_: id +(\d+)", llama_server.log()[log_from:]))
     assert used == {"0", "1", "2", "3"}, used  # four users, four slots
