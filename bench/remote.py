@@ -156,7 +156,7 @@ def keystrokes(
 ) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     for size in SIZES[:2] if quick else SIZES:
-        docs = documents(count_tokens, size, 1 if quick else 3, min_word=5 if quick else 7, first_line=60 + size // 3)
+        docs = documents(count_tokens, size, 1 if quick else 2, min_word=5 if quick else 7, first_line=60 + size // 3)
         for d, doc in enumerate(docs):
             rows += [{**r, "tokens": doc.tokens} for r in _type(editors, peer, doc, f"file:///bench/remote/{size}-{d}.py", 6 if quick else 99)]
     table = []
