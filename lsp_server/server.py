@@ -19,7 +19,7 @@ from pygls.exceptions import FeatureRequestError
 from pygls.lsp.server import LanguageServer
 
 from engine import EngineConfig
-from lsp_server import __version__, status
+from lsp_server import __version__, block as blocks, status
 from lsp_server.documents import UTF16, Document, Documents, Range
 from lsp_server.lexicon import Lexicon
 from lsp_server.logs import TextGuard, frames, installed
@@ -199,8 +199,9 @@ class CpcServer(LanguageServer):
         settings = self.settings
         cursor = doc.offset_at(position.line, position.character, self.encoding)
         parts = split(doc.text, cursor, settings.fim_suffix_lines or None)
+        block = blocks.at(doc.text, cursor, settings.line_mode())
         candidates = self.lexicon.candidates(parts.word) if settings.lexicon else ()
-        job = self.scheduler.submit(request_for(parts, settings, candidates), tag=unquote(uri))
+        job = self.scheduler.submit(request_for(parts, settings, candidates, block), tag=unquote(uri))
         try:
             answer = await self._wait(job)
         except asyncio.CancelledError:  # $/cancelRequest: re-raised, pygls answers -32800
@@ -211,9 +212,8 @@ class CpcServer(LanguageServer):
             answer = Answer(None, "superseded")
         found = None
         if answer.completion is not None:
-            found = suggestion_for(
-                parts, answer.completion, single_line=settings.single_line, naive=settings.method == "naive"
-            )
+            kept = None  # the confidence gate's per-line check goes here (issue 16, deliverable 1)
+            found = suggestion_for(parts, answer.completion, block=block, naive=settings.method == "naive", kept=kept)
         elif answer.reason == "budget" and self._budget_warned is not settings:
             self._budget_warned = settings  # once per settings, not on every keystroke
             self.tell(types.MessageType.Warning, f"cpc-lsp: {answer.detail}")

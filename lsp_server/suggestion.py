@@ -7,9 +7,11 @@ positions or threads.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from engine import Completion, CompletionRequest
+from lsp_server import block as blocks
+from lsp_server.block import Block
 from lsp_server.settings import Settings
 from lsp_server.split import LINE_BREAKS, Split, is_word_char
 
@@ -23,17 +25,25 @@ class Suggestion:
     insert_text: str  # the partial word followed by what the model adds
 
 
-def request_for(split: Split, settings: Settings, candidates: tuple[str, ...] = ()) -> CompletionRequest:
+def request_for(
+    split: Split, settings: Settings, candidates: tuple[str, ...] = (), block: Block | None = None
+) -> CompletionRequest:
     """The engine request for `settings.method`: "exact" (the covering search), "mask" (per-step
     masking, seed 001) or "naive" (the partial word left in the prompt, no constraint).
-    `candidates` (document words beginning with the typed word) go with "exact" and `lexicon` only."""
+    `candidates` (document words beginning with the typed word) go with "exact" and `lexicon` only.
+    With `block` the suggestion may span lines (`multiLineTokens`), ending where the block does."""
     naive = settings.method == "naive"
+    sampling = settings.sampling()
+    max_tokens = settings.max_tokens
+    if block is not None:
+        sampling = replace(sampling, single_line=False)
+        max_tokens = max(1, min(settings.multi_line_tokens, settings.context_tokens // 2))
     return CompletionRequest(
         prompt=split.prompt + split.required if naive else split.prompt,
         required="" if naive else split.required,
-        max_tokens=settings.max_tokens,
+        max_tokens=max_tokens,
         stop=settings.stop,
-        sampling=settings.sampling(),
+        sampling=sampling,
         max_cover_decodes=settings.max_cover_decodes,
         exact=settings.method == "exact",
         suffix=None if naive else split.after,
@@ -42,25 +52,32 @@ def request_for(split: Split, settings: Settings, candidates: tuple[str, ...] = 
         candidates=candidates if settings.lexicon and settings.method == "exact" else (),
         lexicon_prior=settings.lexicon_prior,
         lexicon_decodes=settings.lexicon_decodes,
+        indent_floor=None if block is None else block.floor,
     )
 
 
 def suggestion_for(
-    split: Split, completion: Completion, *, single_line: bool, naive: bool = False
+    split: Split, completion: Completion, *, block: Block | None = None, naive: bool = False,
+    kept: int | None = None,
 ) -> Suggestion | None:
     """What to show, or None when the completion adds nothing usable.
 
     A completion that does not begin with the required prefix (the engine dropped the
     constraint) would not finish the user's word, so it is not shown. With `naive`, the
     completion continues the text at the cursor (the required prefix was left in the prompt).
+    Without `block` the suggestion is one line; with it, lines cut by `lsp_server.block.shape`
+    (`kept`: the characters of the added text the confidence gate keeps, None: all).
     """
     text = split.required + completion.text if naive else completion.text
     if completion.cancelled or not text.startswith(split.required):
         return None
     added = text[len(split.required) :]
-    if single_line:
-        added = _first_line(added)
-    added = stop_before_suffix(added, split.suffix)
+    first = _first_line(added)
+    cut = stop_before_suffix(first, split.suffix)
+    if block is None or cut != first:
+        added = cut if kept is None else cut[:kept]
+    else:
+        added = blocks.shape(added, block, kept)
     if not added.strip():
         return None
     return Suggestion(split.word_start, split.cursor, split.word + added)

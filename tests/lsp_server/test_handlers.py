@@ -131,7 +131,7 @@ def test_unknown_documents_and_out_of_range_positions(editor):
 
 def test_settings_change_takes_effect(editor):
     uri = "file:///tmp/handlers/settings.py"
-    editor.open(uri, "def add(a, b):\n    ret")
+    editor.open(uri, "total = add(a, b)\nret")  # no block opens here: one line, `maxTokens`
     assert editor.suggestion(uri) == "return done"
     shown = len(editor.client.messages("window/showMessage"))
     editor.client.notify("workspace/didChangeConfiguration", {"settings": {"cpcLsp": {"maxTokens": 1, "temperature": "hot"}}})
