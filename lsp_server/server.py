@@ -21,6 +21,7 @@ from pygls.lsp.server import LanguageServer
 from engine import EngineConfig
 from lsp_server import __version__, block as blocks, status
 from lsp_server.documents import UTF16, Document, Documents, Range
+from lsp_server.carry import Carry
 from lsp_server.lexicon import Lexicon
 from lsp_server.logs import TextGuard, frames, installed
 from lsp_server.protocol import CpcProtocol, serve_stdio, serve_tcp
@@ -59,6 +60,9 @@ class CpcServer(LanguageServer):
         self.encoding = UTF16
         self.initialized = False
         self.requests = 0  # completion requests seen, for log lines and stats
+        self.carry = Carry()  # the last suggestions shown per document, for what is left after an accept
+        self.carried = 0  # requests answered from a shown suggestion, with no engine work
+        self.engine_answers = 0  # requests the engine answered
         self._tasks: set[asyncio.Future] = set()
         self._budget_warned: Settings | None = None  # the settings a budget problem was shown for
         self.log_guard = TextGuard(self.settings.log_document_text)  # on pygls's loggers while serving
@@ -93,6 +97,7 @@ class CpcServer(LanguageServer):
             logger.warning("%s", problem)
             self.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning, message=problem))
         previous, self.settings = self.settings, updated
+        self.carry.forget()  # what was shown was made under the old settings
         self.log_guard.allowed = updated.log_document_text
         self.lexicon.enable(updated.lexicon, self.documents.texts())
         if self.initialized and updated.engine_config() != previous.engine_config():
@@ -189,8 +194,12 @@ class CpcServer(LanguageServer):
         parts = split(doc.text, cursor, self.settings.fim_suffix_lines or None)
         self.scheduler.prefetch(request_for(parts, self.settings), tag=unquote(uri))
 
-    async def suggest(self, uri: str, position: types.Position) -> tuple[Document, Suggestion] | None:
-        """The suggestion at `position` and the document it was made from; None when there is none."""
+    async def suggest(
+        self, uri: str, position: types.Position, selected: types.SelectedCompletionInfo | None = None
+    ) -> tuple[Document, list[Suggestion]] | None:
+        """The suggestions at `position` (most probable first) and the document they were made
+        from; None when there is none. With `selected` (the item highlighted in an open completion
+        menu), the text is read as if that item replaced its range: each suggestion begins with it."""
         doc = self.documents.get(uri)
         if doc is None or doc.stale:
             return None
@@ -198,8 +207,17 @@ class CpcServer(LanguageServer):
         number = self.requests
         settings = self.settings
         cursor = doc.offset_at(position.line, position.character, self.encoding)
-        parts = split(doc.text, cursor, settings.fim_suffix_lines or None)
-        block = blocks.at(doc.text, cursor, settings.line_mode())
+        text, at, start = doc.text, cursor, None
+        if selected is not None:
+            text, at, start = self._with_selected(doc, selected, cursor)
+        parts = split(text, at, settings.fim_suffix_lines or None)
+        if selected is None and (rest := self.carry.rest(uri, text, cursor)) is not None:
+            self.carried += 1
+            logger.info("#%d shown: the rest of the suggestion already shown (no engine work)", number)
+            self.carry.remember(uri, text, cursor, rest)
+            return doc, [Suggestion(parts.word_start, cursor, parts.word + added) for added in rest]
+        self.carry.forget(uri)
+        block = blocks.at(text, at, settings.line_mode())
         candidates = self.lexicon.candidates(parts.word) if settings.lexicon else ()
         job = self.scheduler.submit(request_for(parts, settings, candidates, block), tag=unquote(uri))
         try:
@@ -212,13 +230,32 @@ class CpcServer(LanguageServer):
             answer = Answer(None, "superseded")
         found = None
         if answer.completion is not None:
+            self.engine_answers += 1
             kept = None  # the confidence gate's per-line check goes here (issue 16, deliverable 1)
             found = suggestion_for(parts, answer.completion, block=block, naive=settings.method == "naive", kept=kept)
         elif answer.reason == "budget" and self._budget_warned is not settings:
             self._budget_warned = settings  # once per settings, not on every keystroke
             self.tell(types.MessageType.Warning, f"cpc-lsp: {answer.detail}")
         self._log_answer(number, answer, parts, found, settings.log_document_text)
-        return None if found is None else (doc, found)
+        if found is None:
+            return None
+        if start is not None:  # back to the document's own text: the item replaces the selected range too
+            head = text[min(start, found.word_start) : found.word_start]
+            return doc, [Suggestion(min(start, found.word_start), cursor, head + found.insert_text)]
+        self.carry.remember(uri, text, cursor, (found.insert_text[len(parts.word) :],))
+        return doc, [found]
+
+    def _with_selected(
+        self, doc: Document, selected: types.SelectedCompletionInfo, cursor: int
+    ) -> tuple[str, int, int]:
+        """(the text with the selected item's text in place of its range, the cursor in that text,
+        where the range starts). A range past the cursor ends at it; one after it is ignored."""
+        r = selected.range
+        start = doc.offset_at(r.start.line, r.start.character, self.encoding)
+        end = doc.offset_at(r.end.line, r.end.character, self.encoding)
+        start = min(start, cursor)
+        end = max(start, min(end, cursor))
+        return doc.text[:start] + selected.text + doc.text[end:], cursor + len(selected.text) - (end - start), start
 
     async def _wait(self, job: Job) -> Answer:
         """The job's answer. Waiting for a model to load is bounded; a running completion is
@@ -266,6 +303,8 @@ class CpcServer(LanguageServer):
             "stopReason": last.stop_reason,
             "requiredSatisfied": last.required_satisfied,
             "requests": self.requests,
+            "engineAnswers": self.engine_answers,
+            "carried": self.carried,
         }
 
 
@@ -330,17 +369,19 @@ def build_server(
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: CpcServer, params: types.DidCloseTextDocumentParams) -> None:
         ls.scheduler.cancel_tag(unquote(params.text_document.uri))
+        ls.carry.forget(params.text_document.uri)
         ls.documents.close(params.text_document.uri)
 
     @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
     async def inline_completion(
         ls: CpcServer, params: types.InlineCompletionParams
     ) -> list[types.InlineCompletionItem]:
-        result = await ls.suggest(params.text_document.uri, params.position)
+        selected = params.context.selected_completion_info if params.context else None
+        result = await ls.suggest(params.text_document.uri, params.position, selected)
         if result is None:
             return []
         doc, found = result
-        return [types.InlineCompletionItem(insert_text=found.insert_text, range=ls.range_of(doc, found))]
+        return [types.InlineCompletionItem(insert_text=f.insert_text, range=ls.range_of(doc, f)) for f in found]
 
     @server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions())
     async def completion(ls: CpcServer, params: types.CompletionParams) -> types.CompletionList:
@@ -355,15 +396,18 @@ def build_server(
         if result is None:
             return types.CompletionList(is_incomplete=True, items=[])
         doc, found = result
-        item = types.CompletionItem(
-            label=found.insert_text,
-            kind=types.CompletionItemKind.Text,
-            detail="cpc-lsp",
-            sort_text="0",
-            insert_text_format=types.InsertTextFormat.PlainText,
-            text_edit=types.TextEdit(ls.range_of(doc, found), found.insert_text),
-        )
-        return types.CompletionList(is_incomplete=True, items=[item])
+        items = [
+            types.CompletionItem(
+                label=f.insert_text,
+                kind=types.CompletionItemKind.Text,
+                detail="cpc-lsp",
+                sort_text=str(n),
+                insert_text_format=types.InsertTextFormat.PlainText,
+                text_edit=types.TextEdit(ls.range_of(doc, f), f.insert_text),
+            )
+            for n, f in enumerate(found)
+        ]
+        return types.CompletionList(is_incomplete=True, items=items)
 
     @server.feature(STATS_METHOD)
     def stats(ls: CpcServer, params: Any) -> dict[str, Any] | None:
