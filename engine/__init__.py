@@ -5,6 +5,7 @@ llama.cpp bindings load only when `Engine` is first touched.
 """
 
 from engine.types import (
+    Alternative,
     BudgetError,
     Completion,
     CompletionRequest,
@@ -13,9 +14,12 @@ from engine.types import (
     ModelLoadError,
     Prefetched,
     SamplingConfig,
+    Signals,
+    WordEnd,
 )
 
 __all__ = [
+    "Alternative",
     "BudgetError",
     "Completion",
     "CompletionRequest",
@@ -25,6 +29,8 @@ __all__ = [
     "ModelLoadError",
     "Prefetched",
     "SamplingConfig",
+    "Signals",
+    "WordEnd",
 ]
 
 

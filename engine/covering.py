@@ -19,7 +19,7 @@ from typing import Protocol
 
 import numpy as np
 
-from engine.sampler import Sampler, log_sum_exp
+from engine.sampler import Sampler, log_sum_exp, row_log_norm
 from engine.vocab import VocabIndex
 
 
@@ -65,12 +65,15 @@ class CoveringSearch:
         self._found: list[_Found] = []
         self._open: list[_Open] = []
         self.exhausted = False
+        self.root_log_norm = 0.0
 
     def run(self, required: bytes, sampler: Sampler | None = None) -> Covering | None:
         """The most probable covering (greedy), or one drawn in proportion to path probability
         among the explored coverings when `sampler` has a temperature. None: nothing is consistent."""
         start = self._rows.decodes
-        self._visit(required, (), 0.0, 0, self._rows.row(()), 0.0)
+        root = self._rows.row(())
+        self.root_log_norm = row_log_norm(root)  # log-probabilities here are relative to the root row
+        self._visit(required, (), 0.0, 0, root, 0.0)
         while self._open:
             node = heapq.heappop(self._open)
             if self._best is not None and node.log_prob <= self._best.log_prob:
@@ -80,7 +83,7 @@ class CoveringSearch:
                 self._descend_greedily(required, node)
                 break
             row = self._rows.row(node.path)
-            self._visit(required, node.path, node.log_prob, node.consumed, row, log_sum_exp(row))
+            self._visit(required, node.path, node.log_prob, node.consumed, row, row_log_norm(row))
         if sampler is not None and sampler.config.temperature > 0 and self._found:
             return self._sample(sampler)
         return self._best
@@ -98,6 +101,23 @@ class CoveringSearch:
             if self._best is None or child > self._best.log_prob:
                 heapq.heappush(self._open, _Open(-child, path + (token,), child, consumed + length))
 
+    def log_mass(self) -> float:
+        """log of the summed probability of every complete covering found: the normaliser of
+        "given what was typed" (a lower bound of p(typed), see engine.signals). -inf: none found."""
+        if not self._found:
+            return float("-inf")
+        return log_sum_exp(np.concatenate([found.log_probs for found in self._found]))
+
+    def ranked(self, n: int) -> list[Covering]:
+        """The `n` most probable complete coverings found, most probable first (no decode)."""
+        best: list[Covering] = []
+        for found in self._found:
+            k = min(n, found.ids.size)
+            top = np.argpartition(-found.log_probs, k - 1)[:k] if k < found.ids.size else np.arange(k)
+            best.extend(Covering(found.path + (int(found.ids[i]),), float(found.log_probs[i])) for i in top)
+        best.sort(key=lambda c: -c.log_prob)
+        return best[:n]
+
     def _offer(self, covering: Covering) -> None:
         if self._best is None or covering.log_prob > self._best.log_prob:
             self._best = covering
@@ -107,7 +127,7 @@ class CoveringSearch:
         path, log_prob, consumed = node.path, node.log_prob, node.consumed
         while True:
             row = self._rows.row(path)
-            norm = log_sum_exp(row)
+            norm = row_log_norm(row)
             candidates = self._vocab.candidates(required[consumed:])
             ids = candidates.all_ids()
             if ids.size == 0:

@@ -137,7 +137,9 @@ def complete(args: argparse.Namespace, settings: Settings) -> int:
     if answer.completion is None:
         print(f"cpc-lsp: no completion ({answer.detail or answer.reason})", file=sys.stderr)
         return 1
-    found = suggestion_for(parts, answer.completion, block=block, naive=settings.method == "naive")
+    found = suggestion_for(
+        parts, answer.completion, block=block, naive=settings.method == "naive", min_confidence=settings.min_confidence
+    )
     insert_text = found.insert_text if found else parts.word
     if args.json:
         print(json.dumps({

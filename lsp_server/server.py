@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict
@@ -18,7 +19,7 @@ from lsprotocol import types
 from pygls.exceptions import FeatureRequestError
 from pygls.lsp.server import LanguageServer
 
-from engine import EngineConfig
+from engine import EngineConfig, Signals
 from lsp_server import __version__, block as blocks, status
 from lsp_server.documents import UTF16, Document, Documents, Range
 from lsp_server.carry import Carry
@@ -29,7 +30,7 @@ from lsp_server.scheduler import Answer, EngineLike, Job, LoadResult, Scheduler,
 from lsp_server.schema import camel
 from lsp_server.settings import SECTION, Settings, apply
 from lsp_server.split import Split, split
-from lsp_server.suggestion import Suggestion, request_for, suggestion_for
+from lsp_server.suggestion import Suggestion, request_for, suggestions_for
 
 logger = logging.getLogger(__name__)
 
@@ -219,7 +220,8 @@ class CpcServer(LanguageServer):
         self.carry.forget(uri)
         block = blocks.at(text, at, settings.line_mode())
         candidates = self.lexicon.candidates(parts.word) if settings.lexicon else ()
-        job = self.scheduler.submit(request_for(parts, settings, candidates, block), tag=unquote(uri))
+        request = request_for(parts, settings, candidates, block, alternatives=settings.alternatives)
+        job = self.scheduler.submit(request, tag=unquote(uri))
         try:
             answer = await self._wait(job)
         except asyncio.CancelledError:  # $/cancelRequest: re-raised, pygls answers -32800
@@ -228,22 +230,26 @@ class CpcServer(LanguageServer):
             raise
         if self.documents.get(uri) is not doc:  # edited while we worked: the answer is stale
             answer = Answer(None, "superseded")
-        found = None
+        found: list[Suggestion] = []
         if answer.completion is not None:
             self.engine_answers += 1
-            kept = None  # the confidence gate's per-line check goes here (issue 16, deliverable 1)
-            found = suggestion_for(parts, answer.completion, block=block, naive=settings.method == "naive", kept=kept)
+            found = suggestions_for(
+                parts, answer.completion, block=block, naive=settings.method == "naive",
+                min_confidence=settings.min_confidence,
+            )  # fmt: skip
         elif answer.reason == "budget" and self._budget_warned is not settings:
             self._budget_warned = settings  # once per settings, not on every keystroke
             self.tell(types.MessageType.Warning, f"cpc-lsp: {answer.detail}")
-        self._log_answer(number, answer, parts, found, settings.log_document_text)
-        if found is None:
+        self._log_answer(number, answer, parts, found[0] if found else None, settings.log_document_text, len(found))
+        if not found:
             return None
-        if start is not None:  # back to the document's own text: the item replaces the selected range too
-            head = text[min(start, found.word_start) : found.word_start]
-            return doc, [Suggestion(min(start, found.word_start), cursor, head + found.insert_text)]
-        self.carry.remember(uri, text, cursor, (found.insert_text[len(parts.word) :],))
-        return doc, [found]
+        if start is not None:  # back to the document's own text: each item replaces the selected range too
+            return doc, [
+                Suggestion(min(start, f.word_start), cursor, text[min(start, f.word_start) : f.word_start] + f.insert_text)
+                for f in found
+            ]
+        self.carry.remember(uri, text, cursor, tuple(f.insert_text[len(parts.word) :] for f in found))
+        return doc, found
 
     def _with_selected(
         self, doc: Document, selected: types.SelectedCompletionInfo, cursor: int
@@ -270,7 +276,7 @@ class CpcServer(LanguageServer):
             return Answer(None, "timeout: no model after waiting")
 
     def _log_answer(
-        self, number: int, answer: Answer, parts: Split, found: Suggestion | None, with_text: bool
+        self, number: int, answer: Answer, parts: Split, found: Suggestion | None, with_text: bool, items: int = 1
     ) -> None:
         """One line per request: what the engine did, in numbers; text only when asked for."""
         if answer.completion is None:
@@ -279,10 +285,10 @@ class CpcServer(LanguageServer):
         s = answer.completion.stats
         logger.info(
             "#%d %s: stop=%s required=%d chars prompt=%d reused=%d decoded=%d cover=%d "
-            "generated=%d ms=%.0f",
+            "generated=%d alternatives=%d ms=%.0f",
             number, "shown" if found else "nothing to add", answer.completion.stop_reason,
             len(parts.required), s.prompt_tokens, s.reused_tokens, s.decoded_tokens,
-            s.cover_decodes, s.generated_tokens, s.ms,
+            s.cover_decodes, s.generated_tokens, max(0, items - 1), s.ms,
         )  # fmt: skip
         if with_text:
             logger.debug("#%d required=%r suggestion=%r", number, parts.required, found)
@@ -305,7 +311,21 @@ class CpcServer(LanguageServer):
             "requests": self.requests,
             "engineAnswers": self.engine_answers,
             "carried": self.carried,
+            "signals": signals_json(last.signals),
         }
+
+
+def signals_json(signals: Signals | None) -> dict[str, Any] | None:
+    """The confidence signals as JSON numbers (no text: offsets and log-probabilities); a margin
+    with no rival known is null."""
+    if signals is None:
+        return None
+    return {
+        "wordLogProb": signals.word_log_prob,
+        "margin": None if math.isinf(signals.margin) else signals.margin,
+        "typedLogProb": signals.typed_log_prob,
+        "wordEnds": [[end.chars, end.log_prob] for end in signals.word_ends],
+    }
 
 
 def _change_range(change: Any) -> Range | None:
