@@ -167,7 +167,7 @@ class Settings:
         "that the text after the cursor already closes; it leaves no bracket it opened unclosed.",
     )
     multi_line_tokens: int = setting(
-        64, Int(1, 512),
+        48, Int(1, 512),
         "Most tokens of a multi-line suggestion (instead of `maxTokens`); half of `contextTokens` at most is used.",
     )
 

@@ -124,3 +124,44 @@ def test_a_selected_item_with_punctuation_is_kept_whole(editor):
     params["context"]["selectedCompletionInfo"] = {"range": {"start": start, "end": end}, "text": "print("}
     (item,) = editor.client.request("textDocument/inlineCompletion", params).result
     assert item["insertText"].startswith("print(") and item["range"] == {"start": start, "end": end}
+
+
+# --- alternatives: further items, most probable first ------------------------------------------------
+
+
+def test_the_alternatives_are_further_items_most_probable_first(server, editor):
+    uri = "file:///tmp/carry/alternatives.py"
+    editor.open(uri, "total = add(a, b)\nre")
+    items = editor.inline(uri).result
+    assert [item["insertText"] for item in items] == ["return done", "review"]
+    assert items[0]["range"] == items[1]["range"]  # both replace the partial word
+    assert server.loader.engine.requests[-1].alternatives == 3  # the `alternatives` setting
+    editor.client.notify("workspace/didChangeConfiguration", {"settings": {"cpcLsp": {"alternatives": 0}}})
+    editor.type(uri, "v")  # not along the first item: the engine is asked again
+    assert [item["insertText"] for item in editor.inline(uri).result] == ["review done"]
+
+
+def test_the_rest_after_accepting_part_of_an_alternative_is_carried(server, editor):
+    uri = "file:///tmp/carry/alternative-accept.py"
+    editor.open(uri, "total = add(a, b)\nre")
+    assert [item["insertText"] for item in editor.inline(uri).result] == ["return done", "review"]
+    calls = len(server.loader.engine.calls)
+    editor.type(uri, "vi")  # the user cycled to "review" and typed along it
+    assert [item["insertText"] for item in editor.inline(uri).result] == ["review"]
+    assert len(server.loader.engine.calls) == calls
+
+
+def test_the_completion_fallback_lists_every_suggestion_in_order():
+    """Neovim 0.11 (no inline completion): the menu has the suggestion and its alternatives."""
+    server = InProcessServer(load=FakeLoader(words=WORDS))
+    try:
+        capabilities = {"general": {"positionEncodings": ["utf-8"]}, "textDocument": {"completion": {}}}
+        server.client.initialize({"cpcLsp": {}}, wait_loaded=True, capabilities=capabilities)
+        editor = Editor(server.client, "utf-8")
+        uri = "file:///tmp/carry/menu.py"
+        editor.open(uri, "total = add(a, b)\nre")
+        result = editor.client.call("textDocument/completion", {"textDocument": {"uri": uri}, "position": editor.end(uri)})
+        items = sorted(result["items"], key=lambda item: item["sortText"])
+        assert [item["textEdit"]["newText"] for item in items] == ["return done", "review"]
+    finally:
+        server.close()
