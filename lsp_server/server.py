@@ -215,7 +215,7 @@ class CpcServer(LanguageServer):
         if selected is None and (rest := self.carry.rest(uri, text, cursor)) is not None:
             self.carried += 1
             logger.info("#%d shown: the rest of the suggestion already shown (no engine work)", number)
-            self.carry.remember(uri, text, cursor, rest)
+            self.carry.remember(uri, text, cursor, rest, self.carry.complete(uri))
             return doc, [Suggestion(parts.word_start, cursor, parts.word + added) for added in rest]
         self.carry.forget(uri)
         block = blocks.at(text, at, settings.line_mode())
@@ -248,7 +248,8 @@ class CpcServer(LanguageServer):
                 Suggestion(min(start, f.word_start), cursor, text[min(start, f.word_start) : f.word_start] + f.insert_text)
                 for f in found
             ]
-        self.carry.remember(uri, text, cursor, tuple(f.insert_text[len(parts.word) :] for f in found))
+        complete = answer.completion is not None and answer.completion.stop_reason != "length"
+        self.carry.remember(uri, text, cursor, tuple(f.insert_text[len(parts.word) :] for f in found), complete)
         return doc, found
 
     def _with_selected(

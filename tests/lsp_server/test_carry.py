@@ -165,3 +165,10 @@ def test_the_completion_fallback_lists_every_suggestion_in_order():
         assert [item["textEdit"]["newText"] for item in items] == ["return done", "review"]
     finally:
         server.close()
+
+
+def test_a_letter_typed_along_a_budget_cut_suggestion_asks_the_engine():
+    carry = Carry()
+    carry.remember(URI, TEXT, CURSOR, ("erday. I'm",), complete=False)
+    assert carry.rest(URI, *inserted("e")) is None  # the engine would reach further
+    assert carry.rest(URI, *inserted("erday")) == (". I'm",)  # an accept: the rest, no model work
