@@ -181,8 +181,9 @@ def replay_peer(peer, passage: Passage, max_tokens: int, multi_line: bool) -> di
     return tally.result(len(target), _lines_of(target))
 
 
-def run(editor: Editor, peer, items: list[Passage], settings: dict[str, Any], say=print) -> dict[str, Any]:
-    """Every code passage for each `multiLine` variant and the two peers."""
+def run(editor: Editor, peer, items: list[Passage], settings: dict[str, Any], say=print, save=None) -> dict[str, Any]:
+    """Every code passage for each `multiLine` variant and the two peers; `save(results)` after
+    each passage (a long run leaves what it measured so far)."""
     runs = []
     variants = ("off", "block", "always")
     for n, passage in enumerate(items):
@@ -197,6 +198,12 @@ def run(editor: Editor, peer, items: list[Passage], settings: dict[str, Any], sa
                 runs.append({"passage": n, "kind": passage.kind, "who": f"peer {'multi-line' if multi else 'one line'}", **result})
                 say(_brief(runs[-1]))
         say(f"lines: passage {n + 1}/{len(items)} ({passage.kind}) done")
+        if save is not None:
+            save(_results(items[: n + 1], runs))
+    return _results(items, runs)
+
+
+def _results(items: list[Passage], runs: list[dict[str, Any]]) -> dict[str, Any]:
     return {"passages": [{"kind": p.kind, "file": p.file, "start": p.start, "chars": len(p.text)} for p in items],
             "runs": runs, "table": summarize(runs)}  # fmt: skip
 
@@ -291,7 +298,9 @@ def main(argv: list[str] | None = None) -> int:
             editor.open(warm, "def ready():\n    return")
             editor.inline(warm)
             editor.close(warm)
-            results = run(editor, peer, items, settings, say)
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            save = lambda partial: args.out.write_text(json.dumps({**partial, "settings": settings, "partial": True}, indent=1) + "\n")  # noqa: E731
+            results = run(editor, peer, items, settings, say, save)
             server_cpu = process_cpu_seconds(client.pid) or 0.0
     finally:
         if peer is not None:

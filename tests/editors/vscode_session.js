@@ -41,7 +41,7 @@ const FILES = {
   'restart.txt': 'Hi Sam,\n\nThanks for sending over the draft',
   'notes.md': '# Notes\n\nThanks for sending over the draft',
   'cycle.txt': 'Hi Sam,\n\nThanks for sending over the draft',
-  'menu.txt': 'Notes from yesterday and yesteryear.\n\nThanks for sending over the draft',
+  'menu.txt': 'Hi Sam,\n\nThanks for sending over the draft\n\nNotes: yesterday, yesteryear.\n',
 };
 // code-server is a remote window: settings of "machine" scope (which executable to run) are read
 // from the machine's settings (Preferences: Open Remote Settings), not the user's.
@@ -531,6 +531,10 @@ async function main() {
       // The completion menu open on "yest": the ghost text begins with the highlighted item, and
       // follows it when another is highlighted.
       await openFile('menu.txt');
+      await page.keyboard.press('Control+Home'); // to the end of "...the draft" (the notes are below)
+      await page.keyboard.press('ArrowDown');
+      await page.keyboard.press('ArrowDown');
+      await page.keyboard.press('End');
       await type(' yest');
       await waitForGhost();
       const logBefore = serverLog().length;
@@ -541,10 +545,17 @@ async function main() {
         const label = row && row.querySelector('.label-name');
         return label ? label.textContent : null;
       });
-      const readGhost = async (item) => until(`ghost text for ${item}`, async () => {
-        const now = await ghostText();
-        return now && now.trim() !== '' && now;
-      }, UI).catch(() => ghostText());
+      // The menu's own preview of the item comes first; the server's suggestion goes on after it
+      // (VS Code draws the part beyond the item as .ghost-text-decoration-preview).
+      const allGhost = async () => page.evaluate(() => {
+        const parts = [...document.querySelectorAll('.monaco-editor .ghost-text-decoration, .monaco-editor .ghost-text-decoration-preview')];
+        return parts.length ? parts.map((e) => e.textContent).join('').replace(/\u00a0/g, ' ') : null;
+      });
+      const readGhost = async (item) => until(`ghost text for ${item} and more`, async () => {
+        const now = await allGhost();
+        const rest = item ? item.slice('yest'.length) : '';
+        return now && now.startsWith(rest) && now.trim().length > rest.length && now;
+      }, UI).catch(() => allGhost());
       const items = await page.$$eval('.suggest-widget .monaco-list-row .label-name', (rows) => rows.map((e) => e.textContent));
       const first = await focused();
       const firstGhost = await readGhost(first);
@@ -553,10 +564,7 @@ async function main() {
         const now = await focused();
         return now && now !== first && now;
       }, UI);
-      const secondGhost = await until('ghost text for the second item', async () => {
-        const now = await ghostText();
-        return now && now !== firstGhost && now;
-      }, UI).catch(() => ghostText());
+      const secondGhost = await readGhost(second);
       const sent = [...serverLog().slice(logBefore).matchAll(/"selectedCompletionInfo": \{[\s\S]*?"text": "([^"]*)"/g)].map((m) => m[1]);
       await page.keyboard.press('Escape');
       await page.keyboard.press('Escape');
