@@ -4,7 +4,9 @@ Order (one thing at a time, so measurements do not compete for the cores):
 1. engine, in this process: constrained step vs a pass over the vocabulary, prompt decode cold vs
    warm, and the naive / mask / exact suggestions on the quality cases;
 2. the real server (`python -m lsp_server`) over stdio: keystrokes next to the peer, cancellation,
-   the exact method on the quality cases (with its covering-search decodes), peak memory.
+   the exact method on the quality cases (with its covering-search decodes), peak memory;
+3. `remote`: the server with `modelServer` on a llama-server over loopback, beside the in-process
+   server and llama.vim's request on the same llama-server (bench/remote.py).
 Results go to bench/results/latest.json (quick: quick.json); a full run also writes the plots
 under docs/ and the README snippet docs/results.md. Those paths are in the source checkout when
 the benchmarks run from one, else in the current directory (`bench.report.output_root`).
@@ -32,7 +34,7 @@ from lsp_server.settings import Settings
 ROOT = report.output_root()  # the checkout, else the current directory (not site-packages)
 RESULTS = ROOT / "bench" / "results"
 DOCS = ROOT / "docs"
-PARTS = ("engine", "keystrokes", "cancel", "quality", "replay")
+PARTS = ("engine", "keystrokes", "cancel", "quality", "replay", "remote")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -132,7 +134,7 @@ def _server_part(client, cases, args, parts, results: dict[str, Any], count_toke
 
 
 def _replay(editor, cases, args, model_path: str) -> dict[str, Any]:
-    """The typing replay (bench/replay.py) on files neither quality set uses, lexicon off and on."""
+    """The typing replay (bench/replay.py) on files neither quality set uses, the gate off and at its default."""
     from bench import latency, replay
     from bench.cases import build_cases, check_cases
 
@@ -142,9 +144,9 @@ def _replay(editor, cases, args, model_path: str) -> dict[str, Any]:
     if args.quick:
         items = items[-1:]  # one short prose passage
     base = {"maxTokens": args.max_tokens}
-    variants = {"lexicon off": {**base, "lexicon": False}}
-    if not args.quick:  # quick: today's server (lexicon off) only, at the end and in place
-        variants["lexicon on"] = {**base, "lexicon": True}
+    variants = {"gate default": {**base}}
+    if not args.quick:  # quick: the default server only, at the end and in place
+        variants = {"gate off": {**base, "minConfidence": 0.0}, **variants}
     peer = None if args.no_peer else latency.Peer(model_path, threads=args.threads or None)
     _say(f"typing replay: {len(items)} passages, {sum(len(p.text) for p in items)} characters")
     try:
@@ -181,16 +183,24 @@ def _targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
         checks.append(("a warm keystroke decodes 0 prompt tokens", f"max {worst}", worst == 0))
     if "replay" in results:
         rows = {(r["who"], r["where"]): r for r in results["replay"]["table"] if r["kind"] == "all"}
-        today = rows.get(("server lexicon off", "end"))
+        precision = {(r["who"], r["where"]): r["precision"] for r in results["replay"].get("cursors", [])
+                     if r["kind"] == "all" and r["cursor"] == "all"}  # fmt: skip
         for who, where in sorted(k for k in rows if k[0] != "peer"):
             r = rows[(who, where)]
             name = f"replay, {who}, {where}:"
-            if r is not today and today is not None:
-                checks.append((f"{name} not typed >= today's (lexicon off, end)", report.pct(r["not_typed"]),
-                               r["not_typed"] >= today["not_typed"]))  # fmt: skip
+            off = rows.get(("server gate off", where))
+            if who == "server gate default" and off is not None and precision.get((who, where)) and precision.get(("server gate off", where)):
+                gain = precision[(who, where)] / precision[("server gate off", where)]
+                checks.append((f"{name} precision >= 1.5x the gate off's", report.times(gain), gain >= 1.5))
+                kept = r["not_typed"] / off["not_typed"] if off["not_typed"] else None
+                checks.append((f"{name} not typed >= 0.8x the gate off's", report.times(kept), kept is not None and kept >= 0.8))
             if r["saved_over_peer"] is not None:
                 checks.append((f"{name} not typed >= 1.5x peer's", report.times(r["saved_over_peer"]), r["saved_over_peer"] >= 1.5))
                 checks.append((f"{name} median latency <= 0.5x peer's", report.times(r["ms_over_peer"]), r["ms_over_peer"] <= 0.5))
+    if "remote" in results:
+        from bench import remote
+
+        checks += remote.targets(results["remote"])
     if "quality" in results:
         for row in results["quality"]["rows"]:
             if row["method"] in ("mask", "exact"):
@@ -221,6 +231,12 @@ def _tables(results: dict[str, Any], args) -> list[report.Table]:
         tables.append(replay.table(results["replay"]["table"]))
         if "positions" in results["replay"]:
             tables.append(replay.position_table(results["replay"]["positions"]))
+        if "cursors" in results["replay"]:
+            tables.append(replay.cursor_table(results["replay"]["cursors"]))
+    if "remote" in results:
+        from bench import remote
+
+        tables += remote.tables(results["remote"])
     checks = _targets(results)
     if checks:
         tables.append(report.targets_table(checks))
@@ -278,7 +294,7 @@ def _measure(args, parts, cases, results: dict[str, Any]) -> None:
 
     watch = CpuWatch.start()
     started = time.perf_counter()
-    client = _start_server(args) if set(parts) - {"engine"} else None
+    client = _start_server(args) if set(parts) - {"engine", "remote"} else None
     engine = None
     try:
         engine = Engine.load(EngineConfig(threads=args.threads or None))
@@ -286,6 +302,13 @@ def _measure(args, parts, cases, results: dict[str, Any]) -> None:
         outcomes = _engine_part(engine, cases, args, parts, results)
         if client is not None:
             outcomes += _server_part(client, cases, args, parts, results, engine.count_tokens, results["model"])
+        if "remote" in parts:
+            from bench import remote
+
+            if client is not None:  # one language server at a time on the cores
+                client.shutdown()
+                client = None
+            results["remote"] = remote.run(args, cases, engine.count_tokens, _say)
     finally:
         if client is not None:
             client.shutdown()
