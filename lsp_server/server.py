@@ -472,7 +472,7 @@ def build_server(
                 label=f.insert_text,
                 kind=types.CompletionItemKind.Text,
                 detail="cpc-lsp",
-                sort_text=str(n),
+                sort_text=f"{n:02d}",  # most probable first, also past ten items
                 insert_text_format=types.InsertTextFormat.PlainText,
                 text_edit=types.TextEdit(ls.range_of(doc, f), f.insert_text),
             )
