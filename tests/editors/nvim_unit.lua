@@ -185,6 +185,18 @@ check('per-filetype switch: enable, disable, toggle, the command and the statusl
   eq(cpc_lsp.status(), 'cpc-lsp: off', 'statusline text while off')
   vim.cmd('CpcLsp enable lua')
   eq(cpc_lsp.state(), { state = 'stopped', message = '', enabled = true }, 'state() before any server')
+  -- A model server's trouble shows even where suggestions are off (lsp_server/status.py states).
+  local on_status = vim.lsp.config[cpc_lsp.name].handlers['cpcLsp/status']
+  on_status(nil, { state = 'unreachable', message = 'server unreachable: cannot connect' })
+  eq(cpc_lsp.status(), 'cpc-lsp: server unreachable', 'statusline text for an unreachable model server')
+  on_status(nil, { state = 'slow', message = 'no answer within 5 s' })
+  eq(cpc_lsp.status(), 'cpc-lsp: server too slow', 'statusline text for a slow model server')
+  on_status(nil, { state = 'ready', message = 'answers again' })
+  eq(cpc_lsp.status(), 'cpc-lsp: ready', 'ready once it answers')
+  cpc_lsp.disable('lua')
+  on_status(nil, { state = 'unreachable', message = 'server unreachable: cannot connect' })
+  eq(cpc_lsp.status(), 'cpc-lsp: server unreachable', 'shown even where suggestions are off')
+  cpc_lsp.enable('lua')
   eq(vim.fn.getcompletion('CpcLsp t', 'cmdline'), { 'toggle' }, 'subcommand completion')
   -- setup again starts from the options given, not from earlier switches.
   cpc_lsp.setup({ cmd = { 'cpc-lsp-test' }, filetypes = { 'none' } })
