@@ -79,3 +79,28 @@ def test_without_proc_every_core(monkeypatch):
 
 def test_usable_cores_is_the_affinity_mask():
     assert cores.usable_cores() == len(os.sched_getaffinity(0))
+
+
+@pytest.mark.model
+def test_changing_the_thread_count_mid_request_changes_no_token():
+    """The default (threads None) re-chooses its thread count before every decode; forced to
+    alternate 1, 2, 1, ... it still produces the one-thread run's greedy text."""
+    from engine import CompletionRequest, Engine, EngineConfig
+    from tests.lsp_server.test_huge import prose
+
+    request = CompletionRequest(prose(3_000, 5) + "\nThanks for sending over the draft", " yest", max_tokens=12)
+    fixed = Engine.load(EngineConfig(threads=1, memory_budget_mib=0))
+    try:
+        expected = fixed.complete(request).text
+    finally:
+        fixed.close()
+    engine = Engine.load(EngineConfig(threads=None, memory_budget_mib=0))
+    try:
+        context = engine._context
+        counts = iter([1, 2] * 1000)
+        context._meter.threads = lambda: next(counts)
+        done = engine.complete(request)
+        assert context.threads in (1, 2)
+        assert done.text == expected and done.text.startswith(" yest")
+    finally:
+        engine.close()
