@@ -30,7 +30,7 @@ from typing import Any
 
 from bench.lsp_client import Editor
 from bench.quality import LANGUAGES
-from bench.replay import Passage, _Cursor
+from bench.replay import Passage, _Cursor, accepts, next_word
 from bench.stats import median, ratio
 
 CODE_KINDS = ("python", "javascript", "c")
@@ -96,6 +96,7 @@ class _Tally:
     ms: list[float] = field(default_factory=list)
     after_accept_ms: list[float] = field(default_factory=list)
     after_accept_carried: int = 0
+    words: bool = False  # the word rule (bench.replay's: the next word, when exactly right) instead of lines
 
     def step(self, before: str, after: str, rest: str, added: str | None) -> int:
         """One suggestion (`added`, None: nothing shown): check it, accept its right lines or type a character."""
@@ -105,7 +106,11 @@ class _Tally:
                 self.multi += 1
                 self.unbalanced += unbalances(before, added, after)
                 self.retyped += retypes(added, after)
-        taken, lines = accepted_lines(added or "", rest)
+        if self.words:
+            chunk = next_word(added or "")
+            taken, lines = (len(chunk), 0) if accepts(chunk, rest) else (0, 0)
+        else:
+            taken, lines = accepted_lines(added or "", rest)
         if taken:
             self.accepted += taken
             self.lines += lines
@@ -127,10 +132,10 @@ def _lines_of(text: str) -> int:
     return sum(1 for line in text.split("\n") if line.strip())
 
 
-def replay_server(editor: Editor, passage: Passage, uri: str) -> dict[str, Any]:
+def replay_server(editor: Editor, passage: Passage, uri: str, words: bool = False) -> dict[str, Any]:
     cursor = _Cursor(editor, uri, passage.before, passage.after, LANGUAGES[passage.kind])
     target, pos = passage.text, 0
-    tally = _Tally()
+    tally = _Tally(words=words)
     after_accept = False
     try:
         while pos < len(target):
@@ -152,13 +157,13 @@ def replay_server(editor: Editor, passage: Passage, uri: str) -> dict[str, Any]:
     return tally.result(len(target), _lines_of(target))
 
 
-def replay_peer(peer, passage: Passage, max_tokens: int, multi_line: bool) -> dict[str, Any]:
+def replay_peer(peer, passage: Passage, max_tokens: int, multi_line: bool, words: bool = False) -> dict[str, Any]:
     """The peer's completion of the text before the cursor at each step. While the typed text
     follows its last output, the rest of that output stands for its next answer (at temperature 0
     it is the same continuation, up to a token boundary) and no call is made: this keeps a
     multi-line peer's run short. Latency is measured on the calls made."""
     target, pos = passage.text, 0
-    tally = _Tally()
+    tally = _Tally(words=words)
     after_accept = False
     last_prompt, last_output = None, ""
     while pos < len(target):
@@ -181,20 +186,24 @@ def replay_peer(peer, passage: Passage, max_tokens: int, multi_line: bool) -> di
     return tally.result(len(target), _lines_of(target))
 
 
-def run(editor: Editor, peer, items: list[Passage], settings: dict[str, Any], say=print, save=None) -> dict[str, Any]:
+def run(
+    editor: Editor, peer, items: list[Passage], settings: dict[str, Any], say=print, save=None, words: bool = False
+) -> dict[str, Any]:
     """Every code passage for each `multiLine` variant and the two peers; `save(results)` after
-    each passage (a long run leaves what it measured so far)."""
+    each passage (a long run leaves what it measured so far). With `words`: the word rule, the
+    default `multiLine` and the one-line peer only (the keystroke after accept-next-word)."""
     runs = []
-    variants = ("off", "block", "always")
+    variants = ("block",) if words else ("off", "block", "always")
+    peers = ((False, settings["maxTokens"]),) if words else ((False, settings["maxTokens"]), (True, settings["multiLineTokens"]))
     for n, passage in enumerate(items):
         for mode in variants:
             editor.client.notify("workspace/didChangeConfiguration", {"settings": {"cpcLsp": {**settings, "multiLine": mode}}})
             uri = f"file:///bench/lines/{n}-{mode}{Path(passage.file).suffix}"
-            runs.append({"passage": n, "kind": passage.kind, "who": f"server {mode}", **replay_server(editor, passage, uri)})
+            runs.append({"passage": n, "kind": passage.kind, "who": f"server {mode}", **replay_server(editor, passage, uri, words)})
             say(_brief(runs[-1]))
         if peer is not None:
-            for multi, budget in ((False, settings["maxTokens"]), (True, settings["multiLineTokens"])):
-                result = replay_peer(peer, passage, budget, multi)
+            for multi, budget in peers:
+                result = replay_peer(peer, passage, budget, multi, words)
                 runs.append({"passage": n, "kind": passage.kind, "who": f"peer {'multi-line' if multi else 'one line'}", **result})
                 say(_brief(runs[-1]))
         say(f"lines: passage {n + 1}/{len(items)} ({passage.kind}) done")
@@ -237,7 +246,7 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "after_accept": sum(len(r["after_accept_ms"]) for r in rs),
             "after_accept_carried": total("after_accept_carried"),
         })  # fmt: skip
-    order = {k: i for i, k in enumerate((*CODE_KINDS, "all"))}
+    order = {k: i for i, k in enumerate((*CODE_KINDS, "prose", "all"))}
     rows.sort(key=lambda r: (order.get(r["kind"], 99), r["who"]))
     return rows
 
@@ -279,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1, help="which passages (the word replay uses 0)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--no-peer", action="store_true")
+    parser.add_argument("--words", action="store_true", help="accept the next word (not lines): the keystroke after accept-next-word")
     parser.add_argument("--out", type=Path, default=report.output_root() / "bench" / "results" / "lines.json")
     args = parser.parse_args(argv)
 
@@ -300,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
             editor.close(warm)
             args.out.parent.mkdir(parents=True, exist_ok=True)
             save = lambda partial: args.out.write_text(json.dumps({**partial, "settings": settings, "partial": True}, indent=1) + "\n")  # noqa: E731
-            results = run(editor, peer, items, settings, say, save)
+            results = run(editor, peer, items, settings, say, save, args.words)
             server_cpu = process_cpu_seconds(client.pid) or 0.0
     finally:
         if peer is not None:

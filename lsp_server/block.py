@@ -1,8 +1,9 @@
 """Where a multi-line suggestion ends: the block being written, and nothing the document already has.
 
-Pure text logic, no protocol and no model. `context` reads the document around the cursor once;
-`expects_block` says whether a line that opens a block was just written (Copilot's cue for going
-multi-line); `shape` cuts what the model added, in this order:
+Pure text logic, no protocol and no model. `at` says, for the `multiLine` mode, whether a
+suggestion at the cursor may span lines, and returns what `shape` needs: `context` reads the
+document around the cursor once, `expects_block` says whether a line that opens a block was just
+written (Copilot's cue for going multi-line). `shape` cuts what the model added, in this order:
 
 1. **Indentation**: the first line (after the cursor's own) indented less than the block's
    `floor` ends the block. Blank lines never do. The floor is the cursor line's indentation, or one

@@ -107,8 +107,10 @@ class Settings:
     )
     threads: int = setting(
         0, Int(0, 256),
-        "CPU threads the model runs on; 0 uses all cores. Changing it reloads the model. On a busy "
-        "2-core machine one thread is faster (llama.cpp's threads spin).",
+        "CPU threads the model runs on. 0: as many as the cores other processes leave free, chosen "
+        "again during each request (llama.cpp's threads wait for each other after every step, so a "
+        "thread on a busy core slows them all); a number: exactly that many threads, however busy "
+        "the machine is. Changing it reloads the model.",
     )
     log_document_text: bool = setting(
         False, Bool(), "Debugging only: let the server's log contain the text of your documents."

@@ -26,3 +26,12 @@ def test_retyping_the_next_line():
     assert retypes("1\n    return y", "\n    return y\n")
     assert not retypes("1\n    return x", "\n    return y\n")
     assert not retypes("return y", "\n    return y\n")  # the cursor's own line is not a retype
+
+
+def test_the_word_rule_takes_the_next_word_when_it_is_exactly_right():
+    from bench.lines import _Tally
+
+    tally = _Tally(words=True)
+    assert tally.step("the draft yest", "", "erday I said", "erday. I'm") == len("erday")
+    assert tally.step("the draft yest", "", "erday I said", "ersome") == 1  # wrong: one letter typed
+    assert (tally.accepts, tally.accepted, tally.typed, tally.lines) == (1, 5, 1, 0)
