@@ -276,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench.latency import Peer
     from bench.lsp_client import LspClient
     from bench.machine import CpuWatch, process_cpu_seconds
-    from bench.replay import passages, used_files
+    from bench.replay import passages, ready_editor, used_files
     from engine.model_files import resolve_model
 
     parser = argparse.ArgumentParser(prog="python -m bench.lines", description=main.__doc__.split(":")[0])
@@ -302,12 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     say = lambda m: print(f"[lines] {m}", file=sys.stderr, flush=True)  # noqa: E731
     try:
         with LspClient(["--log-level", "warning"]) as client:
-            client.initialize({"cpcLsp": settings})
-            editor = Editor(client)
-            warm = "file:///bench/lines/warmup.py"
-            editor.open(warm, "def ready():\n    return")
-            editor.inline(warm)
-            editor.close(warm)
+            editor = ready_editor(client, settings)
             args.out.parent.mkdir(parents=True, exist_ok=True)
             save = lambda partial: args.out.write_text(json.dumps({**partial, "settings": settings, "partial": True}, indent=1) + "\n")  # noqa: E731
             results = run(editor, peer, items, settings, say, save, args.words)
