@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import numpy as np
 
 import llama_cpp
 
+from engine.cores import CoreMeter
 from engine.kv import Decoded
 from engine.types import ModelLoadError
 
@@ -166,7 +166,11 @@ class LlamaContext:
         params.n_ubatch = n_batch
         params.n_seq_max = sequences
         params.kv_unified = False  # a stream per sequence: attention never scans other documents
-        threads = threads or max(1, os.cpu_count() or 1)
+        # threads None: as many as the cores other processes leave free, chosen again before each
+        # chunk (engine.cores); a number: exactly that many, whatever the machine does.
+        self._meter = None if threads else CoreMeter()
+        threads = threads or self._meter.threads()
+        self.threads = threads
         params.n_threads = threads
         params.n_threads_batch = threads
         params.swa_full = True
@@ -215,6 +219,8 @@ class LlamaContext:
                 batch.n_seq_id[i] = 1
                 batch.seq_id[i][0] = seq
                 batch.logits[i] = 1 if done + i >= first_output else 0
+            if self._meter is not None:
+                self._follow_machine()
             status = llama_cpp.llama_decode(self._ctx, batch)
             if status != 0:
                 raise DecodeError(f"llama_decode returned {status}")
@@ -223,6 +229,12 @@ class LlamaContext:
                 rows[done + i - first_output] = np.ctypeslib.as_array(pointer, shape=(self.n_vocab,))
             done += len(chunk)
         return Decoded(done, rows)
+
+    def _follow_machine(self) -> None:
+        threads = self._meter.threads()
+        if threads != self.threads:
+            llama_cpp.llama_set_n_threads(self._ctx, threads, threads)
+            self.threads = threads
 
     def remove_from(self, position: int, seq: int = 0) -> bool:
         """Drop sequence `seq`'s KV cells at positions >= `position`."""
