@@ -27,7 +27,9 @@ import pytest
 
 from bench.llama_server import LlamaServer, start_llama_server  # noqa: F401  (re-exported)
 from bench.lsp_client import Editor, LspClient, Reply, end_position, frame  # noqa: F401  (re-exported)
-from engine import Alternative, Completion, CompletionRequest, DecodeStats, EngineConfig, ModelLoadError, Prefetched, Signals
+from engine import (
+    Alternative, Completion, CompletionRequest, DecodeStats, EngineConfig, ModelLoadError, Prefetched, Signals, WordEnd,
+)
 
 DRAFT = "Thanks for sending over the draft yest"
 FAST = {"maxTokens": 4, "threads": 1}  # real-model settings that keep a completion short
@@ -77,8 +79,10 @@ class FakeEngine:
         word = fits[0] if fits else partial
         text = request.required + word[len(partial) :] + (" done" if request.max_tokens > 1 else "")
         # The other words that finish it, as the engine's alternatives (each to its word's end).
+        # Their signals: a sure word (its end confirmed, probability 0.9), so the gate shows them.
         others = tuple(
-            Alternative(request.required + w[len(partial) :], Signals(-1.0, 0.5, ())) for w in fits[1:]
+            Alternative(alt, Signals(-0.1, 5.0, (WordEnd(len(alt), -0.1),)))
+            for alt in (request.required + w[len(partial) :] for w in fits[1:])
         )[: request.alternatives] if partial else ()
         stats = DecodeStats(
             prompt_tokens=prompt_tokens, decoded_tokens=decoded, reused_tokens=prompt_tokens - decoded,
