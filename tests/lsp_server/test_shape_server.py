@@ -11,7 +11,8 @@ from tests.fixtures import DRAFT, Editor
 from tests.lsp_server.test_block import balance
 from lsp_server import block as blocks
 
-SERVER_SETTINGS = {"maxTokens": 16, "threads": 1, "multiLineTokens": 48}
+# the confidence gate off: these claims are about the shape of a suggestion (its own are in test_gate_server.py)
+SERVER_SETTINGS = {"maxTokens": 16, "threads": 1, "multiLineTokens": 48, "minConfidence": 0}
 
 BEFORE = 'import os\n\n\ndef read_lines(path):\n    """Return the lines of the file at path."""\n'
 FUNCTION = "import os\n\n\ndef read_lines(path):\n    "
