@@ -11,6 +11,7 @@ from engine.types import (
     DecodeStats,
     EngineConfig,
     ModelLoadError,
+    ModelServerError,
     Prefetched,
     SamplingConfig,
 )
@@ -23,6 +24,7 @@ __all__ = [
     "Engine",
     "EngineConfig",
     "ModelLoadError",
+    "ModelServerError",
     "Prefetched",
     "SamplingConfig",
 ]

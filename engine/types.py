@@ -20,6 +20,10 @@ class EngineConfig:
     batch_tokens: int = 512
     memory_budget_mib: int = 128  # KV of earlier prompts (other documents) kept decoded, LRU
     draft_tokens: int = 0  # prompt-lookup drafts per step; 0: off (slower on this model: see bench)
+    model_server: str | None = None  # a llama-server URL (http://127.0.0.1:8080); None/"": in-process
+    model_server_api_key: str | None = field(default=None, repr=False)  # never in a repr or a log
+    model_server_timeout_s: float = 5.0  # one request's time budget against the server
+    model_server_slot: int | None = None  # None: the engine picks its slot per document
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,10 @@ class DecodeStats:
     ms: float = 0.0
     lexicon_decodes: int = 0  # extra decodes spent scoring document words
     lexicon_changed: bool = False  # a document word won over the model's own word
+    round_trips: int = 0  # HTTP requests to a model server for this call
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    fallback: str | None = None  # e.g. "mask" when per-step masking on the server had to be used
 
 
 @dataclass(frozen=True)
@@ -109,6 +117,17 @@ class ModelLoadError(RuntimeError):
         self.remedy = remedy
         where = f" ({self.path})" if self.path else ""
         super().__init__(f"cannot load model{where}: {problem}. {remedy}")
+
+
+class ModelServerError(ModelLoadError):
+    """The model server failed: at first contact (`Engine.load`) or mid-request. `kind` is one of
+    KINDS; the message says what to do and never holds the API key or document text."""
+
+    KINDS = ("unreachable", "auth", "model", "protocol", "timeout", "url")
+
+    def __init__(self, kind: str, url: str | None, problem: str, remedy: str) -> None:
+        self.kind = kind
+        super().__init__(url, problem, remedy)
 
 
 class BudgetError(ValueError):
