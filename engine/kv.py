@@ -36,7 +36,7 @@ from typing import Protocol
 
 import numpy as np
 
-__all__ = ["Backend", "Cancelled", "Decoded", "KvCache", "common_prefix_length"]
+__all__ = ["Backend", "Cancelled", "Decoded", "KvCache", "PathRows", "common_prefix_length"]
 
 MOVE_MIN_GAIN = 32  # a prompt goes to a sequence sharing at least this many more tokens with it
 MOVE_MIN_DROP = 128  # else one that would cut the live sequence back this far may go to a free one
@@ -106,6 +106,27 @@ class KvCache:
     def remembers(self, tokens: tuple[int, ...]) -> bool:
         with self._lock:
             return tokens in self._rows
+
+    # The surface the engine uses, shared with the remote backend (engine.remote.RemoteRows).
+
+    fallbacks: tuple[str, ...] = ()  # the remote backend lists its unproven coverings here
+
+    def begin(self, cancel: threading.Event | None, max_tokens: int = 16, single_line: bool = True) -> None:
+        """A new engine call (nothing to set up in-process)."""
+
+    def end(self) -> None:
+        """The engine call is over (nothing to release in-process)."""
+
+    def prepare(self, tokens: tuple[int, ...], required: bytes, cancel: threading.Event | None = None) -> None:
+        """Decode the prompt (the required prefix is resolved by the covering search after)."""
+        self.logits_after(tokens, cancel)
+
+    def prefill(self, tokens: tuple[int, ...], cancel: threading.Event | None = None) -> None:
+        """Prefetch: decode the prompt and nothing else."""
+        self.logits_after(tokens, cancel)
+
+    def covering_rows(self, prompt: tuple[int, ...], required: bytes, cancel: threading.Event | None, budget: int) -> PathRows:
+        return PathRows(self, prompt, cancel or threading.Event())
 
     def logits_after(self, tokens: tuple[int, ...], cancel: threading.Event | None = None) -> np.ndarray:
         """The logits row for the token after `tokens` (read-only: the row may be shared).
@@ -207,3 +228,25 @@ class KvCache:
         """Drop everything (e.g. after the model's context is replaced)."""
         with self._lock:
             self._reset()
+
+
+class PathRows:
+    """Rows after prompt + path for the covering search, counting real decodes only. Every row is
+    exact, so a covering the search chose needs no refining (see engine.remote.BoundedRows)."""
+
+    def __init__(self, kv: KvCache, prompt: tuple[int, ...], cancel: threading.Event) -> None:
+        self._kv, self._prompt, self._cancel = kv, prompt, cancel
+        self.decodes = 0
+        self.fallback: str | None = None
+
+    def row(self, path: tuple[int, ...]) -> np.ndarray:
+        before = self._kv.decoded
+        row = self._kv.logits_after(self._prompt + path, self._cancel)
+        self.decodes += self._kv.decoded != before
+        return row
+
+    def refine(self, covering) -> bool:
+        return False
+
+    def settle(self, covering):
+        return covering

@@ -60,10 +60,12 @@ def _init_backend() -> None:
 class LlamaModel:
     """One memory-mapped GGUF model and its vocabulary."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, vocab_only: bool = False) -> None:
+        """`vocab_only`: the tokenizer alone, no weights (a remote server runs the model)."""
         _init_backend()
         params = llama_cpp.llama_model_default_params()
         params.use_mmap = True
+        params.vocab_only = vocab_only
         self.path = path
         self._model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
         if not self._model:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from engine.covering import CoveringSearch
-from engine.kv import Cancelled, KvCache
+from engine.kv import Cancelled, KvCache, PathRows  # noqa: F401  (PathRows: re-exported)
 from engine.prefix import RequiredPrefix
 from engine.sampler import Sampler, log_sum_exp
 from engine.speculative import PromptLookup
@@ -41,20 +41,6 @@ class SequenceDiagnostics:
     decoded_tokens: int
     cover_decodes: int
     kv_tokens: int
-
-
-class PathRows:
-    """Rows after prompt + path for the covering search, counting real decodes only."""
-
-    def __init__(self, kv: KvCache, prompt: tuple[int, ...], cancel: threading.Event) -> None:
-        self._kv, self._prompt, self._cancel = kv, prompt, cancel
-        self.decodes = 0
-
-    def row(self, path: tuple[int, ...]) -> np.ndarray:
-        before = self._kv.decoded
-        row = self._kv.logits_after(self._prompt + path, self._cancel)
-        self.decodes += self._kv.decoded != before
-        return row
 
 
 class Sequence:
@@ -97,11 +83,14 @@ class Sequence:
         cover_decodes = 0
         prompt_decoded = None
         try:
-            self._kv.logits_after(tokens, self._cancel)
+            self._kv.prepare(tokens, required if exact else b"", self._cancel)
             prompt_decoded = self._kv.decoded - decoded_before
             if required and exact:
-                rows = PathRows(self._kv, tokens, self._cancel)
+                rows = self._kv.covering_rows(tokens, required, self._cancel, max_cover_decodes)
                 covering = CoveringSearch(self._vocab, rows, max_cover_decodes).run(required, self._sampler)
+                while covering is not None and rows.refine(covering):  # remote: prove the choice
+                    covering = CoveringSearch(self._vocab, rows, max_cover_decodes).run(required, self._sampler)
+                covering = rows.settle(covering)
                 cover_decodes = rows.decodes
                 if covering is None:
                     self.required_satisfied = False  # nothing consistent: the constraint is dropped
