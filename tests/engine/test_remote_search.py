@@ -1,0 +1,96 @@
+"""The remote backend's exact covering search over a fake llama-server on hand-built
+distributions (no model): what is proven from one request, what needs another, what typing along
+costs, and what happens when the budget runs out."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.http_client import ModelServerClient
+from engine.remote import RemoteRows
+from engine.sequence import Sequence
+from engine.types import SamplingConfig
+from tests.engine.fake_llama_server import FakeLlamaServer
+from tests.engine.toy import EOG, toy_vocab
+
+PIECES = ["a", "b", "ab", "c", EOG, "x", "<bos>"]
+A, B, AB, C, END, X, BOS = range(7)
+VOCAB = toy_vocab(PIECES, control=("<bos>",))
+# Per-step masking takes "a" (0.4) then "b" (0.5): 0.2 in all; the exact covering is "ab" (0.3).
+TABLE = {
+    (): {A: 0.4, AB: 0.3, B: 0.2, END: 0.05},
+    (A,): {B: 0.5, A: 0.4},
+    (A, B): {X: 0.9},
+    (AB,): {C: 0.9},
+    (AB, C): {END: 0.9},
+}
+PROMPT = (BOS,)
+
+
+@pytest.fixture
+def fake():
+    server = FakeLlamaServer(VOCAB, TABLE)
+    yield server
+    server.close()
+
+
+def remote_for(server: FakeLlamaServer, n_probs: int = 1) -> RemoteRows:
+    rows = RemoteRows(ModelServerClient(server.url, None, 5.0), VOCAB, 2048, 1, None, n_probs=n_probs)
+    rows.begin(None, max_tokens=4)
+    return rows
+
+
+def run(rows: RemoteRows, required: bytes, budget: int = 8) -> list[int]:
+    seq = Sequence(rows, VOCAB, SamplingConfig())
+    assert seq.decode_prompt(PROMPT, required, True, budget)
+    out = []
+    while len(out) < 6:
+        result = seq.sample_next()
+        if result.is_eos:
+            break
+        out.append(result.token)
+    return out
+
+
+def test_the_masked_path_is_not_taken_when_another_covering_is_more_probable(fake):
+    rows = remote_for(fake)
+    start = rows.client.traffic.round_trips
+    assert run(rows, b"ab") == [AB, C]
+    # The grammar's request proved nothing ("ab" was not listed and "a" capped it at 0.4); one
+    # request for the best covering token (strict prefixes banned) made "ab" exact and proved it.
+    assert rows.client.traffic.round_trips - start == 2
+    first, second = fake.bodies[-2:]
+    assert first["grammar"] == 'root ::= "ab" .*' and "logit_bias" not in first
+    assert second["logit_bias"] == [[A, False]]
+    assert first["prompt"] == [BOS] and first["cache_prompt"] and first["n_probs"] == 1
+    assert rows.fallbacks == []
+
+
+def test_typing_along_the_suggestion_costs_no_request(fake):
+    rows = remote_for(fake)
+    run(rows, b"ab")
+    before = rows.client.traffic.round_trips
+    assert run(rows, b"abc") == [AB, C]
+    assert rows.client.traffic.round_trips == before
+
+
+def test_with_the_listed_tokens_one_request_proves_it_and_generation_starts_from_the_covering(fake):
+    rows = remote_for(fake, n_probs=4)
+    assert run(rows, b"ab") == [AB, C]
+    # The grammar's stream went down "a" "b"; the listed "ab" beat it, proven at once. What comes
+    # after "ab" takes one plain request from there.
+    assert rows.client.traffic.round_trips == 2
+    assert fake.bodies[-1]["prompt"] == [BOS, AB] and "grammar" not in fake.bodies[-1]
+
+
+def test_out_of_budget_the_best_covering_known_exactly_is_used_and_said(fake):
+    rows = remote_for(fake)
+    assert run(rows, b"ab", budget=0)[:3] == [A, B, X]
+    assert rows.fallbacks == ["unproven"]
+
+
+def test_a_covering_first_token_is_proven_by_the_grammar_alone(fake):
+    rows = remote_for(fake)
+    assert run(rows, b"c")[:1] in ([C], [])  # nothing listed but the grammar's pick
+    # Root: the best token consistent with "c" is "c" itself, a covering: nothing can beat it.
+    assert rows.client.traffic.round_trips == 1
