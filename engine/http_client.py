@@ -368,9 +368,10 @@ class EventStream:
         """A later reader (the next request's generation) reads under its own budget and cancel."""
         self._conn._deadline, self._conn._cancel = deadline, cancel
 
-    def next_event(self) -> dict | None:
+    def next_event(self, quiet: bool = False) -> dict | None:
         """The next event; None when the server ended the stream. Raises ModelServerError for an
-        error event or a malformed one, StreamCancelled when the cancel flag is set meanwhile."""
+        error event or a malformed one, StreamCancelled when the cancel flag is set meanwhile.
+        `quiet`: a failure does not start the back-off (reading what is left of a stream)."""
         try:
             while True:
                 end = self._text.find(b"\n\n")
@@ -391,7 +392,8 @@ class EventStream:
                     return None
         except ModelServerError as error:
             self.close()
-            self._client._failed(error)
+            if not quiet:
+                self._client._failed(error)
             raise
 
     def _parse(self, block: bytes) -> dict | None:

@@ -34,6 +34,7 @@ answers or fixed by `model_server_slot`), so an unchanged prompt costs the serve
 
 from __future__ import annotations
 
+import itertools
 import math
 import threading
 import time
@@ -52,12 +53,17 @@ from engine.vocab import VocabIndex
 N_PROBS = 40  # listed tokens per generated token (about 2.5 kB of JSON each)
 NODES = 4096  # distributions remembered by token path
 DENSE_ROWS = 48  # dense rows built for the sampler, as KvCache remembers rows
+BOUNDED_ROWS = 32  # rows built for the covering search
 GENERATION_SLACK = 2
+DRAIN_S = 0.002  # what an ended call still reads of its stream (the final event is usually there)
 SLOT_SHARE = 0.5  # a prompt goes to a slot we used when it shares at least this part of it
 PROBE_TEXT = (
     "Thanks for sending over the draft yesterday.\n\tdef f(x_1, *args):  # ünïcödé 日本語 😀\n"
     "        return {'k': [x_1 ** 2, 0x1F, \"s\\n\"]} <tag attr=\"v\">  \r\n"
 )
+
+
+_SERIALS = itertools.count()
 
 
 @dataclass
@@ -69,6 +75,7 @@ class _Node:
     exact: dict[int, float] = field(default_factory=dict)
     nth: float = 0.0
     caps: list[tuple[bool, bytes, float]] = field(default_factory=list)
+    serial: int = field(default_factory=lambda: next(_SERIALS))  # names it in row caches
 
 
 @dataclass
@@ -115,6 +122,7 @@ class RemoteRows:
         self._n_probs = n_probs
         self._nodes: OrderedDict[tuple[int, ...], _Node] = OrderedDict()
         self._dense: OrderedDict[tuple[int, ...], np.ndarray] = OrderedDict()
+        self._bounded: OrderedDict[tuple, np.ndarray] = OrderedDict()
         self._walk: _Walk | None = None
         self._lock = threading.RLock()
         self._deadline: float | None = None
@@ -143,8 +151,16 @@ class RemoteRows:
         self._single_line = single_line
 
     def end(self) -> None:
-        """The engine call is over: an open stream is closed, so the server stops decoding it."""
+        """The engine call is over: an open stream is closed, so the server stops decoding it.
+        Events that have already arrived are read first: the final one names the slot used."""
         with self._lock:
+            if self._walk is not None:
+                self._deadline = time.monotonic() + DRAIN_S
+                try:
+                    while self._walk is not None:
+                        self._read(None, quiet=True)
+                except (Cancelled, ModelServerError):
+                    pass
             self._close_walk()
             self._cancel = None
 
@@ -218,6 +234,7 @@ class RemoteRows:
             self._close_walk()
             self._nodes.clear()
             self._dense.clear()
+            self._bounded.clear()
 
     def close(self) -> None:
         self.forget()
@@ -266,7 +283,18 @@ class RemoteRows:
 
     def bounded_row(self, node: _Node, remaining: bytes, pessimistic: bool) -> np.ndarray:
         """Log-probabilities for the covering search at a node with `remaining` bytes to cover:
-        exact where known, else the tightest upper bound (pessimistic: -inf, i.e. known only)."""
+        exact where known, else the tightest upper bound (pessimistic: -inf, i.e. known only).
+        The last few are kept: one keystroke runs the search a few times over the same nodes."""
+        key = (node.serial, len(node.exact), len(node.caps), remaining, pessimistic)
+        row = self._bounded.get(key)
+        if row is None:
+            row = self._bounded[key] = self._bounded_row(node, remaining, pessimistic)
+            row.flags.writeable = False
+            while len(self._bounded) > BOUNDED_ROWS:
+                self._bounded.popitem(last=False)
+        return row
+
+    def _bounded_row(self, node: _Node, remaining: bytes, pessimistic: bool) -> np.ndarray:
         row = np.full(self._vocab.size, -np.inf)
         vocab = self._vocab
         if not pessimistic:
@@ -371,13 +399,13 @@ class RemoteRows:
                 return
             self._read(cancel)
 
-    def _read(self, cancel: threading.Event | None) -> None:
+    def _read(self, cancel: threading.Event | None, quiet: bool = False) -> None:
         """One token event of the open stream: record its distribution and move on."""
         walk = self._walk
         walk.stream.set_limits(self._deadline if self._deadline is not None else time.monotonic() + self.client.timeout_s, cancel.is_set if cancel else None)
         while True:
             try:
-                event = walk.stream.next_event()
+                event = walk.stream.next_event(quiet)
             except StreamCancelled:
                 self._walk = None
                 raise Cancelled() from None
@@ -477,6 +505,8 @@ class BoundedRows:
 
     def known(self, path: tuple[int, ...]) -> bool:
         return self._remote.node(self._prompt + path) is not None
+
+    cached = known  # reading a known row costs no request
 
     def row(self, path: tuple[int, ...]) -> np.ndarray:
         node = self._remote.node(self._prompt + path)

@@ -8,10 +8,13 @@ and an emoji is tokenized by both, and any difference refuses the server ("model
 different vocabulary size. A bigger model with the same tokenizer (the Gemma 3 family shares
 one) is what this is for.
 
-Why not the vocabulary from the server alone: `/detokenize` returns text, in which a token that
-is not valid UTF-8 by itself (byte-fallback and byte-level tokens) comes back replaced; and
-`/tokenize` with `with_pieces` gives exact bytes only for the tokens of a text one sends, and no
-text reaches every token of a 262,144-token vocabulary.
+What the server could give instead (checked in its source): `/detokenize` returns text, in which
+a token that is not valid UTF-8 by itself (byte-fallback and byte-level tokens) comes back
+replaced, so not that; but `/tokenize` takes an array of token ids as `content`, and with
+`with_pieces` returns each one's exact bytes (a byte list where a piece is not valid UTF-8). What
+it does not give is which tokens are control tokens (pieces come with their names, as
+"<start_of_turn>"), and every changed prompt would need a `/tokenize` round trip of its own, so a
+local vocabulary stays the way here.
 """
 
 from __future__ import annotations
