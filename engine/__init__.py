@@ -5,6 +5,7 @@ llama.cpp bindings load only when `Engine` is first touched.
 """
 
 from engine.types import (
+    Alternative,
     BudgetError,
     Completion,
     CompletionRequest,
@@ -14,9 +15,12 @@ from engine.types import (
     ModelServerError,
     Prefetched,
     SamplingConfig,
+    Signals,
+    WordEnd,
 )
 
 __all__ = [
+    "Alternative",
     "BudgetError",
     "Completion",
     "CompletionRequest",
@@ -27,6 +31,8 @@ __all__ = [
     "ModelServerError",
     "Prefetched",
     "SamplingConfig",
+    "Signals",
+    "WordEnd",
 ]
 
 

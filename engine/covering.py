@@ -19,7 +19,7 @@ from typing import Protocol
 
 import numpy as np
 
-from engine.sampler import Sampler, log_sum_exp
+from engine.sampler import Sampler, log_sum_exp, row_log_norm
 from engine.vocab import VocabIndex
 
 
@@ -27,7 +27,7 @@ class RowSource(Protocol):
     """Logits after the prompt plus a path of tokens; `decodes` counts the real model calls.
     A source may also have `norm(row)`, the row's log-normaliser: 0 for rows that are already
     log-probabilities (a remote server's bounded rows, see engine.remote); without it, a row is
-    logits and is normalised with log_sum_exp."""
+    logits and is normalised with row_log_norm."""
 
     decodes: int
 
@@ -63,18 +63,21 @@ class CoveringSearch:
     def __init__(self, vocab: VocabIndex, rows: RowSource, max_decodes: int) -> None:
         self._vocab = vocab
         self._rows = rows
-        self._norm = getattr(rows, "norm", log_sum_exp)
+        self._norm = getattr(rows, "norm", row_log_norm)
         self._max_decodes = max_decodes
         self._best: Covering | None = None
         self._found: list[_Found] = []
         self._open: list[_Open] = []
         self.exhausted = False
+        self.root_log_norm = 0.0
 
     def run(self, required: bytes, sampler: Sampler | None = None) -> Covering | None:
         """The most probable covering (greedy), or one drawn in proportion to path probability
         among the explored coverings when `sampler` has a temperature. None: nothing is consistent."""
         start = self._rows.decodes
-        self._visit(required, (), 0.0, 0, self._rows.row(()), 0.0)
+        root = self._rows.row(())
+        self.root_log_norm = self._norm(root)  # log-probabilities here are relative to the root row
+        self._visit(required, (), 0.0, 0, root, 0.0)
         while self._open:
             node = heapq.heappop(self._open)
             if self._best is not None and node.log_prob <= self._best.log_prob:
@@ -101,6 +104,23 @@ class CoveringSearch:
             child = log_prob + float(row[token]) - norm
             if self._best is None or child > self._best.log_prob:
                 heapq.heappush(self._open, _Open(-child, path + (token,), child, consumed + length))
+
+    def log_mass(self) -> float:
+        """log of the summed probability of every complete covering found: the normaliser of
+        "given what was typed" (a lower bound of p(typed), see engine.signals). -inf: none found."""
+        if not self._found:
+            return float("-inf")
+        return log_sum_exp(np.concatenate([found.log_probs for found in self._found]))
+
+    def ranked(self, n: int) -> list[Covering]:
+        """The `n` most probable complete coverings found, most probable first (no decode)."""
+        best: list[Covering] = []
+        for found in self._found:
+            k = min(n, found.ids.size)
+            top = np.argpartition(-found.log_probs, k - 1)[:k] if k < found.ids.size else np.arange(k)
+            best.extend(Covering(found.path + (int(found.ids[i]),), float(found.log_probs[i])) for i in top)
+        best.sort(key=lambda c: -c.log_prob)
+        return best[:n]
 
     def _offer(self, covering: Covering) -> None:
         if self._best is None or covering.log_prob > self._best.log_prob:

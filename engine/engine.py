@@ -15,8 +15,9 @@ import math
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
+from engine.alternatives import CANDIDATES_PER_ALTERNATIVE, BudgetedRows, alternatives, first_tokens
 from engine.kv import Cancelled, KvCache
 from engine.lexicon import WordScorer, choose, first_word, is_word_char
 from engine.llama_backend import LlamaContext, LlamaModel
@@ -24,6 +25,7 @@ from engine.model_files import resolve_model
 from engine.prompt import FIM_EXTRA_TOKENS, FimTokens, fim_prompt
 from engine.kv import PathRows
 from engine.sequence import Sequence
+from engine.signals import compute as compute_signals
 from engine.speculative import DraftConfig, PromptLookup
 from engine.stops import first_stop
 from engine.types import (  # BudgetError is defined with the types so callers need not import llama_cpp
@@ -35,6 +37,7 @@ from engine.types import (  # BudgetError is defined with the types so callers n
     ModelLoadError,
     Prefetched,
     SamplingConfig,
+    Signals,
 )
 from engine.vocab import VocabIndex
 
@@ -43,6 +46,19 @@ CHARS_PER_CONTEXT_TOKEN = 8  # text kept before tokenizing: generous, the token 
 LINE_BREAKS = ("\n", "\r")
 MIB = 1024 * 1024
 MAX_REMEMBERED = 15  # sequences beyond the live one, whatever the budget
+RIVALS = 16  # most probable coverings looked at for the margin (engine.signals)
+
+
+@dataclass
+class _Generated:
+    """What `_generate` made: the text, why it stopped, and per sampled token (bytes, log-prob)."""
+
+    text: str = ""
+    reason: str = "cancelled"
+    generated: int = 0
+    logprobs: list[float] = field(default_factory=list)  # every token's, when the request asks
+    steps: list[tuple[bytes, float]] = field(default_factory=list)  # sampled (not forced) tokens
+    first_token: tuple[int, ...] = ()  # the first sampled token (the "covering" when none is required)
 
 
 @dataclass
@@ -285,26 +301,35 @@ class Engine:
             # model has nothing to condition on, so there is no suggestion rather than a guess.
             stats = DecodeStats(ms=(time.perf_counter() - started) * 1000, kv_tokens=self.kv.held)
             return Completion("", "empty", stats, required_satisfied=not required)
+        decoded_before = self.kv.decoded
         seq = self.sequence(request.sampling, cancel)
-        text, reason, generated, logprobs = "", "cancelled", 0, []
+        gen = _Generated()
         if seq.decode_prompt(prompt, required, request.exact, request.max_cover_decodes):
-            text, reason, generated, logprobs = self._generate(seq, request, len(required))
+            gen = self._generate(seq, request, len(required))
         choice, lexicon_decodes = None, 0
-        first = seq.diagnostics()  # the prompt's cost, paid by the first pass only
-        if request.candidates and reason != "cancelled" and seq.required_satisfied:
-            choice, lexicon_decodes = self._choose_word(prompt, request, text, cancel)
+        first, first_seq = seq.diagnostics(), seq  # the prompt's cost, paid by the first pass only
+        if request.candidates and gen.reason != "cancelled" and seq.required_satisfied:
+            choice, lexicon_decodes = self._choose_word(prompt, request, gen.text, cancel)
             if choice is None and cancel.is_set():
-                reason = "cancelled"
+                gen = replace(gen, reason="cancelled")
             elif choice is not None and choice.word != choice.base_word:
                 typed = _typed(request.required)
                 chosen = replace(request, required=request.required[: len(request.required) - len(typed)] + choice.word)
                 seq = self.sequence(request.sampling, cancel)
-                text, reason, generated, logprobs = "", "cancelled", 0, []
+                gen = _Generated()
                 spelled = chosen.required.encode("utf-8", "replace")
                 if seq.decode_prompt(prompt, spelled, request.exact, request.max_cover_decodes):
-                    text, reason, generated, logprobs = self._generate(seq, chosen, len(required))
-        if reason == "cancelled":
-            text = ""  # never a stale suggestion
+                    gen = self._generate(seq, chosen, len(required))
+        signals, alternatives, alternative_decodes = None, (), 0
+        if gen.reason == "cancelled":
+            gen = replace(gen, text="")  # never a stale suggestion
+        elif seq.required_satisfied:
+            signals = self._signals(request, prompt, first_seq, seq, gen)
+            if request.alternatives > 0:
+                free = self.kv.decoded == decoded_before  # typed along a suggestion: stay free
+                alternatives, alternative_decodes = self._alternatives(
+                    request, prompt, first_seq, gen, signals, 0 if free else None, cancel
+                )
         diag = seq.diagnostics()
         again = choice is not None and choice.word != choice.base_word  # a second pass was made
         stats = DecodeStats(
@@ -312,13 +337,54 @@ class Engine:
             reused_tokens=first.reused_tokens,
             decoded_tokens=first.decoded_tokens + (diag.decoded_tokens if again else 0),
             cover_decodes=first.cover_decodes + (diag.cover_decodes if again else 0),
-            generated_tokens=generated,
+            generated_tokens=gen.generated,
             kv_tokens=diag.kv_tokens,
             ms=(time.perf_counter() - started) * 1000,
             lexicon_decodes=lexicon_decodes,
             lexicon_changed=again,
+            alternative_decodes=alternative_decodes,
         )
-        return Completion(text, reason, stats, seq.required_satisfied, tuple(logprobs))
+        return Completion(
+            gen.text, gen.reason, stats, seq.required_satisfied, tuple(gen.logprobs), signals, alternatives
+        )
+
+    def _coverings(self, request: CompletionRequest, prompt: tuple[int, ...], seq: Sequence, n: int):
+        """(the best `n` coverings of the typed prefix, the log of their summed mass): from the
+        exact search, or with nothing to cover from the prompt's row (its first tokens, mass 1)."""
+        if seq.search is not None:
+            return seq.search.ranked(n), seq.search.log_mass()
+        if request.required or not self.kv.remembers(prompt):  # masking, or the row is gone: no decode for it
+            return [], 0.0
+        return first_tokens(self.kv.logits_after(prompt), self.vocab, n), 0.0
+
+    def _signals(self, request: CompletionRequest, prompt, first_seq: Sequence, seq: Sequence, gen: _Generated) -> Signals:
+        """The completion's confidence (engine.signals), normalised by the first pass's search
+        (a lexicon word's second pass covers a longer prefix, on the same prompt row)."""
+        ranked, log_mass = self._coverings(request, prompt, first_seq, RIVALS)
+        steps = list(gen.steps)
+        if seq.covering is not None:
+            covered = b"".join(self.vocab.pieces[t] for t in seq.covering.path)
+            steps.insert(0, (covered, seq.covering.log_prob - log_mass))
+        rivals = [(b"".join(self.vocab.pieces[t] for t in c.path), c.log_prob - log_mass) for c in ranked]
+        raw = tuple(lp for _, lp in gen.steps)
+        typed = log_mass - first_seq.search.root_log_norm if first_seq.search is not None else 0.0
+        return compute_signals(request.required, steps, rivals, typed, gen.reason == "eos", raw)
+
+    def _alternatives(self, request, prompt, first_seq: Sequence, gen: _Generated, signals: Signals, budget, cancel):
+        """(other first words (engine.alternatives) within `max_cover_decodes` decodes (`budget` 0:
+        remembered rows only), the decodes spent); none when cancelled meanwhile."""
+        ranked, log_mass = self._coverings(request, prompt, first_seq, request.alternatives * CANDIDATES_PER_ALTERNATIVE + 1)
+        primary = gen.text[: signals.word_ends[0].chars] if signals.word_ends else gen.text
+        chosen = first_seq.covering.path if first_seq.covering is not None else gen.first_token
+        rows = BudgetedRows(PathRows(self.kv, prompt, cancel), request.max_cover_decodes if budget is None else budget)
+        try:
+            found = alternatives(
+                self.vocab, rows, request.required, ranked, log_mass, primary, chosen, request.alternatives,
+                request.sampling.single_line,
+            )  # fmt: skip
+        except Cancelled:
+            found = ()
+        return found, rows.decodes
 
     def _choose_word(self, prompt: tuple[int, ...], request: CompletionRequest, text: str, cancel: threading.Event):
         """The lexicon's choice between the model's word and the document words (engine.lexicon);
@@ -347,31 +413,38 @@ class Engine:
             return tokens[1:]
         return []
 
-    def _generate(self, seq: Sequence, request: CompletionRequest, required_bytes: int):
+    def _generate(self, seq: Sequence, request: CompletionRequest, required_bytes: int) -> _Generated:
         """Sample until end, stop sequence, line break, budget or cancel. A token counts against
         `max_tokens` when it adds bytes beyond the required prefix (what the user already typed)."""
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
         produced = 0
+        gen = _Generated()
         text = ""
-        counted = generated = 0
-        logprobs: list[float] = []
+        counted = 0
         while counted < request.max_tokens:
-            result = seq.sample_next(request.sampling.logprobs, horizon=request.max_tokens - counted)
+            result = seq.sample_next(request.sampling.logprobs, horizon=request.max_tokens - counted, free_logprob=True)
             if result.was_cancelled:
-                return text, "cancelled", generated, logprobs
+                return replace(gen, text=text, reason="cancelled")
+            if not result.forced and not gen.first_token:
+                gen.first_token = (result.token,)
             if result.is_eos:
-                return text, "eos", generated, logprobs
-            generated += 1
+                if result.logprob is not None and not result.forced:
+                    gen.steps.append((b"", result.logprob))
+                return replace(gen, text=text, reason="eos")
+            gen.generated += 1
             if result.logprob is not None:
-                logprobs.append(result.logprob)
+                if request.sampling.logprobs:
+                    gen.logprobs.append(result.logprob)
+                if not result.forced:
+                    gen.steps.append((result.piece, result.logprob))
             produced += len(result.piece)
             counted += produced > required_bytes
             text += decoder.decode(result.piece)
             free_from = len(request.required) if seq.required_satisfied else 0
             cut = self._cut(text, free_from, request)
             if cut is not None:
-                return cut[0], cut[1], generated, logprobs
-        return text, "length", generated, logprobs
+                return replace(gen, text=cut[0], reason=cut[1])
+        return replace(gen, text=text, reason="length")
 
     @staticmethod
     def _cut(text: str, free_from: int, request: CompletionRequest) -> tuple[str, str] | None:

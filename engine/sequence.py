@@ -14,10 +14,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from engine.covering import CoveringSearch
+from engine.covering import Covering, CoveringSearch
 from engine.kv import Cancelled, KvCache, PathRows  # noqa: F401  (PathRows: re-exported)
 from engine.prefix import RequiredPrefix
-from engine.sampler import Sampler, log_sum_exp
+from engine.sampler import Sampler, row_log_norm
 from engine.speculative import PromptLookup
 from engine.types import SamplingConfig
 from engine.vocab import VocabIndex
@@ -30,6 +30,7 @@ class SampleResult:
     is_eos: bool = False
     was_cancelled: bool = False
     logprob: float | None = None  # raw-model log-probability of the token, when asked for
+    forced: bool = False  # a token of the chosen covering (its probability is the covering's)
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,8 @@ class Sequence:
         self._prefix = RequiredPrefix(vocab)
         self._diagnostics = SequenceDiagnostics(0, 0, 0, 0, 0)
         self.required_satisfied = True
+        self.search: CoveringSearch | None = None  # the exact search of the last prompt (signals)
+        self.covering: Covering | None = None  # the covering it chose
 
     def cancel(self) -> None:
         """Thread-safe and non-blocking: the running or next step returns was_cancelled."""
@@ -80,6 +83,7 @@ class Sequence:
         self._forced = []
         self._prefix.set(b"")
         self.required_satisfied = True
+        self.search, self.covering = None, None
         cover_decodes = 0
         prompt_decoded = None
         try:
@@ -87,10 +91,12 @@ class Sequence:
             prompt_decoded = self._kv.decoded - decoded_before
             if required and exact:
                 rows = self._kv.covering_rows(tokens, required, self._cancel, max_cover_decodes)
-                covering = CoveringSearch(self._vocab, rows, max_cover_decodes).run(required, self._sampler)
+                self.search = CoveringSearch(self._vocab, rows, max_cover_decodes)
+                covering = self.search.run(required, self._sampler)
                 while covering is not None and rows.refine(covering):  # remote: prove the choice
-                    covering = CoveringSearch(self._vocab, rows, max_cover_decodes).run(required, self._sampler)
-                covering = rows.settle(covering)
+                    self.search = CoveringSearch(self._vocab, rows, max_cover_decodes)
+                    covering = self.search.run(required, self._sampler)
+                covering = self.covering = rows.settle(covering)
                 cover_decodes = rows.decodes
                 if covering is None:
                     self.required_satisfied = False  # nothing consistent: the constraint is dropped
@@ -112,16 +118,19 @@ class Sequence:
             )
         return True
 
-    def sample_next(self, want_logprob: bool = False, horizon: int = 1) -> SampleResult:
+    def sample_next(self, want_logprob: bool = False, horizon: int = 1, free_logprob: bool = False) -> SampleResult:
         """The next piece. A forced covering token needs no logits unless a log-probability is asked.
-        `horizon`: how many more tokens the caller may want (bounds a speculative draft)."""
+        `horizon`: how many more tokens the caller may want (bounds a speculative draft).
+        `free_logprob`: the log-probability of sampled (not forced) tokens only (no extra decode)."""
         if self._cancel.is_set():
             return SampleResult(None, b"", was_cancelled=True)
+        forced = bool(self._forced)
         try:
-            if self._forced:
+            if forced:
                 token = self._forced.pop(0)
                 row = self._kv.logits_after(self._context, self._cancel) if want_logprob else None
             else:
+                want_logprob = want_logprob or free_logprob
                 if self._drafter is not None and horizon > 1 and not self._kv.remembers(self._context):
                     draft = self._drafter.propose(self._context, horizon - 1)
                     if draft:
@@ -134,11 +143,11 @@ class Sequence:
                 self._prefix.consume(token)
         except Cancelled:
             return SampleResult(None, b"", was_cancelled=True)
-        logprob = float(row[token]) - log_sum_exp(row) if (want_logprob and row is not None) else None
+        logprob = float(row[token]) - row_log_norm(row) if (want_logprob and row is not None) else None
         if self._vocab.eog[token]:
-            return SampleResult(token, b"", is_eos=True, logprob=logprob)
+            return SampleResult(token, b"", is_eos=True, logprob=logprob, forced=forced)
         self._context = self._context + (token,)
-        return SampleResult(token, self._vocab.pieces[token], logprob=logprob)
+        return SampleResult(token, self._vocab.pieces[token], logprob=logprob, forced=forced)
 
     def diagnostics(self) -> SequenceDiagnostics:
         return replace(self._diagnostics, kv_tokens=self._kv.held)

@@ -6,6 +6,7 @@ positions or request identity. Everything it is told arrives in a `CompletionReq
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,6 +63,7 @@ class CompletionRequest:
     candidates: tuple[str, ...] = ()
     lexicon_prior: float = 1.0  # nats added to a document word's score
     lexicon_decodes: int = 8  # extra decodes the scoring may spend
+    alternatives: int = 0  # other first words to return (decodes bounded by max_cover_decodes)
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,7 @@ class DecodeStats:
     bytes_sent: int = 0
     bytes_received: int = 0
     fallback: str | None = None  # e.g. "mask" when per-step masking on the server had to be used
+    alternative_decodes: int = 0  # extra decodes spent finishing the alternatives' words
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,49 @@ class Prefetched:
     ms: float
 
 
+NO_RIVAL = math.inf  # the margin when the search knows no other word
+
+
+@dataclass(frozen=True)
+class WordEnd:
+    """A place in `Completion.text` where a word ends, and log P(text[:chars], then a word end | typed)."""
+
+    chars: int  # code points of Completion.text up to the word's end
+    log_prob: float
+
+
+@dataclass(frozen=True)
+class Signals:
+    """Confidence signals of one completion (see the module docstring); computed without a decode."""
+
+    word_log_prob: float  # log P(first word | typed prefix)
+    margin: float  # nats from the first word to the best other word known (NO_RIVAL: none known)
+    word_ends: tuple[WordEnd, ...]  # every confirmed word end after the typed prefix, in order
+    typed_log_prob: float = 0.0  # log p(typed prefix | prompt): the normaliser (0: nothing typed)
+    token_log_probs: tuple[float, ...] = ()  # the generated tokens', as the model gave them (raw)
+
+    @property
+    def word_prob(self) -> float:
+        return math.exp(self.word_log_prob)
+
+    def log_prob_at(self, chars: int) -> float | None:
+        """log P(the text up to `chars` and a word end there | typed); None when no confirmed word
+        ends there."""
+        for end in self.word_ends:
+            if end.chars == chars:
+                return end.log_prob
+        return None
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """Another way to finish the typed word: `text` begins with the required prefix and ends at
+    that word's end; its signals are on the same footing as the completion's."""
+
+    text: str
+    signals: Signals
+
+
 @dataclass(frozen=True)
 class Completion:
     """The generated text (beginning with the required prefix unless the constraint was dropped)."""
@@ -102,6 +148,8 @@ class Completion:
     stats: DecodeStats
     required_satisfied: bool = True
     logprobs: tuple[float, ...] = ()
+    signals: Signals | None = None  # None: cancelled, or the constraint was dropped
+    alternatives: tuple[Alternative, ...] = ()  # other first words, most probable first
 
     @property
     def cancelled(self) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict
@@ -18,7 +19,7 @@ from lsprotocol import types
 from pygls.exceptions import FeatureRequestError
 from pygls.lsp.server import LanguageServer
 
-from engine import EngineConfig
+from engine import EngineConfig, Signals
 from lsp_server import __version__, status
 from lsp_server.documents import UTF16, Document, Documents, Range
 from lsp_server.lexicon import Lexicon
@@ -212,8 +213,9 @@ class CpcServer(LanguageServer):
         found = None
         if answer.completion is not None:
             found = suggestion_for(
-                parts, answer.completion, single_line=settings.single_line, naive=settings.method == "naive"
-            )
+                parts, answer.completion, single_line=settings.single_line, naive=settings.method == "naive",
+                min_confidence=settings.min_confidence,
+            )  # fmt: skip
         elif answer.reason == "budget" and self._budget_warned is not settings:
             self._budget_warned = settings  # once per settings, not on every keystroke
             self.tell(types.MessageType.Warning, f"cpc-lsp: {answer.detail}")
@@ -266,7 +268,21 @@ class CpcServer(LanguageServer):
             "stopReason": last.stop_reason,
             "requiredSatisfied": last.required_satisfied,
             "requests": self.requests,
+            "signals": signals_json(last.signals),
         }
+
+
+def signals_json(signals: Signals | None) -> dict[str, Any] | None:
+    """The confidence signals as JSON numbers (no text: offsets and log-probabilities); a margin
+    with no rival known is null."""
+    if signals is None:
+        return None
+    return {
+        "wordLogProb": signals.word_log_prob,
+        "margin": None if math.isinf(signals.margin) else signals.margin,
+        "typedLogProb": signals.typed_log_prob,
+        "wordEnds": [[end.chars, end.log_prob] for end in signals.word_ends],
+    }
 
 
 def _change_range(change: Any) -> Range | None:

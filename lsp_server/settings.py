@@ -135,6 +135,18 @@ class Settings:
         "model; never more than half the memory available when the model loads). Changing it reloads "
         "the model.",
     )
+    min_confidence: float = setting(
+        0.0, Number(0.0, 1.0),
+        "Quieter ghost text: show a suggestion only up to the last word whose calibrated probability "
+        "of being exactly right (the text so far, given what you typed) is at least this; nothing "
+        "when the first word is below. 0: show every suggestion whole.",
+    )
+    alternatives: int = setting(
+        3, Int(0, 16),
+        "Other ways to finish the typed word offered beside the suggestion (next/previous "
+        "suggestion), most probable first; 0: none. Finding them costs at most `maxCoverDecodes` "
+        "extra model steps, and none on a keystroke typed along a suggestion.",
+    )
     prefetch: bool = setting(
         True, Bool(),
         "Decode an opened or edited document's prompt while the engine is idle; any request stops it "

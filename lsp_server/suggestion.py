@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine import Completion, CompletionRequest
+from lsp_server.gate import CALIBRATION, Calibration, confident_length, cursor_class
 from lsp_server.settings import Settings
 from lsp_server.split import LINE_BREAKS, Split, is_word_char
 
@@ -23,10 +24,13 @@ class Suggestion:
     insert_text: str  # the partial word followed by what the model adds
 
 
-def request_for(split: Split, settings: Settings, candidates: tuple[str, ...] = ()) -> CompletionRequest:
+def request_for(
+    split: Split, settings: Settings, candidates: tuple[str, ...] = (), alternatives: int = 0
+) -> CompletionRequest:
     """The engine request for `settings.method`: "exact" (the covering search), "mask" (per-step
     masking, seed 001) or "naive" (the partial word left in the prompt, no constraint).
-    `candidates` (document words beginning with the typed word) go with "exact" and `lexicon` only."""
+    `candidates` (document words beginning with the typed word) go with "exact" and `lexicon` only.
+    `alternatives`: other first words to ask for (engine.alternatives; they may cost decodes)."""
     naive = settings.method == "naive"
     return CompletionRequest(
         prompt=split.prompt + split.required if naive else split.prompt,
@@ -42,17 +46,26 @@ def request_for(split: Split, settings: Settings, candidates: tuple[str, ...] = 
         candidates=candidates if settings.lexicon and settings.method == "exact" else (),
         lexicon_prior=settings.lexicon_prior,
         lexicon_decodes=settings.lexicon_decodes,
+        alternatives=alternatives,
     )
 
 
 def suggestion_for(
-    split: Split, completion: Completion, *, single_line: bool, naive: bool = False
+    split: Split,
+    completion: Completion,
+    *,
+    single_line: bool,
+    naive: bool = False,
+    min_confidence: float = 0.0,
+    calibration: Calibration = CALIBRATION,
 ) -> Suggestion | None:
     """What to show, or None when the completion adds nothing usable.
 
     A completion that does not begin with the required prefix (the engine dropped the
     constraint) would not finish the user's word, so it is not shown. With `naive`, the
     completion continues the text at the cursor (the required prefix was left in the prompt).
+    With `min_confidence` > 0 the confidence gate (lsp_server.gate) cuts it at the last word it
+    trusts (`calibration`: another fit, for the bench); a completion without signals is not gated.
     """
     text = split.required + completion.text if naive else completion.text
     if completion.cancelled or not text.startswith(split.required):
@@ -61,6 +74,12 @@ def suggestion_for(
     if single_line:
         added = _first_line(added)
     added = stop_before_suffix(added, split.suffix)
+    if min_confidence > 0 and completion.signals is not None:
+        offset = 0 if naive else len(split.required)  # where `added` starts in completion.text
+        keep = confident_length(
+            completion.signals, cursor_class(split), min_confidence, offset + len(added), calibration
+        )
+        added = added[: max(0, keep - offset)]
     if not added.strip():
         return None
     return Suggestion(split.word_start, split.cursor, split.word + added)

@@ -94,3 +94,23 @@ def test_a_covering_first_token_is_proven_by_the_grammar_alone(fake):
     assert run(rows, b"c")[:1] in ([C], [])  # nothing listed but the grammar's pick
     # Root: the best token consistent with "c" is "c" itself, a covering: nothing can beat it.
     assert rows.client.traffic.round_trips == 1
+
+
+def test_a_prompt_goes_back_to_the_slot_the_server_used_for_it(fake):
+    rows = remote_for(fake)
+    rows.prefill(PROMPT)
+    assert fake.bodies[-1]["n_predict"] == 0 and fake.bodies[-1]["id_slot"] == -1
+    run(rows, b"ab")
+    assert fake.bodies[-1]["id_slot"] == 0  # learnt from the prefetch's answer
+
+
+def test_a_cancelled_keystroke_answers_cancelled_and_the_next_one_works(fake):
+    import threading
+
+    rows = remote_for(fake)
+    cancel = threading.Event()
+    cancel.set()
+    seq = Sequence(rows, VOCAB, SamplingConfig(), cancel)
+    assert not seq.decode_prompt(PROMPT, b"ab", True, 8)
+    rows.end()
+    assert run(rows, b"ab") == [AB, C]

@@ -1,0 +1,81 @@
+"""The confidence gate: show a suggestion only as far as it is likely to be accepted.
+
+Raw probabilities of a small model are badly calibrated, so the gate does not threshold them. It
+maps the engine's signals (engine.signals: the probability of the text so far *given what was
+typed*, and the margin of the first word to the best other word) and the cursor class to a
+calibrated probability that the text up to a word end is exactly right:
+
+    confidence = sigmoid(INTERCEPT[class] + W_LOG_PROB · log P(text so far | typed)
+                         + W_MARGIN · min(margin, MARGIN_CAP) + W_FIRST · [first word])
+
+A suggestion is shown up to the last word end at which the confidence is still at least
+`minConfidence`; nothing when its first word is below. It is arithmetic on numbers the engine
+returned with the completion: typing along a suggestion stays free.
+
+The coefficients are fitted by `python -m bench.gate fit` (a logistic regression, numpy only) on
+the tuning replay's saved records, and checked on a replay of other files (see bench.gate).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from engine import Signals
+from lsp_server.split import LINE_BREAKS, Split
+
+CURSOR_CLASSES = ("inside a word", "word start", "after punctuation")
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Logistic coefficients (see the module docstring); one intercept per cursor class."""
+
+    intercepts: tuple[float, float, float]  # in CURSOR_CLASSES order
+    w_log_prob: float
+    w_margin: float
+    w_first: float
+    margin_cap: float
+
+    def confidence(self, cursor: str, log_prob: float, margin: float, first: bool) -> float:
+        z = self.intercepts[CURSOR_CLASSES.index(cursor)] + self.w_log_prob * log_prob
+        z += self.w_margin * min(margin, self.margin_cap) + self.w_first * first
+        return 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, z))))
+
+
+# Fitted by `python -m bench.gate fit` on the tuning replay (bench/results/gate.json has the fit
+# and the check). Placeholder until then: the identity on the probability given what was typed.
+CALIBRATION = Calibration(intercepts=(0.0, 0.0, 0.0), w_log_prob=1.0, w_margin=0.0, w_first=0.0, margin_cap=10.0)
+
+
+def cursor_class(split: Split) -> str:
+    """Inside a word (a partial word is typed), at a word start (after whitespace or at a line's
+    start) or after punctuation (any other character before the cursor)."""
+    if split.word:
+        return CURSOR_CLASSES[0]
+    before = split.required[-1:] or split.prompt[-1:]
+    if not before or before.isspace() or before in LINE_BREAKS:
+        return CURSOR_CLASSES[1]
+    return CURSOR_CLASSES[2]
+
+
+def confidences(signals: Signals, cursor: str, calibration: Calibration = CALIBRATION) -> list[tuple[int, float]]:
+    """(characters of the completion's text, confidence) at each of its word ends, in order."""
+    out = []
+    for i, end in enumerate(signals.word_ends):
+        out.append((end.chars, calibration.confidence(cursor, end.log_prob, signals.margin, i == 0)))
+    return out
+
+
+def confident_length(
+    signals: Signals, cursor: str, min_confidence: float, limit: int, calibration: Calibration = CALIBRATION
+) -> int:
+    """How much of the completion's text to show: up to the last word end at most `limit`
+    characters in whose confidence, and every earlier one's, is at least `min_confidence`; 0 when
+    the first is below. (Per line of a multi-line suggestion: pass the line's end as `limit`.)"""
+    kept = 0
+    for chars, confidence in confidences(signals, cursor, calibration):
+        if chars > limit or confidence < min_confidence:
+            break
+        kept = chars
+    return kept

@@ -1,0 +1,76 @@
+"""The confidence gate's logic on hand-made signals (no model)."""
+
+import math
+
+from engine import Completion, DecodeStats, Signals, WordEnd
+from lsp_server.gate import CURSOR_CLASSES, Calibration, confident_length, cursor_class
+from lsp_server.split import split
+from lsp_server.suggestion import suggestion_for
+
+IDENTITY = Calibration(intercepts=(0.0, 0.0, 0.0), w_log_prob=1.0, w_margin=0.0, w_first=0.0, margin_cap=10.0)
+LN = math.log
+
+
+def logit(p: float) -> float:
+    return math.log(p / (1 - p))
+
+
+def test_cursor_classes():
+    assert cursor_class(split("the draft yest", 14)) == CURSOR_CLASSES[0]
+    assert cursor_class(split("the draft ", 10)) == CURSOR_CLASSES[1]
+    assert cursor_class(split("x = 1\n", 6)) == CURSOR_CLASSES[1]
+    assert cursor_class(split("", 0)) == CURSOR_CLASSES[1]
+    assert cursor_class(split("f(", 2)) == CURSOR_CLASSES[2]
+    assert cursor_class(split("a.", 2)) == CURSOR_CLASSES[2]
+
+
+def test_the_calibration_is_a_logistic_of_the_features():
+    c = Calibration(intercepts=(1.0, -1.0, 0.5), w_log_prob=2.0, w_margin=0.5, w_first=0.25, margin_cap=4.0)
+    z = -1.0 + 2.0 * -0.5 + 0.5 * 4.0 + 0.25
+    assert math.isclose(c.confidence(CURSOR_CLASSES[1], -0.5, 100.0, True), 1 / (1 + math.exp(-z)))
+    assert 0.0 < c.confidence(CURSOR_CLASSES[0], -1e9, 0.0, False) < 1e-20  # clipped, no overflow
+
+
+SIGNALS = Signals(  # " yesterday. I went" after " yest": p 0.6 at "yesterday", 0.3 at "I", 0.1 at "went"
+    word_log_prob=LN(0.6), margin=3.0,
+    word_ends=(WordEnd(10, LN(0.6)), WordEnd(13, LN(0.3)), WordEnd(18, LN(0.1))),
+)  # fmt: skip
+
+
+def test_the_suggestion_is_cut_at_the_last_word_still_above_the_threshold():
+    cls = CURSOR_CLASSES[0]
+    # the identity calibration maps p to sigmoid(log p), i.e. p / (1 + p)
+    assert confident_length(SIGNALS, cls, 0.05, 99, IDENTITY) == 18
+    assert confident_length(SIGNALS, cls, 0.2, 99, IDENTITY) == 13
+    assert confident_length(SIGNALS, cls, 0.3, 99, IDENTITY) == 10
+    assert confident_length(SIGNALS, cls, 0.5, 99, IDENTITY) == 0
+    assert confident_length(SIGNALS, cls, 0.05, 15, IDENTITY) == 13  # a line's end as the limit
+
+
+def test_a_later_word_above_the_threshold_does_not_bring_back_one_below():
+    bumpy = Signals(LN(0.6), 3.0, (WordEnd(10, LN(0.6)), WordEnd(13, LN(0.01)), WordEnd(18, LN(0.5))))
+    assert confident_length(bumpy, CURSOR_CLASSES[0], 0.2, 99, IDENTITY) == 10
+
+
+def test_suggestion_for_applies_the_gate_and_keeps_the_typed_word():
+    parts = split("Thanks for the draft yest", 25)
+    completion = Completion(" yesterday. I went", "line", DecodeStats(), signals=SIGNALS)
+    whole = suggestion_for(parts, completion, single_line=True)
+    assert whole.insert_text == "yesterday. I went"
+    cut = suggestion_for(parts, completion, single_line=True, min_confidence=0.3, calibration=IDENTITY)
+    assert cut.insert_text == "yesterday"
+    assert suggestion_for(parts, completion, single_line=True, min_confidence=0.5, calibration=IDENTITY) is None
+
+
+def test_without_signals_nothing_is_gated():
+    parts = split("Thanks for the draft yest", 25)
+    completion = Completion(" yesterday. I went", "line", DecodeStats())
+    assert suggestion_for(parts, completion, single_line=True, min_confidence=0.9).insert_text == "yesterday. I went"
+
+
+def test_naive_offsets_start_at_the_cursor():
+    parts = split("Thanks for the draft yest", 25)
+    signals = Signals(LN(0.6), 3.0, (WordEnd(5, LN(0.6)), WordEnd(8, LN(0.01))))
+    completion = Completion("erday. I", "line", DecodeStats(), signals=signals)
+    cut = suggestion_for(parts, completion, single_line=True, naive=True, min_confidence=0.3, calibration=IDENTITY)
+    assert cut.insert_text == "yesterday"
