@@ -117,7 +117,7 @@ class KvCache:
     def end(self) -> None:
         """The engine call is over (nothing to release in-process)."""
 
-    def prepare(self, tokens: tuple[int, ...], required: bytes, cancel: threading.Event | None = None) -> None:
+    def prepare(self, tokens: tuple[int, ...], required: bytes, cancel: threading.Event | None = None, exact: bool = True) -> None:
         """Decode the prompt (the required prefix is resolved by the covering search after)."""
         self.logits_after(tokens, cancel)
 

@@ -191,12 +191,21 @@ class RemoteRows:
         """Drafts buy nothing here (the server decodes one token per step either way)."""
         self.logits_after(context, cancel)
 
-    def prepare(self, tokens: tuple[int, ...], required: bytes, cancel: threading.Event | None = None) -> None:
+    def prepare(self, tokens: tuple[int, ...], required: bytes, cancel: threading.Event | None = None, exact: bool = True) -> None:
         """The keystroke's first step: with a required prefix, whatever the search on what is
         known asks for first (nothing when that already proves its choice); without, the row
-        after the prompt."""
+        after the prompt. Per-step masking (`exact` False) is the server's own grammar: its
+        greedy pick is the best consistent token, so the sampler's pick on these rows follows it."""
         if not required:
             self.logits_after(tokens, cancel)
+            return
+        if not exact:
+            with self._lock:
+                try:
+                    self._query(tuple(tokens), len(required) + self._predict + GENERATION_SLACK, cancel, literal=required)
+                except _Inexpressible:
+                    self.fallbacks.append("inexpressible")
+                    self.logits_after(tokens, cancel)
             return
         with self._lock:
             rows = BoundedRows(self, tokens, required, cancel, budget=1)

@@ -87,7 +87,7 @@ class Sequence:
         cover_decodes = 0
         prompt_decoded = None
         try:
-            self._kv.prepare(tokens, required if exact else b"", self._cancel)
+            self._kv.prepare(tokens, required, self._cancel, exact)
             prompt_decoded = self._kv.decoded - decoded_before
             if required and exact:
                 rows = self._kv.covering_rows(tokens, required, self._cancel, max_cover_decodes)

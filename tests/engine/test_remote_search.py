@@ -114,3 +114,12 @@ def test_a_cancelled_keystroke_answers_cancelled_and_the_next_one_works(fake):
     assert not seq.decode_prompt(PROMPT, b"ab", True, 8)
     rows.end()
     assert run(rows, b"ab") == [AB, C]
+
+
+def test_per_step_masking_is_the_servers_grammar(fake):
+    rows = remote_for(fake)
+    seq = Sequence(rows, VOCAB, SamplingConfig())
+    assert seq.decode_prompt(PROMPT, b"ab", exact=False)
+    tokens = [seq.sample_next().token for _ in range(3)]
+    assert tokens == [A, B, X]  # seed 001's bias, on purpose
+    assert rows.client.traffic.round_trips == 1
