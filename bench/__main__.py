@@ -132,7 +132,7 @@ def _server_part(client, cases, args, parts, results: dict[str, Any], count_toke
 
 
 def _replay(editor, cases, args, model_path: str) -> dict[str, Any]:
-    """The typing replay (bench/replay.py) on files neither quality set uses, lexicon off and on."""
+    """The typing replay (bench/replay.py) on files neither quality set uses, the gate off and at its default."""
     from bench import latency, replay
     from bench.cases import build_cases, check_cases
 
@@ -142,9 +142,9 @@ def _replay(editor, cases, args, model_path: str) -> dict[str, Any]:
     if args.quick:
         items = items[-1:]  # one short prose passage
     base = {"maxTokens": args.max_tokens}
-    variants = {"lexicon off": {**base, "lexicon": False}}
-    if not args.quick:  # quick: today's server (lexicon off) only, at the end and in place
-        variants["lexicon on"] = {**base, "lexicon": True}
+    variants = {"gate default": {**base}}
+    if not args.quick:  # quick: the default server only, at the end and in place
+        variants = {"gate off": {**base, "minConfidence": 0.0}, **variants}
     peer = None if args.no_peer else latency.Peer(model_path, threads=args.threads or None)
     _say(f"typing replay: {len(items)} passages, {sum(len(p.text) for p in items)} characters")
     try:
@@ -181,13 +181,17 @@ def _targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
         checks.append(("a warm keystroke decodes 0 prompt tokens", f"max {worst}", worst == 0))
     if "replay" in results:
         rows = {(r["who"], r["where"]): r for r in results["replay"]["table"] if r["kind"] == "all"}
-        today = rows.get(("server lexicon off", "end"))
+        precision = {(r["who"], r["where"]): r["precision"] for r in results["replay"].get("cursors", [])
+                     if r["kind"] == "all" and r["cursor"] == "all"}  # fmt: skip
         for who, where in sorted(k for k in rows if k[0] != "peer"):
             r = rows[(who, where)]
             name = f"replay, {who}, {where}:"
-            if r is not today and today is not None:
-                checks.append((f"{name} not typed >= today's (lexicon off, end)", report.pct(r["not_typed"]),
-                               r["not_typed"] >= today["not_typed"]))  # fmt: skip
+            off = rows.get(("server gate off", where))
+            if who == "server gate default" and off is not None and precision.get((who, where)) and precision.get(("server gate off", where)):
+                gain = precision[(who, where)] / precision[("server gate off", where)]
+                checks.append((f"{name} precision >= 1.5x the gate off's", report.times(gain), gain >= 1.5))
+                kept = r["not_typed"] / off["not_typed"] if off["not_typed"] else None
+                checks.append((f"{name} not typed >= 0.8x the gate off's", report.times(kept), kept is not None and kept >= 0.8))
             if r["saved_over_peer"] is not None:
                 checks.append((f"{name} not typed >= 1.5x peer's", report.times(r["saved_over_peer"]), r["saved_over_peer"] >= 1.5))
                 checks.append((f"{name} median latency <= 0.5x peer's", report.times(r["ms_over_peer"]), r["ms_over_peer"] <= 0.5))
@@ -221,6 +225,8 @@ def _tables(results: dict[str, Any], args) -> list[report.Table]:
         tables.append(replay.table(results["replay"]["table"]))
         if "positions" in results["replay"]:
             tables.append(replay.position_table(results["replay"]["positions"]))
+        if "cursors" in results["replay"]:
+            tables.append(replay.cursor_table(results["replay"]["cursors"]))
     checks = _targets(results)
     if checks:
         tables.append(report.targets_table(checks))

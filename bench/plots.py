@@ -1,4 +1,5 @@
-"""Two PNGs for the README (matplotlib, Agg): latency vs prompt length, accuracy by method and text."""
+"""PNGs for the README (matplotlib, Agg): latency vs prompt length, accuracy by method and text, the
+confidence gate's characters saved against precision."""
 
 from __future__ import annotations
 
@@ -9,6 +10,14 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+
+
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
 
 
 def latency_plot(rows: list[dict[str, Any]], path: Path) -> Path:
@@ -32,11 +41,7 @@ def latency_plot(rows: list[dict[str, Any]], path: Path) -> Path:
     ax.set_xticks(tokens)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def accuracy_plot(quality: dict[str, Any], path: Path) -> Path:
@@ -56,8 +61,22 @@ def accuracy_plot(quality: dict[str, Any], path: Path) -> Path:
     ax.set_title(f"Mid-word accuracy by method and kind of text ({rows[0]['cases']} cases)")
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=len(rows), frameon=False)
     ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
+
+
+def gate_plot(curves: dict[str, list[dict[str, Any]]], default: float, path: Path) -> Path:
+    """Characters saved against precision over the gate's thresholds, one line per replay set."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120)
+    for (name, curve), color in zip(curves.items(), ("tab:blue", "tab:orange")):
+        pts = [r for r in curve if r["precision"] is not None]
+        ax.plot([100 * r["saved"] for r in pts], [100 * r["precision"] for r in pts], "o-", ms=3, color=color, label=f"{name} set")
+        at = next(r for r in pts if r["threshold"] == default)
+        ax.plot([100 * at["saved"]], [100 * at["precision"]], "*", ms=12, color=color)
+        off = pts[0]
+        ax.annotate("gate off", (100 * off["saved"], 100 * off["precision"]), fontsize=7, xytext=(4, -10), textcoords="offset points")
+    ax.set_xlabel("characters saved (%)")
+    ax.set_ylabel("precision of shown suggestions (%)")
+    ax.set_title(f"Confidence gate over minConfidence 0-0.95 (star: default {default:g})")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)

@@ -31,7 +31,8 @@ from bench.cases import KINDS, Case, one_per_file, read_text
 from bench.lsp_client import Editor, insert_text
 from bench.quality import LANGUAGES
 from bench.stats import median, ratio
-from lsp_server.split import is_word_char
+from lsp_server.gate import CURSOR_CLASSES, cursor_class
+from lsp_server.split import is_word_char, split
 
 PASSAGE_CHARS = 240  # about three lines of code or two sentences
 CONTEXT_BEFORE = 1_500  # the document starts at a line this far before the passage
@@ -152,18 +153,26 @@ class _Tally:
     ms: list[float] = field(default_factory=list)
     # per cursor position: requests, accepts, accepted characters
     where: dict[str, list[int]] = field(default_factory=lambda: {k: [0, 0, 0] for k in POSITIONS})
+    # per cursor class as the server's gate sees it: requests, shown, accepts, accepted characters
+    cursors: dict[str, list[int]] = field(default_factory=lambda: {k: [0, 0, 0, 0] for k in CURSOR_CLASSES})
 
-    def step(self, before: str, rest: str, chunk: str) -> int:
-        """One suggestion whose next word is `chunk`, with `before` the text before the cursor and
-        `rest` what the passage has left: the user accepts it if it is exactly right, else types
-        one character. Returns how many characters of the passage that took."""
+    def step(self, before: str, rest: str, chunk: str, shown: bool = False) -> int:
+        """One suggestion (`shown`) whose next word is `chunk`, with `before` the text before the
+        cursor and `rest` what the passage has left: the user accepts it if it is exactly right,
+        else types one character. Returns how many characters of the passage that took."""
         at = self.where[position_kind(before, rest)]
         at[0] += 1
+        cursor = self.cursors[cursor_class(split(before, len(before)))]
+        cursor[0] += 1
+        cursor[1] += shown
+        self.shown += shown
         if accepts(chunk, rest):
             self.accepted += len(chunk)
             self.accepts += 1
             at[1] += 1
             at[2] += len(chunk)
+            cursor[2] += 1
+            cursor[3] += len(chunk)
             return len(chunk)
         self.typed += 1
         return 1
@@ -172,8 +181,19 @@ class _Tally:
         return {
             "chars": chars, "typed": self.typed, "accepted": self.accepted, "accepts": self.accepts,
             "requests": len(self.ms), "ms": self.ms, "shown": self.shown, "begins_with_typed": begins,
-            "positions": self.where,
+            "positions": self.where, "cursors": self.cursors,
         }  # fmt: skip
+
+
+def ready_editor(client, settings: dict[str, Any]) -> Editor:
+    """Initialize the server with `settings` and wait for one answer, so no replay pays the load."""
+    client.initialize({"cpcLsp": settings})
+    editor = Editor(client)
+    warm = "file:///bench/replay/warmup.txt"
+    editor.open(warm, "The server is ready when this sentence gets an ans")
+    editor.inline(warm)
+    editor.close(warm)
+    return editor
 
 
 def replay_server(editor: Editor, passage: Passage, uri: str, in_place: bool) -> dict[str, Any]:
@@ -189,11 +209,10 @@ def replay_server(editor: Editor, passage: Passage, uri: str, in_place: bool) ->
             shown = insert_text(reply)
             chunk = ""
             if shown is not None:
-                tally.shown += 1
                 word = cursor.word()
                 begins = begins and shown.startswith(word)
                 chunk = next_word(shown[len(word) :])
-            took = tally.step(passage.before + target[:pos], target[pos:], chunk)
+            took = tally.step(passage.before + target[:pos], target[pos:], chunk, shown is not None)
             cursor.insert(target[pos : pos + took])  # the accepted word, or one typed character
             pos += took
     finally:
@@ -211,8 +230,7 @@ def replay_peer(peer, passage: Passage, max_tokens: int) -> dict[str, Any]:
         out = peer.llm.create_completion(prompt, max_tokens=max_tokens, temperature=0.0, stop=["\n"])
         tally.ms.append((time.perf_counter() - started) * 1000)
         added = out["choices"][0]["text"]
-        tally.shown += bool(added.strip())
-        pos += tally.step(prompt, target[pos:], next_word(added))
+        pos += tally.step(prompt, target[pos:], next_word(added), bool(added.strip()))
     return tally.result(len(target), None)
 
 
@@ -234,6 +252,29 @@ def by_position(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def by_cursor(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (who, where), per kind (all cursor classes) and per cursor class (all kinds): requests,
+    suggestions shown, accepted (next word exactly right), precision (accepted / shown) and the
+    characters accepted as a share of all characters."""
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in runs:
+        if "cursors" in r:
+            groups[(r["who"], r["where"], r["kind"])].append(r)
+            groups[(r["who"], r["where"], "all")].append(r)
+    rows = []
+    for (who, where, kind), rs in groups.items():
+        chars = sum(r["chars"] for r in rs)
+        for cursor in (*CURSOR_CLASSES, "all") if kind == "all" else ("all",):
+            picked = CURSOR_CLASSES if cursor == "all" else (cursor,)
+            requests, shown, accepted, saved = (sum(r["cursors"][c][i] for r in rs for c in picked) for i in range(4))
+            rows.append({"who": who, "where": where, "kind": kind, "cursor": cursor, "requests": requests,
+                         "shown": shown, "accepted": accepted, "precision": accepted / shown if shown else None,
+                         "saved": saved / chars if chars else None})  # fmt: skip
+    order = {k: i for i, k in enumerate((*KINDS, "all"))}
+    rows.sort(key=lambda r: (order[r["kind"]], r["cursor"] == "all", r["cursor"], r["who"] != "peer", r["who"], r["where"]))
+    return rows
+
+
 def run(editor: Editor, peer, items: list[Passage], max_tokens: int, variants: dict[str, dict[str, Any]], say=print) -> dict[str, Any]:
     """Every passage, for every server variant ({name: settings}) at the end and in place, and the peer."""
     runs = []
@@ -250,7 +291,7 @@ def run(editor: Editor, peer, items: list[Passage], max_tokens: int, variants: d
             runs.append({"passage": n, "kind": passage.kind, "who": "peer", "where": "before cursor", **result})
         say(f"replay: passage {n + 1}/{len(items)} ({passage.kind}) done")
     return {"passages": [_passage_json(p) for p in items], "runs": runs, "table": summarize(runs),
-            "positions": by_position(runs)}  # fmt: skip
+            "positions": by_position(runs), "cursors": by_cursor(runs)}  # fmt: skip
 
 
 def _passage_json(p: Passage) -> dict[str, Any]:
@@ -286,6 +327,17 @@ def _saved(rs: list[dict[str, Any]]) -> float:
     return sum(r["accepted"] for r in rs) / sum(r["chars"] for r in rs)
 
 
+def gate_variants(spec: str) -> dict[str, dict[str, Any]]:
+    """"off,default,0.5" -> {"gate off": {"minConfidence": 0}, "gate default": {}, "gate 0.5": {...}}."""
+    out: dict[str, dict[str, Any]] = {}
+    for v in spec.split(","):
+        if v == "default":
+            out["gate default"] = {}
+        else:
+            out[f"gate {v}"] = {"minConfidence": 0.0 if v == "off" else float(v)}
+    return out
+
+
 def used_files(*case_sets: list[Case]) -> set[str]:
     return {c.file for cases in case_sets for c in cases}
 
@@ -309,8 +361,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kinds", default=",".join(KINDS))
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--lexicon", default="off,on", help="server variants: off, on or both (off,on)")
+    parser.add_argument("--lexicon", default="off", help="server variants: off, on or both (off,on)")
     parser.add_argument("--prior", type=float, default=None, help="lexiconPrior for the 'on' variant")
+    parser.add_argument("--gate", default="off,default", help="minConfidence variants: off, default, a number, or several")
     parser.add_argument("--no-peer", action="store_true")
     parser.add_argument("--out", type=Path, default=report.output_root() / "bench" / "results" / "replay.json")
     args = parser.parse_args(argv)
@@ -322,17 +375,14 @@ def main(argv: list[str] | None = None) -> int:
     base = {"maxTokens": args.max_tokens, "threads": args.threads}
     variants = {}
     for v in args.lexicon.split(","):
-        variants[f"lexicon {v}"] = {"lexicon": v == "on", **({"lexiconPrior": args.prior} if args.prior is not None else {})}
+        lexicon = {"lexicon": v == "on", **({"lexiconPrior": args.prior} if args.prior is not None else {})}
+        for gate, settings in gate_variants(args.gate).items():
+            variants[f"lexicon {v}, {gate}"] = {**lexicon, **settings}
     watch = CpuWatch.start()
     peer = None if args.no_peer else Peer(str(resolve_model(None)), threads=args.threads)
     try:
         with LspClient(["--log-level", "warning"]) as client:
-            client.initialize({"cpcLsp": base})
-            editor = Editor(client)
-            warm = "file:///bench/replay/warmup.txt"
-            editor.open(warm, "The server is ready when this sentence gets an ans")
-            editor.inline(warm)
-            editor.close(warm)
+            editor = ready_editor(client, base)
             say = lambda m: print(f"[replay] {m}", file=sys.stderr, flush=True)  # noqa: E731
             results = run(editor, peer, items, args.max_tokens, {k: {**base, **v} for k, v in variants.items()}, say)
             server_cpu = process_cpu_seconds(client.pid) or 0.0
@@ -343,6 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     results["settings"] = {"threads": args.threads, "max_tokens": args.max_tokens, "variants": variants}
     print(report.render(table(results["table"])))
     print(report.render(position_table(results["positions"])))
+    print(report.render(cursor_table(results["cursors"])))
     print(f"other processes used {100 * (results['other_processes_cpu_share'] or 0):.0f}% of the CPUs")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
@@ -357,6 +408,15 @@ def table(rows: list[dict[str, Any]]):
              num(r["median_ms"]), times(r["saved_over_peer"]) if r["who"] != "peer" else "",
              times(r["ms_over_peer"]) if r["who"] != "peer" else ""] for r in rows]  # fmt: skip
     return "typing replay: characters not typed (accepted words) and request latency, server vs peer", header, body
+
+
+def cursor_table(rows: list[dict[str, Any]], title: str = "typing replay"):
+    from bench.report import num, pct
+
+    header = ["kind", "cursor", "who", "where", "requests", "shown", "accepted", "precision", "chars saved"]
+    body = [[r["kind"], r["cursor"], r["who"], r["where"], num(r["requests"]), num(r["shown"]), num(r["accepted"]),
+             pct(r["precision"]), pct(r["saved"])] for r in rows]  # fmt: skip
+    return f"{title}: suggestions shown and accepted (next word exactly right), per kind and per cursor class", header, body
 
 
 def position_table(rows: list[dict[str, Any]]):

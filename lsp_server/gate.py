@@ -6,7 +6,8 @@ typed*, and the margin of the first word to the best other word) and the cursor 
 calibrated probability that the text up to a word end is exactly right:
 
     confidence = sigmoid(INTERCEPT[class] + W_LOG_PROB · log P(text so far | typed)
-                         + W_MARGIN · min(margin, MARGIN_CAP) + W_FIRST · [first word])
+                         + W_MARGIN · min(margin, MARGIN_CAP) + W_FIRST · [first word]
+                         + W_WORD · [has a word character] + W_TYPED · log p(typed | prompt))
 
 A suggestion is shown up to the last word end at which the confidence is still at least
 `minConfidence`; nothing when its first word is below. It is arithmetic on numbers the engine
@@ -22,7 +23,7 @@ import math
 from dataclasses import dataclass
 
 from engine import Signals
-from lsp_server.split import LINE_BREAKS, Split
+from lsp_server.split import LINE_BREAKS, Split, is_word_char
 
 CURSOR_CLASSES = ("inside a word", "word start", "after punctuation")
 
@@ -32,20 +33,24 @@ class Calibration:
     """Logistic coefficients (see the module docstring); one intercept per cursor class."""
 
     intercepts: tuple[float, float, float]  # in CURSOR_CLASSES order
-    w_log_prob: float
-    w_margin: float
-    w_first: float
-    margin_cap: float
+    w_log_prob: float  # log P(text so far | typed)
+    w_margin: float  # the first word's margin, capped at margin_cap
+    w_first: float  # this is the first word end
+    w_word: float  # the text so far has a word character (`);` alone has none)
+    w_typed: float  # log p(typed prefix | prompt), floored at -TYPED_FLOOR: was the user's word expected?
+    margin_cap: float = 10.0
 
-    def confidence(self, cursor: str, log_prob: float, margin: float, first: bool) -> float:
+    def confidence(self, cursor: str, log_prob: float, margin: float, first: bool, word: bool, typed: float) -> float:
         z = self.intercepts[CURSOR_CLASSES.index(cursor)] + self.w_log_prob * log_prob
-        z += self.w_margin * min(margin, self.margin_cap) + self.w_first * first
+        z += self.w_margin * min(margin, self.margin_cap) + self.w_first * first + self.w_word * word
+        z += self.w_typed * max(typed, -TYPED_FLOOR)
         return 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, z))))
 
 
+TYPED_FLOOR = 20.0
 # Fitted by `python -m bench.gate fit` on the tuning replay (bench/results/gate.json has the fit
 # and the check). Placeholder until then: the identity on the probability given what was typed.
-CALIBRATION = Calibration(intercepts=(0.0, 0.0, 0.0), w_log_prob=1.0, w_margin=0.0, w_first=0.0, margin_cap=10.0)
+CALIBRATION = Calibration((0.0, 0.0, 0.0), w_log_prob=1.0, w_margin=0.0, w_first=0.0, w_word=0.0, w_typed=0.0)
 
 
 def cursor_class(split: Split) -> str:
@@ -59,22 +64,34 @@ def cursor_class(split: Split) -> str:
     return CURSOR_CLASSES[2]
 
 
-def confidences(signals: Signals, cursor: str, calibration: Calibration = CALIBRATION) -> list[tuple[int, float]]:
-    """(characters of the completion's text, confidence) at each of its word ends, in order."""
+def confidences(
+    text: str, start: int, signals: Signals, cursor: str, calibration: Calibration = CALIBRATION
+) -> list[tuple[int, float]]:
+    """(characters of the completion's `text`, confidence) at each of its word ends, in order;
+    `start`: where the text after the typed prefix begins."""
     out = []
     for i, end in enumerate(signals.word_ends):
-        out.append((end.chars, calibration.confidence(cursor, end.log_prob, signals.margin, i == 0)))
+        word = any(is_word_char(ch) for ch in text[start : end.chars])
+        c = calibration.confidence(cursor, end.log_prob, signals.margin, i == 0, word, signals.typed_log_prob)
+        out.append((end.chars, c))
     return out
 
 
 def confident_length(
-    signals: Signals, cursor: str, min_confidence: float, limit: int, calibration: Calibration = CALIBRATION
+    text: str,
+    start: int,
+    signals: Signals,
+    cursor: str,
+    min_confidence: float,
+    limit: int,
+    calibration: Calibration = CALIBRATION,
 ) -> int:
-    """How much of the completion's text to show: up to the last word end at most `limit`
+    """How much of the completion's `text` to show: up to the last word end at most `limit`
     characters in whose confidence, and every earlier one's, is at least `min_confidence`; 0 when
-    the first is below. (Per line of a multi-line suggestion: pass the line's end as `limit`.)"""
+    the first is below. `start`: where the text after the typed prefix begins (the required
+    prefix's length). Per line of a multi-line suggestion: pass the line's end as `limit`."""
     kept = 0
-    for chars, confidence in confidences(signals, cursor, calibration):
+    for chars, confidence in confidences(text, start, signals, cursor, calibration):
         if chars > limit or confidence < min_confidence:
             break
         kept = chars

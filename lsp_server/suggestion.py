@@ -77,8 +77,9 @@ def suggestion_for(
     if min_confidence > 0 and completion.signals is not None:
         offset = 0 if naive else len(split.required)  # where `added` starts in completion.text
         keep = confident_length(
-            completion.signals, cursor_class(split), min_confidence, offset + len(added), calibration
-        )
+            completion.text, offset, completion.signals, cursor_class(split),
+            min_confidence, offset + len(added), calibration,
+        )  # fmt: skip
         added = added[: max(0, keep - offset)]
     if not added.strip():
         return None

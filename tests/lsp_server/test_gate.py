@@ -7,7 +7,7 @@ from lsp_server.gate import CURSOR_CLASSES, Calibration, confident_length, curso
 from lsp_server.split import split
 from lsp_server.suggestion import suggestion_for
 
-IDENTITY = Calibration(intercepts=(0.0, 0.0, 0.0), w_log_prob=1.0, w_margin=0.0, w_first=0.0, margin_cap=10.0)
+IDENTITY = Calibration((0.0, 0.0, 0.0), w_log_prob=1.0, w_margin=0.0, w_first=0.0, w_word=0.0, w_typed=0.0)
 LN = math.log
 
 
@@ -25,10 +25,10 @@ def test_cursor_classes():
 
 
 def test_the_calibration_is_a_logistic_of_the_features():
-    c = Calibration(intercepts=(1.0, -1.0, 0.5), w_log_prob=2.0, w_margin=0.5, w_first=0.25, margin_cap=4.0)
-    z = -1.0 + 2.0 * -0.5 + 0.5 * 4.0 + 0.25
-    assert math.isclose(c.confidence(CURSOR_CLASSES[1], -0.5, 100.0, True), 1 / (1 + math.exp(-z)))
-    assert 0.0 < c.confidence(CURSOR_CLASSES[0], -1e9, 0.0, False) < 1e-20  # clipped, no overflow
+    c = Calibration((1.0, -1.0, 0.5), w_log_prob=2.0, w_margin=0.5, w_first=0.25, w_word=1.5, w_typed=0.1, margin_cap=4.0)
+    z = -1.0 + 2.0 * -0.5 + 0.5 * 4.0 + 0.25 + 1.5 + 0.1 * -20.0  # margin capped, typed floored
+    assert math.isclose(c.confidence(CURSOR_CLASSES[1], -0.5, 100.0, True, True, -50.0), 1 / (1 + math.exp(-z)))
+    assert 0.0 < c.confidence(CURSOR_CLASSES[0], -1e9, 0.0, False, False, 0.0) < 1e-20  # clipped, no overflow
 
 
 SIGNALS = Signals(  # " yesterday. I went" after " yest": p 0.6 at "yesterday", 0.3 at "I", 0.1 at "went"
@@ -37,19 +37,29 @@ SIGNALS = Signals(  # " yesterday. I went" after " yest": p 0.6 at "yesterday", 
 )  # fmt: skip
 
 
+TEXT = " yesterday. I went"
+
+
 def test_the_suggestion_is_cut_at_the_last_word_still_above_the_threshold():
     cls = CURSOR_CLASSES[0]
     # the identity calibration maps p to sigmoid(log p), i.e. p / (1 + p)
-    assert confident_length(SIGNALS, cls, 0.05, 99, IDENTITY) == 18
-    assert confident_length(SIGNALS, cls, 0.2, 99, IDENTITY) == 13
-    assert confident_length(SIGNALS, cls, 0.3, 99, IDENTITY) == 10
-    assert confident_length(SIGNALS, cls, 0.5, 99, IDENTITY) == 0
-    assert confident_length(SIGNALS, cls, 0.05, 15, IDENTITY) == 13  # a line's end as the limit
+    assert confident_length(TEXT, 5, SIGNALS, cls, 0.05, 99, IDENTITY) == 18
+    assert confident_length(TEXT, 5, SIGNALS, cls, 0.2, 99, IDENTITY) == 13
+    assert confident_length(TEXT, 5, SIGNALS, cls, 0.3, 99, IDENTITY) == 10
+    assert confident_length(TEXT, 5, SIGNALS, cls, 0.5, 99, IDENTITY) == 0
+    assert confident_length(TEXT, 5, SIGNALS, cls, 0.05, 15, IDENTITY) == 13  # a line's end as the limit
+
+
+def test_a_unit_without_a_word_character_is_told_apart():
+    no_word = Calibration((0.0, 0.0, 0.0), w_log_prob=1.0, w_margin=0.0, w_first=0.0, w_word=5.0, w_typed=0.0)
+    signals = Signals(LN(0.9), 3.0, (WordEnd(4, LN(0.9)), WordEnd(5, LN(0.8))))
+    assert confident_length("  );\n", 0, signals, CURSOR_CLASSES[2], 0.9, 99, no_word) == 0
+    assert confident_length(" foo;\n", 0, signals, CURSOR_CLASSES[2], 0.9, 99, no_word) == 5
 
 
 def test_a_later_word_above_the_threshold_does_not_bring_back_one_below():
     bumpy = Signals(LN(0.6), 3.0, (WordEnd(10, LN(0.6)), WordEnd(13, LN(0.01)), WordEnd(18, LN(0.5))))
-    assert confident_length(bumpy, CURSOR_CLASSES[0], 0.2, 99, IDENTITY) == 10
+    assert confident_length(TEXT, 5, bumpy, CURSOR_CLASSES[0], 0.2, 99, IDENTITY) == 10
 
 
 def test_suggestion_for_applies_the_gate_and_keeps_the_typed_word():

@@ -1,0 +1,414 @@
+"""The confidence gate, tuned and checked on saved replays: `python -m bench.gate record|fit|render`.
+
+record: two sets of passages (bench.replay's kind of passage), *tune* and *check*, from different
+files (neither used by the quality sets). Each passage is typed one character per keystroke through
+the real server with the gate off (`minConfidence` 0), at the end of the document and in place;
+at every position the suggestion and the engine's signals (`cpcLsp/stats`) are saved. The peer
+(llama-cpp-python's own completion, as in bench.replay) is replayed once per passage and its steps
+saved. This is the only part that runs the model.
+
+With a record at every position, the typing replay under any gate is a walk over the records:
+the simulated user accepts the suggestion's next word when it is exactly right and jumps past it,
+else types one character (bench.replay's rule), and the gate is the server's own code
+(`lsp_server.suggestion.suggestion_for` with `min_confidence`). So thresholds and calibrations are
+compared without a new model run.
+
+fit: the logistic calibration of lsp_server.gate on the tune set's records only (every word end
+of every suggestion shown, labelled right when the passage goes on exactly so and a word ends
+there); then the sweep of thresholds on both sets, the default chosen on tune (see `choose`), the
+tables per language and per cursor class (gate off, at the default, the peer) and the plot.
+render: the tables and the plot again from the saved results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench import report
+from bench.replay import Passage, _Tally, accepts, by_cursor, cursor_table, next_word, passages
+from engine import Completion, DecodeStats, Signals, WordEnd
+from engine.types import NO_RIVAL
+from lsp_server.gate import CALIBRATION, CURSOR_CLASSES, TYPED_FLOOR, Calibration, cursor_class
+from lsp_server.split import is_word_char, split
+from lsp_server.suggestion import suggestion_for
+
+RESULTS = report.output_root() / "bench" / "results"
+RECORDS = RESULTS / "gate_records_{set}.json"  # one file per set
+OUT = RESULTS / "gate.json"
+PLOT = report.output_root() / "docs" / "gate.png"
+TAIL = 400  # characters of the document kept around the cursor in a record (the split needs the line)
+SETS = {"tune": 1, "check": 2}  # passage seeds
+THRESHOLDS = tuple(round(t, 3) for t in np.arange(0.0, 0.951, 0.025))
+# The default is chosen on the tune set: the highest precision whose characters saved stay at least
+# this share of the gate-off server's (the target is 80%; the rest is headroom for the check set).
+KEEP_SAVED = 0.85
+
+
+# --- record (the model runs here only) --------------------------------------------------------
+
+
+def record_server(editor, passage: Passage, uri: str, in_place: bool, say=None) -> list[dict[str, Any]]:
+    """Every position of the passage: the suggestion shown (gate off) and the engine's signals."""
+    from bench.quality import LANGUAGES
+    from bench.replay import _Cursor
+
+    cursor = _Cursor(editor, uri, passage.before, passage.after if in_place else "", LANGUAGES[passage.kind])
+    out = []
+    try:
+        for pos in range(len(passage.text)):
+            params = {"textDocument": {"uri": uri}, "position": cursor.position(), "context": {"triggerKind": 2}}
+            reply = editor.client.request("textDocument/inlineCompletion", params)
+            items = reply.result or []
+            shown = items[0]["insertText"] if items else None
+            stats = editor.client.call("cpcLsp/stats") or {}
+            out.append({"shown": shown, "signals": stats.get("signals"), "ms": round(reply.ms, 2),
+                        "decoded": stats.get("decodedTokens"), "cover": stats.get("coverDecodes")})  # fmt: skip
+            cursor.insert(passage.text[pos])
+            if say is not None and pos % 60 == 59:
+                say(f"  {pos + 1}/{len(passage.text)} positions, {sum(r['ms'] for r in out[-60:]) / 60:.0f} ms a request")
+    finally:
+        cursor.close()
+    return out
+
+
+def record_peer(peer, passage: Passage, max_tokens: int) -> list[list[Any]]:
+    """The peer's replay as [position, its text after the cursor up to its first word's end] per
+    request. Only that word counts in the replay, so the peer's stream stops there (the same
+    greedy tokens as a whole completion, without decoding the rest of the line)."""
+    target, pos, steps = passage.text, 0, []
+    while pos < len(target):
+        prompt = passage.before + target[:pos]
+        added = ""
+        for out in peer.llm.create_completion(prompt, max_tokens=max_tokens, temperature=0.0, stop=["\n"], stream=True):
+            added += out["choices"][0]["text"]
+            if word_done(added):
+                break
+        steps.append([pos, added])
+        chunk = next_word(added)
+        pos += len(chunk) if accepts(chunk, target[pos:]) else 1
+    return steps
+
+
+def word_done(added: str) -> bool:
+    """The first word of `added` has ended (a non-word character after a word character)."""
+    chunk = next_word(added)
+    return bool(chunk) and len(added) > len(chunk)
+
+
+def record(args) -> int:
+    from bench.cases import build_cases, check_cases
+    from bench.latency import Peer
+    from bench.lsp_client import LspClient
+    from bench.machine import CpuWatch, process_cpu_seconds
+    from bench.replay import ready_editor, used_files
+    from engine.model_files import resolve_model
+
+    def say(message: str) -> None:
+        print(f"[gate] {message}", file=sys.stderr, flush=True)
+
+    tuning = build_cases(50, 0)
+    used = used_files(tuning, check_cases(50, tuning))
+    sets: dict[str, list[Passage]] = {}
+    for name, seed in SETS.items():
+        sets[name] = [p for p in passages(args.per_kind, used, seed=seed) if p.kind in args.kinds.split(",")]
+        used |= {p.file for p in sets[name]}  # the check set shares no file with the tune set
+    base = {"maxTokens": args.max_tokens, "threads": args.threads, "minConfidence": 0.0}
+    watch = CpuWatch.start()
+    started = time.perf_counter()
+    peer = None if args.no_peer else Peer(str(resolve_model(None)), threads=args.threads)
+    wanted = args.sets.split(",")
+    try:
+        with LspClient(["--log-level", "warning"]) as client:
+            editor = ready_editor(client, base)
+            for name, items in sets.items():
+                if name not in wanted:
+                    continue
+                runs = []
+                for n, passage in enumerate(items):
+                    for in_place in [w == "in place" for w in args.places.split(",")]:
+                        where = "in place" if in_place else "end"
+                        uri = f"file:///bench/gate/{name}-{n}-{'place' if in_place else 'end'}{Path(passage.file).suffix}"
+                        runs.append({"passage": n, "where": where, "positions": record_server(editor, passage, uri, in_place, say)})
+                    if peer is not None:
+                        runs.append({"passage": n, "where": "peer", "steps": record_peer(peer, passage, args.max_tokens)})
+                    say(f"{name}: passage {n + 1}/{len(items)} ({passage.kind}) recorded")
+                server_cpu = process_cpu_seconds(client.pid) or 0.0
+                saved = {"settings": base, "passages": [_passage_json(p) for p in items], "runs": runs,
+                         "other_processes_cpu_share": watch.others_share(server_cpu),
+                         "seconds": round(time.perf_counter() - started, 1)}  # fmt: skip
+                path = Path(str(args.records).format(set=name))
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(json.dumps(saved, ensure_ascii=False) + "\n")
+                say(f"{name}: records in {path} ({saved['seconds']} s)")
+    finally:
+        if peer is not None:
+            peer.close()
+    return 0
+
+
+def _passage_json(p: Passage) -> dict[str, Any]:
+    return {"kind": p.kind, "file": p.file, "start": p.start, "text": p.text,
+            "before": p.before[-TAIL:], "after": p.after[:TAIL]}  # fmt: skip
+
+
+# --- the replay under a gate, from the records ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Point:
+    """One position of a recorded replay, made ready for the gate."""
+
+    cls: str
+    split: Any  # lsp_server.split.Split
+    completion: Completion | None
+    rest: str  # what the passage has left from here
+
+
+def signals_from(raw: dict[str, Any] | None) -> Signals | None:
+    if raw is None:
+        return None
+    margin = NO_RIVAL if raw["margin"] is None else raw["margin"]
+    ends = tuple(WordEnd(int(c), float(lp)) for c, lp in raw["wordEnds"])
+    return Signals(raw["wordLogProb"], margin, ends, raw.get("typedLogProb", 0.0))
+
+
+def points(passage: dict[str, Any], run: dict[str, Any]) -> list[Point]:
+    text, out = passage["text"], []
+    after = passage["after"] if run["where"] == "in place" else ""
+    for pos, rec in enumerate(run["positions"]):
+        before = passage["before"] + text[:pos]
+        parts = split(before + after, len(before))
+        completion = None
+        if rec["shown"] is not None and rec["shown"].startswith(parts.word):
+            added = rec["shown"][len(parts.word) :]
+            completion = Completion(parts.required + added, "line", DecodeStats(), signals=signals_from(rec["signals"]))
+        out.append(Point(cursor_class(parts), parts, completion, text[pos:]))
+    return out
+
+
+def shown_at(point: Point, threshold: float, calibration: Calibration) -> str | None:
+    """What the server shows here with `minConfidence` = threshold (its own code), after the word."""
+    if point.completion is None:
+        return None
+    found = suggestion_for(point.split, point.completion, single_line=True, min_confidence=threshold, calibration=calibration)
+    return None if found is None else found.insert_text[len(point.split.word) :]
+
+
+def walk(kind: str, passage: dict[str, Any], pts: list[Point], threshold: float, calibration: Calibration) -> dict[str, Any]:
+    """bench.replay's user over the records: accept the next word when exactly right, else type."""
+    tally, pos, text = _Tally(), 0, passage["text"]
+    while pos < len(pts):
+        shown = shown_at(pts[pos], threshold, calibration)
+        chunk = next_word(shown) if shown else ""
+        pos += tally.step(passage["before"] + text[:pos], text[pos:], chunk, shown is not None)
+    return {"kind": kind, **tally.result(len(text), None)}
+
+
+def walk_peer(passage: dict[str, Any], steps: list[list[Any]]) -> dict[str, Any]:
+    tally, text = _Tally(), passage["text"]
+    for pos, added in steps:
+        tally.step(passage["before"] + text[:pos], text[pos:], next_word(added), bool(added.strip()))
+    return {"kind": passage["kind"], **tally.result(len(text), None)}
+
+
+def replays(data: dict[str, Any]) -> list[tuple[dict[str, Any], list[Point]]]:
+    out = []
+    for run in data["runs"]:
+        if "positions" in run:
+            passage = data["passages"][run["passage"]]
+            out.append((passage, points(passage, run)))
+    return out
+
+
+def simulate(reps, threshold: float, calibration: Calibration = CALIBRATION, who: str = "server") -> list[dict[str, Any]]:
+    """One bench.replay run per recorded replay, under the gate at `threshold`."""
+    return [{"who": who, "where": "in place", **walk(p["kind"], p, pts, threshold, calibration)} for p, pts in reps]
+
+
+def peer_runs(data: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"who": "peer", "where": "before cursor", **walk_peer(data["passages"][r["passage"]], r["steps"])}
+            for r in data["runs"] if "steps" in r]  # fmt: skip
+
+
+def overall(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    return next(r for r in by_cursor(runs) if r["kind"] == "all" and r["cursor"] == "all")
+
+
+# --- the calibration --------------------------------------------------------------------------
+
+
+FEATURES = ("inside a word", "word start", "after punctuation", "log_prob", "margin", "first", "word", "typed")
+
+
+def samples(reps, margin_cap: float) -> tuple[np.ndarray, np.ndarray]:
+    """One row per word end of every suggestion shown with the gate off: the features of
+    lsp_server.gate (FEATURES) and whether the text up to there is right by bench.replay's rule
+    (the passage goes on with it, a word ends there, and it has a word character to accept)."""
+    xs, ys = [], []
+    for _, pts in reps:
+        for point in pts:
+            c = point.completion
+            s = c.signals if c is not None else None
+            if s is None:
+                continue
+            start = len(point.split.required)
+            for i, end in enumerate(s.word_ends):
+                if end.chars > len(c.text):
+                    break
+                piece = c.text[start : end.chars]
+                word = any(is_word_char(ch) for ch in piece)
+                right = word and accepts(piece, point.rest)
+                onehot = [float(point.cls == k) for k in CURSOR_CLASSES]
+                typed = max(s.typed_log_prob, -TYPED_FLOOR)
+                xs.append(onehot + [end.log_prob, min(s.margin, margin_cap), float(i == 0), float(word), typed])
+                ys.append(float(right))
+    return np.asarray(xs), np.asarray(ys)
+
+
+def fit_logistic(x: np.ndarray, y: np.ndarray, l2: float = 1e-3, steps: int = 50) -> np.ndarray:
+    """Weights of a logistic regression by Newton's method (a little L2 keeps it finite)."""
+    w = np.zeros(x.shape[1])
+    for _ in range(steps):
+        p = 1.0 / (1.0 + np.exp(-np.clip(x @ w, -60, 60)))
+        grad = x.T @ (p - y) + l2 * w
+        hess = (x * (p * (1 - p))[:, None]).T @ x + l2 * np.eye(x.shape[1])
+        delta = np.linalg.solve(hess, grad)
+        w -= delta
+        if np.abs(delta).max() < 1e-8:
+            break
+    return w
+
+
+def calibration_of(w: np.ndarray, margin_cap: float) -> Calibration:
+    return Calibration(
+        intercepts=(float(w[0]), float(w[1]), float(w[2])), w_log_prob=float(w[3]), w_margin=float(w[4]),
+        w_first=float(w[5]), w_word=float(w[6]), w_typed=float(w[7]), margin_cap=margin_cap,
+    )  # fmt: skip
+
+
+def weights_of(c: Calibration) -> np.ndarray:
+    return np.asarray([*c.intercepts, c.w_log_prob, c.w_margin, c.w_first, c.w_word, c.w_typed])
+
+
+def fit(reps, margin_cap: float = 10.0) -> tuple[Calibration, dict[str, Any]]:
+    x, y = samples(reps, margin_cap)
+    w = fit_logistic(x, y)
+    return calibration_of(w, margin_cap), {"samples": int(len(y)), "right": int(y.sum()), "log_loss": log_loss(x, y, w)}
+
+
+def log_loss(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> float:
+    p = 1.0 / (1.0 + np.exp(-np.clip(x @ w, -60, 60)))
+    return float(-np.mean(y * np.log(p + 1e-12) + (1 - y) * np.log(1 - p + 1e-12)))
+
+
+def reliability(reps, calibration: Calibration, bins: int = 5) -> list[dict[str, Any]]:
+    """Predicted against observed rightness, in bins of predicted confidence (first words only)."""
+    x, y = samples(reps, calibration.margin_cap)
+    first = x[:, FEATURES.index("first")] == 1
+    p = 1.0 / (1.0 + np.exp(-np.clip(x @ weights_of(calibration), -60, 60)))
+    out = []
+    for lo in np.linspace(0, 1, bins, endpoint=False):
+        inside = first & (p >= lo) & (p < lo + 1 / bins + (1e-9 if lo + 1 / bins >= 1 else 0))
+        if inside.any():
+            out.append({"bin": f"{lo:.1f}-{lo + 1 / bins:.1f}", "n": int(inside.sum()),
+                        "predicted": float(p[inside].mean()), "observed": float(y[inside].mean())})  # fmt: skip
+    return out
+
+
+# --- the sweep, the default, the tables --------------------------------------------------------
+
+
+def sweep(reps, calibration: Calibration) -> list[dict[str, Any]]:
+    return [{"threshold": t, **overall(simulate(reps, t, calibration))} for t in THRESHOLDS]
+
+
+def choose(curve: list[dict[str, Any]]) -> float:
+    """The threshold with the highest precision among those that keep at least KEEP_SAVED of the
+    gate-off characters saved (the lowest such threshold on a tie)."""
+    off = curve[0]["saved"]
+    fine = [r for r in curve if r["saved"] >= KEEP_SAVED * off and r["precision"] is not None]
+    return max(fine, key=lambda r: (round(r["precision"], 6), -r["threshold"]))["threshold"]
+
+
+def tables(data: dict[str, Any], reps, threshold: float, calibration: Calibration) -> list[dict[str, Any]]:
+    """bench.replay.by_cursor rows (per kind, per cursor class): gate off, gate at `threshold`, peer."""
+    runs = simulate(reps, 0.0, calibration, "server, gate off")
+    runs += simulate(reps, threshold, calibration, f"server, gate {threshold:g}")
+    runs += peer_runs(data)
+    return by_cursor(runs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.gate", description=__doc__.split("\n\n")[0])
+    parser.add_argument("what", choices=("record", "fit", "render"))
+    parser.add_argument("--per-kind", type=int, default=5, help="passages per kind of text in each set")
+    parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--no-peer", action="store_true")
+    parser.add_argument("--kinds", default="python,javascript,c,prose")
+    parser.add_argument("--places", default="in place", help="where the passage is typed: end, in place or both (end,in place)")
+    parser.add_argument("--sets", default="tune,check", help="which sets to record")
+    parser.add_argument("--records", default=str(RECORDS), help="record files ({set} is the set's name)")
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args(argv)
+    if args.what == "record":
+        return record(args)
+    if args.what == "fit":
+        return fit_and_check(args)
+    return render(json.loads(args.out.read_text()))
+
+
+def fit_and_check(args) -> int:
+    data = {"sets": {name: json.loads(Path(args.records.format(set=name)).read_text()) for name in SETS}}
+    reps = {name: replays(d) for name, d in data["sets"].items()}
+    calibration, quality = fit(reps["tune"])
+    curves = {name: sweep(r, calibration) for name, r in reps.items()}
+    default = choose(curves["tune"])
+    results = {
+        "calibration": calibration.__dict__ | {"fit": quality},
+        "reliability": {name: reliability(r, calibration) for name, r in reps.items()},
+        "curves": curves,
+        "default": default,
+        "tables": {name: tables(data["sets"][name], r, default, calibration) for name, r in reps.items()},
+        "records": {name: {"settings": d["settings"], "seconds": d.get("seconds"), "passages": len(d["passages"]),
+                           "chars": sum(len(p["text"]) for p in d["passages"]),
+                           "other_processes_cpu_share": d.get("other_processes_cpu_share")} for name, d in data["sets"].items()},
+    }  # fmt: skip
+    args.out.write_text(json.dumps(results, indent=1) + "\n")
+    return render(results)
+
+
+def render(results: dict[str, Any]) -> int:
+    c = results["calibration"]
+    print(f"calibration (fitted on tune): {json.dumps({k: v for k, v in c.items() if k != 'fit'})}  fit {c['fit']}")
+    print(f"default minConfidence (chosen on tune): {results['default']}")
+    for name, rows in results["tables"].items():
+        print(report.render(cursor_table(rows, f"confidence gate, {name} set (simulated from the records)")))
+    for name, curve in results["curves"].items():
+        print(report.render(_curve_table(name, curve)))
+    from bench.plots import gate_plot
+
+    gate_plot(results["curves"], results["default"], PLOT)
+    print(f"plot: {PLOT}")
+    return 0
+
+
+def _curve_table(name: str, curve: list[dict[str, Any]]):
+    from bench.report import num, pct
+
+    header = ["minConfidence", "shown", "accepted", "precision", "chars saved"]
+    body = [[f"{r['threshold']:g}", num(r["shown"]), num(r["accepted"]), pct(r["precision"]), pct(r["saved"])] for r in curve[::2]]
+    return f"confidence gate, {name} set: threshold sweep", header, body
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
