@@ -245,6 +245,10 @@ class PathRows:
         self.decodes += self._kv.decoded != before
         return row
 
+    def cached(self, path: tuple[int, ...]) -> bool:
+        """The row after `path` is remembered: reading it decodes nothing."""
+        return self._kv.remembers(self._prompt + path)
+
     def refine(self, covering) -> bool:
         return False
 

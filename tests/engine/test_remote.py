@@ -16,6 +16,9 @@ from engine import CompletionRequest, Engine, EngineConfig, ModelServerError, Sa
 
 pytestmark = pytest.mark.model
 
+if not hasattr(__import__("tests.fixtures", fromlist=["x"]), "start_llama_server"):  # until remote-infra's fixture lands
+    pytest.skip("the llama_server fixture is not in tests/fixtures.py yet", allow_module_level=True)
+
 SEEDS = [
     ("Thanks for sending over the draft", " yest", " yesterday"),  # seed 000
     ("import", " num", " numpy"),  # seed 001
