@@ -4,7 +4,9 @@ Order (one thing at a time, so measurements do not compete for the cores):
 1. engine, in this process: constrained step vs a pass over the vocabulary, prompt decode cold vs
    warm, and the naive / mask / exact suggestions on the quality cases;
 2. the real server (`python -m lsp_server`) over stdio: keystrokes next to the peer, cancellation,
-   the exact method on the quality cases (with its covering-search decodes), peak memory.
+   the exact method on the quality cases (with its covering-search decodes), peak memory;
+3. `remote`: the server with `modelServer` on a llama-server over loopback, beside the in-process
+   server and llama.vim's request on the same llama-server (bench/remote.py).
 Results go to bench/results/latest.json (quick: quick.json); a full run also writes the plots
 under docs/ and the README snippet docs/results.md. Those paths are in the source checkout when
 the benchmarks run from one, else in the current directory (`bench.report.output_root`).
@@ -32,7 +34,7 @@ from lsp_server.settings import Settings
 ROOT = report.output_root()  # the checkout, else the current directory (not site-packages)
 RESULTS = ROOT / "bench" / "results"
 DOCS = ROOT / "docs"
-PARTS = ("engine", "keystrokes", "cancel", "quality", "replay")
+PARTS = ("engine", "keystrokes", "cancel", "quality", "replay", "remote")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -195,6 +197,10 @@ def _targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
             if r["saved_over_peer"] is not None:
                 checks.append((f"{name} not typed >= 1.5x peer's", report.times(r["saved_over_peer"]), r["saved_over_peer"] >= 1.5))
                 checks.append((f"{name} median latency <= 0.5x peer's", report.times(r["ms_over_peer"]), r["ms_over_peer"] <= 0.5))
+    if "remote" in results:
+        from bench import remote
+
+        checks += remote.targets(results["remote"])
     if "quality" in results:
         for row in results["quality"]["rows"]:
             if row["method"] in ("mask", "exact"):
@@ -227,6 +233,10 @@ def _tables(results: dict[str, Any], args) -> list[report.Table]:
             tables.append(replay.position_table(results["replay"]["positions"]))
         if "cursors" in results["replay"]:
             tables.append(replay.cursor_table(results["replay"]["cursors"]))
+    if "remote" in results:
+        from bench import remote
+
+        tables += remote.tables(results["remote"])
     checks = _targets(results)
     if checks:
         tables.append(report.targets_table(checks))
@@ -284,7 +294,7 @@ def _measure(args, parts, cases, results: dict[str, Any]) -> None:
 
     watch = CpuWatch.start()
     started = time.perf_counter()
-    client = _start_server(args) if set(parts) - {"engine"} else None
+    client = _start_server(args) if set(parts) - {"engine", "remote"} else None
     engine = None
     try:
         engine = Engine.load(EngineConfig(threads=args.threads or None))
@@ -292,6 +302,13 @@ def _measure(args, parts, cases, results: dict[str, Any]) -> None:
         outcomes = _engine_part(engine, cases, args, parts, results)
         if client is not None:
             outcomes += _server_part(client, cases, args, parts, results, engine.count_tokens, results["model"])
+        if "remote" in parts:
+            from bench import remote
+
+            if client is not None:  # one language server at a time on the cores
+                client.shutdown()
+                client = None
+            results["remote"] = remote.run(args, cases, engine.count_tokens, _say)
     finally:
         if client is not None:
             client.shutdown()

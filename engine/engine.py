@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from engine.alternatives import CANDIDATES_PER_ALTERNATIVE, BudgetedRows, alternatives, first_tokens
 from engine.kv import Cancelled, KvCache
 from engine.lexicon import WordScorer, choose, first_word, is_word_char
-from engine.llama_backend import LlamaContext, LlamaModel
+from engine.llama_backend import LlamaContext, LlamaModel, allocated_tokens
 from engine.model_files import resolve_model
 from engine.prompt import FIM_EXTRA_TOKENS, FimTokens, fim_prompt
 from engine.kv import PathRows
@@ -83,8 +83,9 @@ def remembered_sequences(config: EngineConfig, kv_bytes_per_token: int, availabl
     """How many prompts (documents) stay decoded: the live one, plus as many more whole contexts
     of KV as fit in `memory_budget_mib`, and in half the memory the machine has available (llama.cpp
     allocates every sequence's KV at load, so a budget larger than the machine would get the
-    server killed later instead of failing now)."""
-    per_context = max(1, config.context_tokens * kv_bytes_per_token)
+    server killed later instead of failing now). A context costs what llama.cpp allocates for it,
+    a multiple of 256 tokens, not the size asked for."""
+    per_context = max(1, allocated_tokens(config.context_tokens) * kv_bytes_per_token)
     budget = config.memory_budget_mib * MIB
     if available is not None:
         budget = min(budget, available // 2)

@@ -32,6 +32,10 @@ native_log = logging.getLogger("llama.cpp")
 # Boundaries depend on positions only, never on timing: the same history gives the same KV bits,
 # and a decode resumed after a cancel computes exactly what an uninterrupted one would.
 CHUNK_TOKENS = 64
+# llama.cpp gives each sequence a whole multiple of this many tokens of KV (GGML_PAD(n_ctx_seq, 256)
+# in llama-context.cpp): 256 for a request of 128, 512 for 300. The engine still uses only the
+# tokens it asked for; memory sums use what is really allocated.
+LLAMA_CTX_PAD = 256
 _backend_ready = False
 GGML_LOG_ERROR = 4  # ggml_log_level: NONE, DEBUG, INFO, WARN, ERROR, CONT
 
@@ -43,6 +47,11 @@ def _forward_native_log(level: int, text: bytes, _user_data) -> None:
     message = text.decode("utf-8", "replace").rstrip()
     if message:
         native_log.log(logging.WARNING if level == GGML_LOG_ERROR else logging.DEBUG, "%s", message)
+
+
+def allocated_tokens(n_ctx: int) -> int:
+    """KV cells llama.cpp allocates for a sequence of `n_ctx` tokens."""
+    return -(-n_ctx // LLAMA_CTX_PAD) * LLAMA_CTX_PAD
 
 
 class DecodeError(RuntimeError):
@@ -148,11 +157,13 @@ class LlamaModel:
 
 class LlamaContext:
     """One llama context with `sequences` independent sequences of `n_ctx` tokens each (one per
-    remembered prompt, see `engine.kv`); decodes runs of tokens and trims KV tails."""
+    remembered prompt, see `engine.kv`); decodes runs of tokens and trims KV tails. llama.cpp
+    allocates `allocated` (>= n_ctx, see LLAMA_CTX_PAD) cells per sequence; `n_ctx` stays the size
+    asked for, so no prompt and no KV goes beyond it."""
 
     def __init__(self, model: LlamaModel, n_ctx: int, n_batch: int, threads: int | None, sequences: int = 1) -> None:
         params = llama_cpp.llama_context_default_params()
-        params.n_ctx = n_ctx * sequences
+        params.n_ctx = allocated_tokens(n_ctx) * sequences  # rounded here, so each sequence gets exactly this
         params.n_batch = n_batch
         params.n_ubatch = n_batch
         params.n_seq_max = sequences
@@ -169,7 +180,8 @@ class LlamaContext:
                 f"llama.cpp could not create a context of {n_ctx} tokens for {sequences} document(s)",
                 "Lower the `contextTokens` or `memoryBudgetMiB` setting, or free memory",
             )
-        self.n_ctx = llama_cpp.llama_n_ctx_seq(self._ctx)
+        self.allocated = llama_cpp.llama_n_ctx_seq(self._ctx)
+        self.n_ctx = min(n_ctx, self.allocated)
         self.sequences = sequences
         self.n_batch = n_batch
         self.n_vocab = model.n_vocab
@@ -220,6 +232,11 @@ class LlamaContext:
 
     def clear(self) -> None:
         llama_cpp.llama_memory_clear(self._memory, True)
+
+    def positions(self, seq: int = 0) -> int:
+        """Positions llama.cpp itself holds in sequence `seq`'s KV (its highest + 1; 0 when
+        empty): the check on the engine's own bookkeeping."""
+        return llama_cpp.llama_memory_seq_pos_max(self._memory, seq) + 1
 
     def close(self) -> None:
         if self._ctx:

@@ -33,13 +33,18 @@ def frames(exc: BaseException) -> str:
 class TextGuard(logging.Filter):
     """Unless `allowed`: drops records below WARNING (pygls logs every message it sends at INFO,
     suggestions included), replaces arguments that could carry text by their type (short plain
-    values such as ids, method names and numbers stay), and an exception by its `frames`."""
+    values such as ids, method names and numbers stay), and an exception by its `frames`.
+    Always, allowed or not: each of `secrets` (the model server's API key, which a client's
+    settings carry and pygls would log with them) is replaced by "<hidden>"."""
 
     def __init__(self, allowed: bool = False) -> None:
         super().__init__()
         self.allowed = allowed
+        self.secrets: frozenset[str] = frozenset()
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if self.secrets:
+            self._hide_secrets(record)
         if self.allowed:
             return True
         if record.levelno < logging.WARNING:
@@ -51,6 +56,17 @@ class TextGuard(logging.Filter):
             record.exc_text = frames(record.exc_info[1])
             record.exc_info = None
         return True
+
+
+    def _hide_secrets(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if record.exc_info and record.exc_info[1] is not None:
+            text += "\n" + "".join(traceback.format_exception(*record.exc_info))
+        if not any(secret in text for secret in self.secrets):
+            return
+        for secret in self.secrets:
+            text = text.replace(secret, "<hidden>")
+        record.msg, record.args, record.exc_info, record.exc_text = text, (), None, None
 
 
 def _plain(value: Any) -> bool:

@@ -14,6 +14,12 @@ Loading runs on the same thread, so completions submitted before or while a mode
 wait for it; once a load has failed they answer "no-model" at once. A failed *re*load puts the
 previous model back (loaded again rather than kept beside the new one, so memory never holds
 two models), and the result says so.
+
+A model server (`modelServer`) can be down for a while and come back: a load that fails as
+unreachable or timed out is tried again after a back-off (doubling, capped), and each retry's
+result goes to `on_event`. A request that fails mid-way with a `ModelServerError` answers
+"server" (no suggestion) and `on_event` hears a `ServerHealth` with its kind; the next request
+that succeeds reports the server healthy again. `on_event` runs on the worker thread.
 """
 
 from __future__ import annotations
@@ -26,10 +32,14 @@ from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from engine import BudgetError, Completion, CompletionRequest, EngineConfig, ModelLoadError, Prefetched
+from engine import BudgetError, Completion, CompletionRequest, EngineConfig, ModelLoadError, ModelServerError, Prefetched
 from lsp_server.logs import frames
 
 logger = logging.getLogger(__name__)
+
+RETRY_KINDS = ("unreachable", "timeout")  # a load failing so is tried again: the server may come back
+RETRY_FIRST_S = 1.0
+RETRY_MAX_S = 8.0
 
 
 class EngineLike(Protocol):
@@ -54,8 +64,8 @@ class Answer:
     """How a job ended. `completion` is set only for a request (not a prefetch) that is "done"."""
 
     completion: Completion | None
-    reason: str  # "done" | "superseded" | "cancelled" | "no-model" | "budget" | "failed" | "closed"
-    detail: str | None = None  # for "budget": what does not fit and what to change (no text)
+    reason: str  # "done" | "superseded" | "cancelled" | "no-model" | "budget" | "server" | "failed" | "closed"
+    detail: str | None = None  # for "budget" and "server": what went wrong and what to do (no text)
 
 
 @dataclass(frozen=True)
@@ -64,10 +74,21 @@ class LoadResult:
     error: str | None  # None: loaded; else what went wrong and what to do
     seconds: float
     kept: EngineConfig | None = None  # after a failed reload: the previous model, serving again
+    kind: str | None = None  # a ModelServerError's kind ("unreachable", "auth", ...), else None
+    retry_in: float | None = None  # seconds until the load is tried again (a server that may come back)
+    retry: bool = False  # this result is from such a retry
 
     @property
     def ok(self) -> bool:
         return self.error is None
+
+
+@dataclass(frozen=True)
+class ServerHealth:
+    """A change in how the model server answers requests: `kind` is None when it answers again."""
+
+    kind: str | None
+    message: str  # what went wrong and what to do (never the key or document text)
 
 
 @dataclass(eq=False)
@@ -91,9 +112,15 @@ def _resolve(future: Future, value: object) -> None:
         pass
 
 
+Event = LoadResult | ServerHealth
+
+
 class Scheduler:
-    def __init__(self, load: Callable[[EngineConfig], EngineLike] = load_engine) -> None:
+    def __init__(
+        self, load: Callable[[EngineConfig], EngineLike] = load_engine, on_event: Callable[[Event], None] | None = None
+    ) -> None:
         self._load_engine = load
+        self.on_event = on_event
         self._cond = threading.Condition()
         self._pending: Job | None = None
         self._prefetch: Job | None = None  # runs only when nothing is pending
@@ -105,6 +132,8 @@ class Scheduler:
         self.last: Completion | None = None  # what the engine last returned, for stats
         self.last_prefetch: Prefetched | None = None
         self.load_error: str | None = None  # why the current model is missing, if it is
+        self._retry: tuple[EngineConfig, float, float] | None = None  # config, when (monotonic), back-off
+        self.server_trouble: str | None = None  # the kind of the last mid-request ModelServerError
         self._thread = threading.Thread(target=self._work, name="cpc-engine", daemon=True)
         self._thread.start()
 
@@ -119,6 +148,7 @@ class Scheduler:
                 return future
             waiting = self._wanted[1] if self._wanted else []
             self._wanted = (config, [*waiting, future])
+            self._retry = None  # a new load replaces any retry of an older one
             if self._running is not None:
                 self._stop(self._running, "superseded")
             self._cond.notify()
@@ -193,13 +223,18 @@ class Scheduler:
     def _work(self) -> None:
         while True:
             with self._cond:
-                while not (self._closed or self._wanted or ((self._pending or self._prefetch) and self._ready())):
-                    self._cond.wait()
+                while not (
+                    self._closed or self._wanted or self._retry_due()
+                    or ((self._pending or self._prefetch) and self._ready())
+                ):  # fmt: skip
+                    self._cond.wait(self._retry_wait())
                 if self._closed:
                     break
-                wanted, job = self._wanted, None
+                wanted, job, retry = self._wanted, None, None
                 if wanted is not None:
                     self._wanted = None
+                elif self._retry_due():
+                    retry, self._retry = self._retry, None
                 elif self._pending is not None:
                     job, self._pending = self._pending, None
                 else:
@@ -207,11 +242,20 @@ class Scheduler:
                 self._running = job
             if wanted is not None:
                 self._load(*wanted)
+            elif retry is not None:
+                self._load(retry[0], [], backoff=retry[2])
             elif job is not None:
                 self._complete(job)
                 with self._cond:
                     self._running = None
         self._close_engine()
+
+    def _retry_due(self) -> bool:
+        return self._retry is not None and time.monotonic() >= self._retry[1]
+
+    def _retry_wait(self) -> float | None:
+        """How long the worker may sleep: until the next retry, or until woken (None)."""
+        return None if self._retry is None else max(0.0, self._retry[1] - time.monotonic())
 
     def _ready(self) -> bool:
         """A job can run (or be told there is no model) once a load has been attempted."""
@@ -225,31 +269,59 @@ class Scheduler:
             except Exception as exc:
                 logger.error("closing the engine failed: %s", frames(exc))
 
-    def _load(self, config: EngineConfig, futures: list[Future[LoadResult]]) -> None:
+    def _load(self, config: EngineConfig, futures: list[Future[LoadResult]], backoff: float | None = None) -> None:
+        """Load `config`; `backoff` is set for a retry (the delay that preceded it)."""
         previous = self._config
         self._close_engine()
         started = time.perf_counter()
-        error = self._try_load(config)
+        error, kind = self._try_load(config)
         kept = None
         if error is not None and previous is not None and previous != config:
-            if self._try_load(previous) is None:
+            if self._try_load(previous)[0] is None:
                 kept = previous
                 logger.info("the previous model is back in service")
         self.load_error = None if error is None or kept is not None else error
-        result = LoadResult(config, error, time.perf_counter() - started, kept)
+        self.server_trouble = None
+        retry_in = None
+        if error is not None and kept is None and kind in RETRY_KINDS:
+            retry_in = RETRY_FIRST_S if backoff is None else min(2 * backoff, RETRY_MAX_S)
+            with self._cond:
+                if self._wanted is None and not self._closed:
+                    self._retry = (config, time.monotonic() + retry_in, retry_in)
+            logger.info("the model server is %s; trying again in %.0f s", kind, retry_in)
+        result = LoadResult(config, error, time.perf_counter() - started, kept, kind, retry_in, backoff is not None)
         for future in futures:
             _resolve(future, result)
+        if backoff is not None:
+            self._emit(result)
 
-    def _try_load(self, config: EngineConfig) -> str | None:
-        """Load `config` as the engine; None on success, else what went wrong and what to do."""
+    def _try_load(self, config: EngineConfig) -> tuple[str | None, str | None]:
+        """Load `config` as the engine: (None, None) on success, else what went wrong and what to
+        do, and the ModelServerError kind if it was one."""
         try:
             self._engine, self._config = self._load_engine(config), config
-            return None
+            return None, None
+        except ModelServerError as exc:
+            return str(exc), exc.kind
         except ModelLoadError as exc:
-            return str(exc)
+            return str(exc), None
         except Exception as exc:  # a bug or an unexpected library failure: report, keep serving
             logger.error("loading the model failed: %s", frames(exc))
-            return f"cannot load model: {type(exc).__name__}: {exc}"
+            return f"cannot load model: {type(exc).__name__}: {exc}", None
+
+    def _emit(self, event: Event) -> None:
+        if self.on_event is None:
+            return
+        try:
+            self.on_event(event)
+        except Exception as exc:  # a listener's bug must not end the worker
+            logger.error("status listener failed: %s", frames(exc))
+
+    def _server_health(self, kind: str | None, message: str = "") -> None:
+        """Report a change of the model server's health (once per change, not per request)."""
+        if kind != self.server_trouble:
+            self.server_trouble = kind
+            self._emit(ServerHealth(kind, message))
 
     def _complete(self, job: Job) -> None:
         """Run a request or a prefetch; its future always resolves (a prefetch's answer carries
@@ -271,11 +343,18 @@ class Scheduler:
         except BudgetError as exc:  # a setting, not a bug: the server tells the user
             _resolve(job.future, Answer(None, "budget", str(exc)))
             return
+        except ModelServerError as exc:  # the server failed mid-way; the engine reconnects next time
+            logger.warning("%s: model server %s", "prefetch" if job.prefetch else "completion", exc.kind)
+            self._server_health(exc.kind, str(exc))
+            _resolve(job.future, Answer(None, "server", str(exc)))
+            return
         except Exception as exc:
             logger.error("%s failed: %s", "prefetch" if job.prefetch else "completion", frames(exc))
             _resolve(job.future, Answer(None, "failed"))
             return
         if stopped or job.cancel_flag.is_set():
             _resolve(job.future, Answer(None, "cancelled"))
-        else:
-            _resolve(job.future, Answer(completion, "done"))
+            return
+        if self.server_trouble is not None:
+            self._server_health(None)
+        _resolve(job.future, Answer(completion, "done"))

@@ -36,6 +36,7 @@ from collections.abc import Iterator
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 SECTION = "cpcLsp"
 ROOT = Path(__file__).resolve().parents[1]
@@ -177,6 +178,59 @@ class OptionalPath(Kind):
 
 
 @dataclass(frozen=True)
+class Url(Kind):
+    """An http:// or https:// URL with a host; ``null`` or "" means none. A URL with a user or
+    password is refused: it would show in logs and messages, where a key must never be."""
+
+    def check(self, value: Any) -> str | None:
+        if not isinstance(value, str):
+            raise Invalid("expected a URL like http://127.0.0.1:8080, or empty")
+        text = value.strip().rstrip("/")
+        if not text:
+            return None
+        try:
+            parts = urlsplit(text)
+            parts.port  # noqa: B018  (raises on a bad port)
+        except ValueError:
+            raise Invalid("expected a URL like http://127.0.0.1:8080 (host and port)") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise Invalid("expected a URL like http://127.0.0.1:8080 (http:// or https://, then the host)")
+        if parts.username is not None or parts.password is not None:
+            raise Invalid("expected a URL without a user or password; put the key in modelServerApiKey")
+        if parts.query or parts.fragment:
+            raise Invalid("expected a URL without ?query or #fragment")
+        return text
+
+    def json_schema(self) -> dict[str, Any]:
+        return {"type": "string"}
+
+    def allowed(self) -> str:
+        return "an http:// URL, or empty"
+
+    def to_json(self, value: Any) -> Any:
+        return "" if value is None else value
+
+
+@dataclass(frozen=True)
+class Secret(Kind):
+    """A string that is never shown: not in a problem message, a log line or a repr (`hidden`)."""
+
+    def check(self, value: Any) -> str | None:
+        if not isinstance(value, str):
+            raise Invalid("expected a string")
+        return value.strip() or None
+
+    def json_schema(self) -> dict[str, Any]:
+        return {"type": "string"}
+
+    def allowed(self) -> str:
+        return "a string, or empty"
+
+    def to_json(self, value: Any) -> Any:
+        return "" if value is None else "<hidden>"
+
+
+@dataclass(frozen=True)
 class Strings(Kind):
     """A list of non-empty strings (a single string is taken as a list of one)."""
 
@@ -223,7 +277,8 @@ class Spec:
 
 def setting(default: Any, kind: Kind, doc: str, **vscode: Any) -> Any:
     """A `Settings` field: its default, its kind and what it does (see the module docstring)."""
-    return field(default=default, metadata={"kind": kind, "doc": doc, "vscode": vscode})
+    metadata = {"kind": kind, "doc": doc, "vscode": vscode}
+    return field(default=default, repr=not isinstance(kind, Secret), metadata=metadata)
 
 
 def camel(name: str) -> str:
@@ -243,7 +298,7 @@ def specs(settings_class: type) -> Iterator[Spec]:
 def parse_cli(text: str, spec: Spec) -> Any:
     """A command-line value as the JSON a client would send: JSON when it parses (``4``,
     ``false``, ``["END"]``), else the text itself (a path, a method name)."""
-    if isinstance(spec.kind, OptionalPath):
+    if isinstance(spec.kind, (OptionalPath, Url, Secret)):
         return text
     try:
         return json.loads(text)

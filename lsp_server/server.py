@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import os
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict
@@ -25,9 +27,10 @@ from lsp_server.documents import UTF16, Document, Documents, Range
 from lsp_server.lexicon import Lexicon
 from lsp_server.logs import TextGuard, frames, installed
 from lsp_server.protocol import CpcProtocol, serve_stdio, serve_tcp
-from lsp_server.scheduler import Answer, EngineLike, Job, LoadResult, Scheduler, load_engine
+from lsp_server.remote import clear_text_warning, model_name
+from lsp_server.scheduler import Answer, EngineLike, Event, Job, LoadResult, Scheduler, ServerHealth, load_engine
 from lsp_server.schema import camel
-from lsp_server.settings import SECTION, Settings, apply
+from lsp_server.settings import API_KEY_ENV, SECTION, Settings, apply
 from lsp_server.split import Split, split
 from lsp_server.suggestion import Suggestion, request_for, suggestion_for
 
@@ -36,6 +39,7 @@ logger = logging.getLogger(__name__)
 STATS_METHOD = "cpcLsp/stats"
 LOAD_WAIT_SECONDS = 60.0  # how long a request waits for a model that is still loading
 PROGRESS_WAIT_SECONDS = 5.0  # how long a load's progress bar waits for the client to accept it
+TELL_AGAIN_SECONDS = 300.0  # a model server failure's message is shown again only after this long
 
 
 class CpcServer(LanguageServer):
@@ -56,7 +60,9 @@ class CpcServer(LanguageServer):
         self.settings = self.defaults
         self.lexicon = Lexicon(self.settings.lexicon)  # the words of the open documents, kept by `documents`
         self.documents = Documents(self.lexicon)
-        self.scheduler = Scheduler(load)
+        self.scheduler = Scheduler(load, on_event=self._engine_event)
+        self._loop: asyncio.AbstractEventLoop | None = None  # the server's loop, set at initialize
+        self._told: dict[str, float] = {}  # failure cause -> when it was last shown (monotonic)
         self.encoding = UTF16
         self.initialized = False
         self.requests = 0  # completion requests seen, for log lines and stats
@@ -95,6 +101,8 @@ class CpcServer(LanguageServer):
             self.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning, message=problem))
         previous, self.settings = self.settings, updated
         self.log_guard.allowed = updated.log_document_text
+        keys = (updated.model_server_api_key, os.environ.get(API_KEY_ENV, "").strip())
+        self.log_guard.secrets = frozenset(key for key in keys if key)
         self.lexicon.enable(updated.lexicon, self.documents.texts())
         if self.initialized and updated.engine_config() != previous.engine_config():
             task = asyncio.ensure_future(self.load_model())
@@ -104,8 +112,10 @@ class CpcServer(LanguageServer):
     async def load_model(self) -> LoadResult:
         """Load (or reload) the model in the background, with progress if the client shows it."""
         config = self.settings.engine_config()
-        name = str(config.model_path) if config.model_path else "the default model"
+        name = model_name(config)
         loading = self.scheduler.load(config)
+        if (warning := clear_text_warning(config.model_server)) is not None:
+            self.tell(types.MessageType.Warning, warning)
         self.log(types.MessageType.Info, f"loading {name} ({config.context_tokens} context tokens)")
         status.send(self.protocol, status.loading(name))
         token = await self._begin_progress(f"Loading {name}")
@@ -114,16 +124,55 @@ class CpcServer(LanguageServer):
             done = "model loaded" if result.ok else "model failed to load"
             self.work_done_progress.end(token, types.WorkDoneProgressEnd(message=done))
         status.send(self.protocol, status.loaded(result, name))
+        self._told.clear()  # a load the user asked for: its failure is always shown
+        self._report_load(result, name)
+        return result
+
+    def _report_load(self, result: LoadResult, name: str) -> None:
+        """Log a load's outcome; a failure is shown to the user, a retry's only when its cause is
+        new (a server that stays down says so once, not every few seconds)."""
         if result.ok:
             self.log(types.MessageType.Info, f"loaded {name} in {result.seconds:.1f} s")
-        else:
-            message = f"cpc-lsp: {result.error}"
-            if result.kept is not None:
-                kept = str(result.kept.model_path) if result.kept.model_path else "the default model"
-                message = message.rstrip(". ") + ". "
-                message += f"Keeping the previous model ({kept}, {result.kept.context_tokens} context tokens)."
+            return
+        message = f"cpc-lsp: {result.error}"
+        if result.kept is not None:
+            kept = model_name(result.kept)
+            message = message.rstrip(". ") + ". "
+            message += f"Keeping the previous model ({kept}, {result.kept.context_tokens} context tokens)."
+        if result.retry_in is not None:
+            message += f" Trying again in {result.retry_in:.0f} s."
+        self._tell_once(result.kind or "load", message)
+
+    def _tell_once(self, cause: str, message: str) -> None:
+        """Show `message` unless the same cause was shown within TELL_AGAIN_SECONDS (a server that
+        stays down, or flaps, says so once, not on every keystroke or retry); else only log it."""
+        now = time.monotonic()
+        if now - self._told.get(cause, -TELL_AGAIN_SECONDS) >= TELL_AGAIN_SECONDS:
+            self._told[cause] = now
             self.tell(types.MessageType.Error, message)
-        return result
+        else:
+            self.log(types.MessageType.Info, message)
+
+    def _engine_event(self, event: Event) -> None:
+        """From the engine's thread: a retried load's result, or the model server's health."""
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._on_engine_event, event)
+
+    def _on_engine_event(self, event: Event) -> None:
+        if isinstance(event, LoadResult):
+            name = model_name(event.config)
+            status.send(self.protocol, status.loaded(event, name))
+            self._report_load(event, name)
+            return
+        status.send(self.protocol, status.serving(event, model_name(self.settings.engine_config())))
+        self._report_health(event)
+
+    def _report_health(self, health: ServerHealth) -> None:
+        """A model server failing mid-request is shown once per cause; its recovery is logged."""
+        if health.kind is None:
+            self.log(types.MessageType.Info, "the model server answers again")
+        else:
+            self._tell_once(health.kind, f"cpc-lsp: {health.message}")
 
     async def _begin_progress(self, title: str) -> str | None:
         if not self.capability("window.work_done_progress"):
@@ -300,6 +349,7 @@ def build_server(
 
     @server.feature(types.INITIALIZE)
     def initialize(ls: CpcServer, params: types.InitializeParams) -> None:
+        ls._loop = asyncio.get_running_loop()
         ls.encoding = str(getattr(ls.workspace.position_encoding, "value", ls.workspace.position_encoding))
         ls.apply_settings(params.initialization_options)
         logger.info("position encoding %s", ls.encoding)

@@ -14,6 +14,7 @@ Unknown keys are ignored, since editors put their own keys in the same section (
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
@@ -22,9 +23,12 @@ from typing import Any
 
 from engine import CompletionRequest, EngineConfig, SamplingConfig
 from lsp_server import schema
-from lsp_server.schema import SECTION, Bool, Choice, Int, Invalid, Number, OptionalPath, Spec, Strings, setting, specs
+from lsp_server.schema import (
+    SECTION, Bool, Choice, Int, Invalid, Number, OptionalPath, Secret, Spec, Strings, Url, setting, specs,
+)  # fmt: skip
 
 _SAMPLING, _REQUEST, _ENGINE = SamplingConfig(), CompletionRequest(""), EngineConfig()
+API_KEY_ENV = "CPC_LSP_MODEL_SERVER_API_KEY"  # the key when `modelServerApiKey` is empty
 METHODS = (
     ("exact", "Spell the typed word by its most probable token path (exact character-prefix conditioning)."),
     ("mask", "Constrain each step to tokens consistent with the typed word (per-step masking)."),
@@ -77,8 +81,9 @@ class Settings:
     single_line: bool = setting(_SAMPLING.single_line, Bool(), "End each suggestion at the end of the line.")
     context_tokens: int = setting(
         _ENGINE.context_tokens, Int(128, 131_072),
-        "Size of the model's context window in tokens; text before the cursor beyond it is cut. "
-        "Changing it reloads the model.",
+        "Size of the model's context window in tokens, per document: no prompt and no KV goes beyond "
+        "it, and text before the cursor beyond it is cut. llama.cpp allocates it rounded up to a "
+        "multiple of 256 tokens (300 takes the memory of 512). Changing it reloads the model.",
     )
     stop: tuple[str, ...] = setting(
         (), Strings(16), "Stop sequences: a suggestion ends before the first one it would contain (OpenAI semantics)."
@@ -132,8 +137,9 @@ class Settings:
         _ENGINE.memory_budget_mib, Int(0, 65_536),
         "MiB of KV cache kept for other recently used documents, so coming back to one costs no cold "
         "decode (least recently used first out; a 2048-token context takes 36 MiB with the default "
-        "model; never more than half the memory available when the model loads). Changing it reloads "
-        "the model.",
+        "model, counted at the size llama.cpp allocates: a multiple of 256 tokens; never more than half "
+        "the memory available when the model loads, and at most 15 documents). The live document's "
+        "KV comes on top. Changing it reloads the model.",
     )
     min_confidence: float = setting(
         0.0, Number(0.0, 1.0),
@@ -152,6 +158,25 @@ class Settings:
         "Decode an opened or edited document's prompt while the engine is idle; any request stops it "
         "and keeps what it decoded.",
     )
+    model_server: str | None = setting(
+        None, Url(),
+        "URL of a llama-server to run the model on (e.g. `http://gpu-box:8080`) instead of in this "
+        "process; empty: in-process. Suggestions stay exact. The text before the cursor is sent to it: "
+        "plain http:// to another machine crosses the network in clear (see the README's \"Use a shared "
+        "server\"). Changing it reconnects.",
+        scope="machine-overridable",
+    )
+    model_server_api_key: str | None = setting(
+        None, Secret(),
+        "The key the model server was started with (`llama-server --api-key`), sent as "
+        f"`Authorization: Bearer`; never logged. Empty: the environment variable `{API_KEY_ENV}`, else none.",
+        scope="machine-overridable",
+    )
+    model_server_timeout_ms: int = setting(
+        round(_ENGINE.model_server_timeout_s * 1000), Int(100, 600_000),
+        "Time budget of one request to the model server in milliseconds; a slower answer gives no "
+        "suggestion for that keystroke, and the status says so.",
+    )
 
     def engine_config(self) -> EngineConfig:
         """What loading the engine needs; a change here means a reload."""
@@ -161,6 +186,11 @@ class Settings:
             context_tokens=self.context_tokens,
             threads=self.threads or None,
             memory_budget_mib=self.memory_budget_mib,
+            model_server=self.model_server,
+            model_server_api_key=(self.model_server_api_key or os.environ.get(API_KEY_ENV, "").strip() or None)
+            if self.model_server else None,
+            model_server_timeout_s=self.model_server_timeout_ms / 1000
+            if self.model_server else _ENGINE.model_server_timeout_s,
         )
 
     def sampling(self) -> SamplingConfig:
@@ -199,7 +229,8 @@ def apply(current: Settings, raw: Any, defaults: Settings = Settings()) -> tuple
         try:
             checked = None if value is None else spec.check(value)
         except Invalid as exc:
-            problems.append(f"{SECTION}.{key}: {exc}; keeping {_show(getattr(current, spec.name))}")
+            kept = "the previous value" if isinstance(spec.kind, Secret) else _show(getattr(current, spec.name))
+            problems.append(f"{SECTION}.{key}: {exc}; keeping {kept}")
             continue
         # null (or an empty model path) restores the default
         changes[spec.name] = getattr(defaults, spec.name) if checked is None else checked

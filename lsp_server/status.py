@@ -1,7 +1,10 @@
 """`cpcLsp/status`: whether the model is loading, ready or failed, for an editor's status bar.
 
 Editors show "loading" while the first suggestions wait for the model, and the cause when it
-failed. One notification per change, sent around each model (re)load.
+failed. One notification per change, sent around each model (re)load, and when a model server
+stops or starts answering. A server that cannot be reached (or answers too slowly) is not
+"loading": it is "unreachable" (or "slow"), and the message says what happened and when the next
+try is; the other server failures (a refused key, another model, a bad URL or answer) are errors.
 """
 
 from __future__ import annotations
@@ -9,11 +12,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from lsp_server.scheduler import LoadResult
+from lsp_server.scheduler import LoadResult, ServerHealth
 
 STATUS_METHOD = "cpcLsp/status"
 
-State = Literal["loading", "ready", "error"]
+State = Literal["loading", "ready", "error", "unreachable", "slow"]
+STATE_OF_KIND: dict[str, State] = {"unreachable": "unreachable", "timeout": "slow"}  # other kinds: "error"
 
 
 @dataclass(frozen=True)
@@ -33,7 +37,17 @@ def loaded(result: LoadResult, name: str) -> Status:
         return Status("ready", f"{name} loaded in {result.seconds:.1f} s")
     if result.kept is not None:
         return Status("ready", f"{result.error} (kept the previous model)")
-    return Status("error", str(result.error))
+    message = str(result.error)
+    if result.retry_in is not None:
+        message += f" (trying again in {result.retry_in:.0f} s)"
+    return Status(STATE_OF_KIND.get(result.kind or "", "error"), message)
+
+
+def serving(health: ServerHealth, name: str) -> Status:
+    """After a request found the model server failing (`kind`), or answering again (None)."""
+    if health.kind is None:
+        return Status("ready", f"{name} answers again")
+    return Status(STATE_OF_KIND.get(health.kind, "error"), health.message)
 
 
 def send(protocol: Any, status: Status) -> None:

@@ -6,6 +6,8 @@
 - `model_server`: `python -m lsp_server` as a subprocess with the real model, one per test module
   (a module may set `SERVER_SETTINGS` and `SERVER_LOG_LEVEL`). Tests that use it are marked
   `model` automatically; tests that load the model another way carry the mark themselves.
+- `llama_server`: a real llama-server (bench.llama_server) with the default model and 4 slots on
+  127.0.0.1, one per test module; `start_llama_server(...)` starts others (another model, a key).
 
 Both are driven by the one raw JSON-RPC client, `bench.lsp_client.LspClient` (also the
 benchmarks'), with `Editor` for document bookkeeping.
@@ -23,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from bench.llama_server import LlamaServer, start_llama_server  # noqa: F401  (re-exported)
 from bench.lsp_client import Editor, LspClient, Reply, end_position, frame  # noqa: F401  (re-exported)
 from engine import Completion, CompletionRequest, DecodeStats, EngineConfig, ModelLoadError, Prefetched
 
@@ -231,7 +234,16 @@ def small_context_engine() -> Iterator[Any]:
     engine.close()
 
 
-MODEL_FIXTURES = {"model_server", "model_engine", "small_context_engine"}
+@pytest.fixture(scope="module")
+def llama_server() -> Iterator[LlamaServer]:
+    """A real llama-server on 127.0.0.1 (default model, 4 slots of 2048 tokens, no key), one per
+    module. A test that stops or kills it restarts it before it ends; it is stopped at the end."""
+    server = start_llama_server(slots=4)
+    yield server
+    server.stop()
+
+
+MODEL_FIXTURES = {"model_server", "model_engine", "small_context_engine", "llama_server"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

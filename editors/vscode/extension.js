@@ -21,7 +21,7 @@ const { ServerError, spawnServer } = require('./server_process');
 const { StatusBar } = require('./status');
 const { TraceChannel } = require('./trace');
 
-const STATUS_METHOD = 'cpcLsp/status'; // lsp_server/status.py: { state: loading|ready|error, message }
+const STATUS_METHOD = 'cpcLsp/status'; // lsp_server/status.py: { state: loading|ready|error|unreachable|slow, message }
 const RESTARTS = 3; // crashes within RESTART_WINDOW_MS that are restarted before giving up
 const RESTART_WINDOW_MS = 3 * 60 * 1000;
 

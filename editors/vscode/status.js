@@ -1,5 +1,6 @@
 'use strict';
-// The status bar item: what the server is doing (starting, loading the model, ready, error) and
+// The status bar item: what the server is doing (starting, loading the model, ready, error, or a
+// model server that is unreachable or too slow: lsp_server/status.py) and
 // whether suggestions are on for the language of the active editor. Clicking it runs
 // `cpcLsp.toggle`, which turns them off or on for that language.
 
@@ -12,6 +13,8 @@ const ICONS = {
   ready: '$(sparkle)',
   off: '$(circle-slash)',
   error: '$(error)',
+  unreachable: '$(debug-disconnect)',
+  slow: '$(watch)',
   stopped: '$(debug-stop)',
 };
 
@@ -20,8 +23,13 @@ const SAY = {
   loading: 'loading the model',
   ready: 'ready',
   error: 'error',
+  unreachable: 'server unreachable',
+  slow: 'server too slow',
   stopped: 'stopped',
 };
+
+// States that need the user's attention: shown even where suggestions are off, in warning colours.
+const TROUBLE = { error: 'statusBarItem.errorBackground', unreachable: 'statusBarItem.warningBackground', slow: 'statusBarItem.warningBackground' };
 
 class StatusBar {
   constructor() {
@@ -49,7 +57,7 @@ class StatusBar {
     const enable = vscode.workspace.getConfiguration(settings.SECTION).get('enable');
     const on = settings.enabledFor(enable, language);
     const where = language ? ` for ${language}` : '';
-    const shown = on || this.state === 'error' ? this.state : 'off';
+    const shown = on || this.state in TROUBLE ? this.state : 'off';
     this.item.text = `${ICONS[shown]} cpc-lsp`;
     const summary = `cpc-lsp: ${SAY[this.state]}${this.message ? ` (${this.message})` : ''}`;
     const toggle = on ? `Suggestions are on${where}; click to turn them off.` : `Suggestions are off${where}; click to turn them on.`;
@@ -60,8 +68,7 @@ class StatusBar {
     this.item.tooltip = tooltip;
     // Read by screen readers, and by the tests: state, then on/off.
     this.item.accessibilityInformation = { label: `cpc-lsp: ${SAY[this.state]}, ${on ? 'on' : 'off'}${where}` };
-    this.item.backgroundColor =
-      this.state === 'error' ? new vscode.ThemeColor('statusBarItem.errorBackground') : undefined;
+    this.item.backgroundColor = this.state in TROUBLE ? new vscode.ThemeColor(TROUBLE[this.state]) : undefined;
   }
 
   dispose() {

@@ -98,8 +98,8 @@ def test_settings_are_the_servers_with_the_servers_defaults(settings_module):
     for key, field in server.items():
         schema = PROPERTIES[f"{SECTION}.{key}"]
         default = getattr(defaults, field.name)
-        if key == "model":
-            assert default is None and schema["type"] == "string" and schema["default"] == ""
+        if default is None:  # model, modelServer, modelServerApiKey: "" in the editor means not set
+            assert schema["type"] == "string" and schema["default"] == "", key
             continue
         assert schema["type"] == json_type[type(default)], key
         if isinstance(default, tuple):

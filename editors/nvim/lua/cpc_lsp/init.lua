@@ -97,7 +97,8 @@ local function lsp_config()
     settings = section(options.settings),
     reuse_client = reuse_client,
     handlers = {
-      -- loading | ready | error, sent around each model load (lsp_server/status.py).
+      -- loading | ready | error | unreachable | slow, sent around each model load and when a
+      -- model server stops or starts answering (lsp_server/status.py).
       ['cpcLsp/status'] = function(_, result)
         if type(result) == 'table' and type(result.state) == 'string' then
           set_status(result.state, result.message)
@@ -183,17 +184,21 @@ function M.toggle(filetype)
 end
 
 --- The server's state and whether suggestions are on here: `{ state, message, enabled }`, where
---- state is starting | loading | ready | error | stopped.
+--- state is starting | loading | ready | error | unreachable | slow | stopped.
 function M.state()
   return { state = server_status.state, message = server_status.message, enabled = M.is_enabled() }
 end
 
---- A short text for a statusline: `cpc-lsp: ready`, `cpc-lsp: loading`, `cpc-lsp: off`, ...
+--- What the statusline says for a state that needs attention (shown even where suggestions are off).
+local TROUBLE = { error = 'error', unreachable = 'server unreachable', slow = 'server too slow' }
+
+--- A short text for a statusline: `cpc-lsp: ready`, `cpc-lsp: loading`, `cpc-lsp: off`,
+--- `cpc-lsp: server unreachable`, ...
 --- e.g. `vim.o.statusline = '%f %= %{v:lua.require("cpc_lsp").status()}'`.
 function M.status()
   local now = M.state()
-  if now.state == 'error' then
-    return 'cpc-lsp: error'
+  if TROUBLE[now.state] then
+    return 'cpc-lsp: ' .. TROUBLE[now.state]
   end
   if not now.enabled then
     return 'cpc-lsp: off'

@@ -1,0 +1,124 @@
+"""A small fault-injecting HTTP proxy on 127.0.0.1, in front of a real llama-server (for the fault
+tests and the `remote` bench part's fault probes).
+
+In `"pass"` mode it forwards each request and streams the answer back chunk by chunk (server-sent
+events included, re-chunked, keep-alive kept). For the paths in `paths` (default: the generation
+endpoints) the other modes break the answer the way a sick server or network would:
+
+- `"delay"`: wait `delay_s` before forwarding (a server slower than the time budget);
+- `"garbage"`: answer 200 with bytes that are neither JSON nor server-sent events;
+- `"truncate"`: forward, but cut the body after `keep_bytes` and close the connection;
+- `"reset"`: close the connection without answering.
+
+Only the proxy is fake; the model and the server behind it are real.
+"""
+
+from __future__ import annotations
+
+import http.client
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
+
+GENERATION_PATHS = ("/completion", "/completions", "/infill")
+GARBAGE = b"\x00\xffnot json {{{ data: [[[\r\n\r\n\x1b"
+HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "te", "trailer", "upgrade"}
+
+
+class FaultProxy:
+    def __init__(self, upstream: str, mode: str = "pass", paths: tuple[str, ...] = GENERATION_PATHS) -> None:
+        target = urlsplit(upstream)
+        self.upstream = (target.hostname or "127.0.0.1", target.port or 80)
+        self.mode, self.paths = mode, paths
+        self.delay_s, self.keep_bytes = 0.0, 200
+        self.faults = 0  # requests answered with a fault
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:  # quiet
+                pass
+
+            def do_GET(self) -> None:
+                proxy._handle(self)
+
+            do_POST = do_GET
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="fault-proxy", daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def __enter__(self) -> FaultProxy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- one request ------------------------------------------------------------------------
+
+    def _handle(self, handler: BaseHTTPRequestHandler) -> None:
+        length = int(handler.headers.get("Content-Length") or 0)
+        body = handler.rfile.read(length) if length else None
+        path = urlsplit(handler.path).path
+        mode = self.mode if path in self.paths else "pass"
+        if mode != "pass":
+            self.faults += 1
+        if mode == "reset":
+            handler.close_connection = True
+            handler.connection.shutdown(socket.SHUT_RDWR)
+            return
+        if mode == "garbage":
+            handler.send_response(200)
+            handler.send_header("Content-Type", "text/event-stream")
+            handler.send_header("Content-Length", str(len(GARBAGE)))
+            handler.end_headers()
+            handler.wfile.write(GARBAGE)
+            return
+        if mode == "delay":
+            time.sleep(self.delay_s)
+        headers = {k: v for k, v in handler.headers.items() if k.lower() not in HOP_BY_HOP | {"host"}}
+        upstream = http.client.HTTPConnection(*self.upstream, timeout=120)
+        try:
+            upstream.request(handler.command, handler.path, body=body, headers=headers)
+            answer = upstream.getresponse()
+        except OSError:
+            handler.send_error(502)
+            return
+        handler.send_response(answer.status)
+        for key, value in answer.getheaders():
+            if key.lower() not in HOP_BY_HOP:
+                handler.send_header(key, value)
+        handler.send_header("Transfer-Encoding", "chunked")
+        if mode == "truncate":
+            handler.send_header("Connection", "close")
+        handler.end_headers()
+        sent = 0
+        try:
+            while chunk := answer.read1(65536):
+                if mode == "truncate" and sent + len(chunk) >= self.keep_bytes:
+                    chunk = chunk[: max(0, self.keep_bytes - sent)]
+                    handler.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk) if chunk else b"")
+                    handler.wfile.flush()
+                    handler.close_connection = True
+                    handler.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                sent += len(chunk)
+                handler.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                handler.wfile.flush()
+            handler.wfile.write(b"0\r\n\r\n")
+        except OSError:  # the client closed the connection (a cancelled stream): close upstream too
+            handler.close_connection = True
+        finally:
+            upstream.close()

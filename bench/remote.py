@@ -1,0 +1,362 @@
+"""The `remote` part of `python -m bench`: suggestions from a llama-server over loopback, beside the
+in-process engine and beside the peer on the same server.
+
+One llama-server (bench.llama_server: the default model, 4 slots, the wheel's CPU flags) and
+language servers over stdio with the same settings: "local" (in-process model) and "remote"
+(`modelServer` = that llama-server). Measured:
+
+- keystrokes: a word typed letter by letter into a fresh document (the first letter is the cold
+  document, the others warm keystrokes), then the first letter of the next word (word start);
+  each keystroke goes to local, then remote, then the peer, back to back, so all see the same
+  machine load. Per keystroke, from the remote engine's stats: HTTP round trips and bytes;
+- the peer: llama.vim's request on the same server and the same keystrokes (`/infill` with the
+  text before the cursor as raw text, partial word included, `cache_prompt`, on its own slot).
+  `/infill` needs FIM tokens; a model without them (the default one) gets the same raw text at
+  `/completion`, which is what such a request amounts to there;
+- quality: the exact method on the same mid-word cases, local and remote; the cases where the two
+  differ are listed;
+- four users: four remote language servers typing four documents at once, against one user typing
+  the same documents one after another (warm keystroke p50 and p95), and the slots they used;
+- fault probes: the time to answer a request while the server is down, too slow, answers garbage,
+  cuts its answer or the connection, is given an https:// URL, or refuses the key, beside the budget.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from bench import quality
+from bench.cases import Case
+from bench.fault_proxy import FaultProxy
+from bench.llama_server import LlamaServer, start_llama_server
+from bench.lsp_client import Editor, LspClient, insert_text
+from bench.prompts import SIZES, Typing, documents, source_text
+from bench.report import Table, num, pct, times
+from bench.stats import maximum, median, ratio
+
+SLOTS = 4
+PEER_SLOT = SLOTS - 1
+FAULT_BUDGET_MS = 2000
+KEY = "bench-key-not-a-secret"
+
+
+def percentile(values: list[float], share: float) -> float | None:
+    """The nearest-rank percentile (p95: share 0.95)."""
+    if not values:
+        return None
+    ranked = sorted(values)
+    return ranked[min(len(ranked) - 1, max(0, int(round(share * len(ranked) + 0.5)) - 1))]
+
+
+def _client(settings: dict[str, Any]) -> LspClient:
+    client = LspClient(["--log-level", "warning"])
+    client.initialize({"cpcLsp": settings}, wait_loaded=True, timeout=300)
+    return client
+
+
+class InfillPeer:
+    """llama.vim's request: the text before the cursor as raw text (the partial word in it), the
+    suffix, `cache_prompt`, no slot of ours (`id_slot` pinned to PEER_SLOT so it never evicts ours),
+    one kept-alive connection (llama.vim opens one per request: this is kinder to the peer)."""
+
+    def __init__(self, server: LlamaServer, max_tokens: int) -> None:
+        self.server, self.max_tokens = server, max_tokens
+        self.connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=120)
+        self.endpoint = "/infill"
+        status, body = self._post({"input_prefix": "", "input_suffix": "", "prompt": "x", "n_predict": 1})
+        if status != 200:  # no FIM tokens: the same raw text to /completion
+            self.endpoint = "/completion"
+            self.refused = str(body.get("error", {}).get("message", body))[:120] if isinstance(body, dict) else str(body)
+
+    def _post(self, body: dict[str, Any]) -> tuple[int, Any]:
+        self.connection.request("POST", self.endpoint, json.dumps(body), {"Content-Type": "application/json"})
+        answer = self.connection.getresponse()
+        raw = answer.read()
+        try:
+            return answer.status, json.loads(raw)
+        except ValueError:
+            return answer.status, raw.decode(errors="replace")
+
+    def complete(self, text: str) -> tuple[float, str]:
+        """(ms, the text it suggests) for the cursor at the end of `text`."""
+        common = {"n_predict": self.max_tokens, "cache_prompt": True, "id_slot": PEER_SLOT, "stream": False,
+                  "temperature": 0.0, "stop": ["\n"]}  # fmt: skip
+        if self.endpoint == "/infill":
+            line_start = text.rfind("\n") + 1
+            body = {"input_prefix": text[:line_start], "prompt": text[line_start:], "input_suffix": "\n", "input_extra": []}
+        else:
+            body = {"prompt": text}
+        started = time.perf_counter()
+        status, answer = self._post({**body, **common})
+        ms = (time.perf_counter() - started) * 1000
+        return ms, answer.get("content", "") if status == 200 and isinstance(answer, dict) else ""
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+def _next_word_start(doc: Typing) -> str | None:
+    """What the source has between the typed word and the next word's first letter (" t")."""
+    text = source_text()
+    at = text.find(doc.base + doc.word)
+    if at < 0:
+        return None
+    match = re.match(r"([ \t]+)([A-Za-z])", text[at + len(doc.base) + len(doc.word) :])
+    return match.group(1) + match.group(2) if match else None
+
+
+def _ask(editor: Editor, uri: str) -> dict[str, Any]:
+    reply = editor.inline(uri, timeout=120)
+    stats = editor.stats() or {}
+    return {
+        "ms": reply.ms, "suggestion": insert_text(reply), "round_trips": stats.get("roundTrips"),
+        "bytes_sent": stats.get("bytesSent"), "bytes_received": stats.get("bytesReceived"),
+        "decoded": stats.get("decodedTokens"), "fallback": stats.get("fallback"),
+    }  # fmt: skip
+
+
+def _type(
+    editors: dict[str, Editor], peer: InfillPeer | None, doc: Typing, uri: str, max_keys: int
+) -> list[dict[str, Any]]:
+    """One document: its word letter by letter, then the next word's first letter; each keystroke
+    to every editor in turn and to the peer. One row per (who, keystroke)."""
+    keys = [(doc.word[: k + 1], ch, "cold" if k == 0 else "warm") for k, ch in enumerate(doc.word[:max_keys])]
+    if (start := _next_word_start(doc)) is not None and max_keys >= len(doc.word):
+        keys.append((doc.word + start, start, "word start"))
+    rows = []
+    for k, (typed, chars, kind) in enumerate(keys):
+        for who, editor in editors.items():
+            if k == 0:
+                editor.open(uri, doc.base)
+            editor.type(uri, chars)
+            rows.append({"who": who, "kind": kind, "key": k, **_ask(editor, uri)})
+        if peer is not None:
+            ms, shown = peer.complete(doc.base + typed)
+            rows.append({"who": "peer", "kind": kind, "key": k, "ms": ms, "suggestion": shown})
+    for editor in editors.values():
+        editor.close(uri)
+    return rows
+
+
+def keystrokes(
+    editors: dict[str, Editor], peer: InfillPeer | None, count_tokens: Callable[[str], int], quick: bool
+) -> dict[str, Any]:
+    rows: list[dict[str, Any]] = []
+    for size in SIZES[:2] if quick else SIZES:
+        docs = documents(count_tokens, size, 1 if quick else 3, min_word=5 if quick else 7, first_line=60 + size // 3)
+        for d, doc in enumerate(docs):
+            rows += [{**r, "tokens": doc.tokens} for r in _type(editors, peer, doc, f"file:///bench/remote/{size}-{d}.py", 6 if quick else 99)]
+    table = []
+    for kind in ("warm", "word start", "cold"):
+        for who in (*editors, "peer"):
+            got = [r for r in rows if r["who"] == who and r["kind"] == kind]
+            if not got:
+                continue
+            trips = [r["round_trips"] for r in got if r.get("round_trips") is not None]
+            table.append({
+                "kind": kind, "who": who, "keystrokes": len(got), "median_ms": median([r["ms"] for r in got]),
+                "p95_ms": percentile([r["ms"] for r in got], 0.95),
+                "round_trips_median": median(trips), "round_trips_max": maximum(trips),
+                "no_request_share": (sum(t == 0 for t in trips) / len(trips)) if trips else None,
+                "bytes_sent_median": median([r["bytes_sent"] for r in got if r.get("bytes_sent") is not None]),
+                "bytes_received_median": median([r["bytes_received"] for r in got if r.get("bytes_received") is not None]),
+                "fallbacks": sum(bool(r.get("fallback")) for r in got),
+            })  # fmt: skip
+    return {"rows": rows, "table": table, "peer_endpoint": None if peer is None else peer.endpoint}
+
+
+def quality_cases(local: Editor, remote: Editor, cases: list[Case]) -> dict[str, Any]:
+    """The exact method on the same cases, local and remote: accuracy and where they differ."""
+    ours = {"local": quality.run_server(local, cases), "remote": quality.run_server(remote, cases)}
+    differ = [
+        {"case": a.case, "kind": a.kind, "typed": cases[a.case].typed, "local": a.suggestion, "remote": b.suggestion}
+        for a, b in zip(ours["local"], ours["remote"]) if a.suggestion != b.suggestion
+    ]  # fmt: skip
+    return {
+        "cases": len(cases),
+        "correct": {who: sum(o.correct for o in got) / len(got) for who, got in ours.items()},
+        "identical": (len(cases) - len(differ)) / len(cases),
+        "same_first_word": sum(quality.first_word(d["local"] or "") == quality.first_word(d["remote"] or "") for d in differ)
+        + len(cases) - len(differ),
+        "differ": differ,
+    }
+
+
+def four_users(server: LlamaServer, settings: dict[str, Any], count_tokens, quick: bool) -> dict[str, Any]:
+    """Four documents typed by one user one after another, then by four users at once."""
+    docs = documents(count_tokens, SIZES[0] if quick else SIZES[1], SLOTS, min_word=5 if quick else 7, first_line=900)
+    clients = [_client(settings) for _ in docs]
+    try:
+        editors = [Editor(c) for c in clients]
+        single: list[dict[str, Any]] = []
+        for d, doc in enumerate(docs):
+            single += _type({"one": editors[0]}, None, doc, f"file:///bench/one/{d}.txt", 99)
+        together: dict[int, list[dict[str, Any]]] = {}
+
+        def user(i: int) -> None:
+            together[i] = _type({f"user{i}": editors[i]}, None, docs[i], f"file:///bench/four/{i}.txt", 99)
+
+        threads = [threading.Thread(target=user, args=(i,)) for i in range(len(docs))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(600)
+        slots = server.slot_states()
+    finally:
+        for client in clients:
+            client.shutdown()
+    warm_one = [r["ms"] for r in single if r["kind"] == "warm"]
+    warm_four = [r["ms"] for rows in together.values() for r in rows if r["kind"] == "warm"]
+    decoded_four = [r["decoded"] for rows in together.values() for r in rows if r["kind"] == "warm" and r["decoded"] is not None]
+    return {
+        "documents": len(docs), "tokens": median([d.tokens for d in docs]),
+        "one_p50_ms": median(warm_one), "one_p95_ms": percentile(warm_one, 0.95),
+        "four_p50_ms": median(warm_four), "four_p95_ms": percentile(warm_four, 0.95),
+        "p95_ratio": ratio(percentile(warm_four, 0.95), percentile(warm_one, 0.95)),
+        "warm_keystrokes": {"one": len(warm_one), "four": len(warm_four)},
+        "four_decoded_per_warm_key_max": maximum(decoded_four),
+        "slots_used": sum(1 for s in slots if s.get("id_task", -1) != -1 or s.get("n_past") or s.get("n_prompt_tokens")),
+        "slot_states": [{k: s.get(k) for k in ("id", "id_task", "n_ctx", "is_processing")} for s in slots],
+    }  # fmt: skip
+
+
+def fault_probes(server: LlamaServer, settings: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each fault: ms from a keystroke's request to its answer, with the budget FAULT_BUDGET_MS."""
+    base = {**settings, "modelServerTimeoutMs": FAULT_BUDGET_MS}
+    probes: list[dict[str, Any]] = []
+    text = "Please send me the updated schedule for next wee"
+
+    def ask(client: LspClient, name: str, uri: str = "file:///bench/fault.txt") -> None:
+        editor = Editor(client)
+        editor.open(uri, text[:-1])
+        editor.type(uri, text[-1])
+        reply = editor.inline(uri, timeout=60)
+        state = [n["params"]["state"] for n in client.notifications if n["method"] == "cpcLsp/status"]
+        probes.append({"probe": name, "answer_ms": reply.ms, "suggestion": insert_text(reply), "status": state[-1] if state else None})
+        editor.close(uri)
+
+    down = LlamaServer(slots=1)  # never started: nothing listens on its port
+    for name, url in (("down at start", down.url), ("https:// URL", "https://127.0.0.1:9")):
+        client = _client({**base, "modelServer": url})
+        ask(client, name)
+        client.shutdown()
+    with start_llama_server(slots=1, api_key=KEY) as keyed:
+        for name, key in (("missing key", ""), ("wrong key", "wrong")):
+            client = _client({**base, "modelServer": keyed.url, "modelServerApiKey": key})
+            ask(client, name)
+            client.shutdown()
+    with FaultProxy(server.url) as proxy:
+        client = _client({**base, "modelServer": proxy.url})
+        try:
+            ask(client, "warm-up (no fault)", "file:///bench/warm.txt")
+            for name, mode in (("slower than the budget", "delay"), ("garbage answer", "garbage"),
+                               ("truncated answer", "truncate"), ("connection reset", "reset")):  # fmt: skip
+                proxy.mode, proxy.delay_s = mode, FAULT_BUDGET_MS / 1000 + 2
+                ask(client, name, f"file:///bench/{mode}.txt")
+                proxy.mode = "pass"
+                time.sleep(9)  # past the engine's back-off, so the next probe meets the server fresh
+        finally:
+            client.shutdown()
+    for probe in probes:
+        probe["budget_ms"] = FAULT_BUDGET_MS
+    return probes
+
+
+def run(args: Any, cases: list[Case], count_tokens: Callable[[str], int], say: Callable[[str], None]) -> dict[str, Any]:
+    import importlib.util
+
+    if importlib.util.find_spec("engine.remote") is None:
+        say("remote: skipped, the engine has no remote backend here")
+        return {"skipped": "no remote backend"}
+    threads = args.threads or None
+    say("remote: starting llama-server (4 slots, default model)")
+    server = start_llama_server(slots=SLOTS, threads=threads or 2)
+    settings = {"maxTokens": args.max_tokens, "threads": args.threads, "modelServerTimeoutMs": 30000}
+    results: dict[str, Any] = {"llama_server": server.command()[1:], "threads": threads}
+    try:
+        local, remote = _client(settings), _client({**settings, "modelServer": server.url})
+        peer = None if args.no_peer else InfillPeer(server, args.max_tokens)
+        try:
+            editors = {"local": Editor(local), "remote": Editor(remote)}
+            say("remote: keystrokes, local vs remote vs the /infill peer")
+            results["keystrokes"] = keystrokes(editors, peer, count_tokens, args.quick)
+            if peer is not None and peer.endpoint != "/infill":
+                results["keystrokes"]["peer_note"] = getattr(peer, "refused", "")
+            n = min(len(cases), 8 if args.quick else 48)
+            say(f"remote: quality, local vs remote ({n} cases)")
+            for client in (local, remote):
+                client.notify("workspace/didChangeConfiguration", {"settings": {"cpcLsp": {"maxTokens": args.quality_max_tokens}}})
+            results["quality"] = quality_cases(editors["local"], editors["remote"], cases[:n])
+        finally:
+            if peer is not None:
+                peer.close()
+            local.shutdown()
+            remote.shutdown()
+        say("remote: four users at once")
+        results["four_users"] = four_users(server, {**settings, "modelServer": server.url}, count_tokens, args.quick)
+        say("remote: fault probes")
+        results["faults"] = fault_probes(server, settings)
+    finally:
+        server.stop()
+    return results
+
+
+# --- tables and targets --------------------------------------------------------------------------
+
+
+def tables(results: dict[str, Any]) -> list[Table]:
+    if "skipped" in results:
+        return []
+    out = []
+    k = results["keystrokes"]
+    header = ["keystroke", "who", "n", "median ms", "p95 ms", "round trips med (max)", "no request",
+              "bytes sent med", "bytes received med", "mask fallbacks"]  # fmt: skip
+    body = [[r["kind"], r["who"], num(r["keystrokes"]), num(r["median_ms"]), num(r["p95_ms"]),
+             f"{num(r['round_trips_median'], 1)} ({num(r['round_trips_max'])})", pct(r["no_request_share"]),
+             num(r["bytes_sent_median"], 0), num(r["bytes_received_median"], 0),
+             num(r["fallbacks"]) if r["who"] == "remote" else "-"] for r in k["table"]]  # fmt: skip
+    peer = k.get("peer_endpoint") or "-"
+    out.append((f"remote: keystrokes, local vs remote (llama-server over loopback) vs the peer ({peer}, same server)", header, body))
+    q = results["quality"]
+    out.append(("remote: quality, exact method, same cases", ["cases", "local correct", "remote correct", "identical", "same first word"],
+                [[num(q["cases"]), pct(q["correct"]["local"]), pct(q["correct"]["remote"]), pct(q["identical"]),
+                  f"{q['same_first_word']}/{q['cases']}"]]))  # fmt: skip
+    f = results["four_users"]
+    out.append(("remote: four users at once on one llama-server (4 slots), warm keystrokes",
+                ["tokens", "one p50", "one p95", "four p50", "four p95", "four p95 / one p95", "decoded per warm key (max)"],
+                [[num(f["tokens"], 0), num(f["one_p50_ms"]), num(f["one_p95_ms"]), num(f["four_p50_ms"]), num(f["four_p95_ms"]),
+                  times(f["p95_ratio"]), num(f["four_decoded_per_warm_key_max"])]]))  # fmt: skip
+    out.append(("remote: fault probes, ms from the request to its answer", ["probe", "answer ms", "budget ms", "suggestion", "status"],
+                [[p["probe"], num(p["answer_ms"]), num(p["budget_ms"]), "yes" if p["suggestion"] else "none", p["status"] or "-"]
+                 for p in results["faults"]]))  # fmt: skip
+    return out
+
+
+def targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
+    checks: list[tuple[str, str, bool | None]] = []
+    if "skipped" in results:
+        return checks
+    rows = {(r["kind"], r["who"]): r for r in results["keystrokes"]["table"]}
+    remote, peer = rows.get(("warm", "remote")), rows.get(("warm", "peer"))
+    if remote and peer:
+        r = ratio(remote["median_ms"], peer["median_ms"])
+        checks.append(("remote warm keystroke <= 0.5x the /infill peer's", times(r), None if r is None else r <= 0.5))
+    if remote:
+        trips = remote["round_trips_median"]
+        checks.append(("remote: median round trips per keystroke inside a word <= 1.2", num(trips), None if trips is None else trips <= 1.2))
+    q = results["quality"]
+    checks.append(("remote equals local (same cases)", pct(q["identical"]), q["identical"] >= 0.97))
+    f = results["four_users"]
+    checks.append(("four users: p95 warm keystroke <= 3x one user's", times(f["p95_ratio"]),
+                   None if f["p95_ratio"] is None else f["p95_ratio"] <= 3))  # fmt: skip
+    probes = [p for p in results["faults"] if "no fault" not in p["probe"]]
+    late = [p["probe"] for p in probes if p["answer_ms"] > p["budget_ms"]]
+    checks.append(("every fault probe answered within the budget", f"{len(probes) - len(late)}/{len(probes)}" + (f" (late: {', '.join(late)})" if late else ""),
+                   not late))  # fmt: skip
+    return checks
