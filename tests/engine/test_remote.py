@@ -16,9 +16,6 @@ from engine import CompletionRequest, Engine, EngineConfig, ModelServerError, Sa
 
 pytestmark = pytest.mark.model
 
-if not hasattr(__import__("tests.fixtures", fromlist=["x"]), "start_llama_server"):  # until remote-infra's fixture lands
-    pytest.skip("the llama_server fixture is not in tests/fixtures.py yet", allow_module_level=True)
-
 SEEDS = [
     ("Thanks for sending over the draft", " yest", " yesterday"),  # seed 000
     ("import", " num", " numpy"),  # seed 001
@@ -26,11 +23,12 @@ SEEDS = [
     ("", "Once upon a ti", "Once upon a time"),  # seed 001: empty prompt, several tokens
 ]
 KEY = "test-key-7f3a"
+SLOW = 120.0  # the request budget on a loaded 2-core machine (tests claim no speed)
 
 
 @pytest.fixture(scope="module")
 def remote(llama_server):
-    engine = Engine.load(EngineConfig(model_server=llama_server.url))
+    engine = Engine.load(EngineConfig(model_server=llama_server.url, model_server_timeout_s=SLOW))
     yield engine
     engine.close()
 
@@ -110,9 +108,9 @@ def test_a_wrong_key_is_refused_and_the_right_one_works():
     try:
         for key in (None, "wrong"):
             with pytest.raises(ModelServerError) as caught:
-                Engine.load(EngineConfig(model_server=server.url, model_server_api_key=key))
+                Engine.load(EngineConfig(model_server=server.url, model_server_api_key=key, model_server_timeout_s=SLOW))
             assert caught.value.kind == "auth" and KEY not in str(caught.value)
-        engine = Engine.load(EngineConfig(model_server=server.url, model_server_api_key=KEY))
+        engine = Engine.load(EngineConfig(model_server=server.url, model_server_api_key=KEY, model_server_timeout_s=SLOW))
         assert engine.complete(CompletionRequest("import", " num", max_tokens=3)).text.startswith(" numpy")
         engine.close()
     finally:
@@ -125,7 +123,7 @@ def test_a_server_with_another_vocabulary_is_refused(tiny_models):
     server = start_llama_server(slots=1, model=tiny_models["plain"])
     try:
         with pytest.raises(ModelServerError) as caught:
-            Engine.load(EngineConfig(model_server=server.url))
+            Engine.load(EngineConfig(model_server=server.url, model_server_timeout_s=SLOW))
         assert caught.value.kind == "model" and "`model`" in str(caught.value)
     finally:
         server.stop()
