@@ -111,15 +111,24 @@ class KvCache:
 
     fallbacks: tuple[str, ...] = ()  # the remote backend lists its unproven coverings here
 
+    _alone_from: int | None = None  # tokens from here on (past the prompt) are decoded one by one
+
     def begin(self, cancel: threading.Event | None, max_tokens: int = 16, single_line: bool = True) -> None:
-        """A new engine call (nothing to set up in-process)."""
+        """A new engine call: no prompt yet."""
+        self._alone_from = None
 
     def end(self) -> None:
-        """The engine call is over (nothing to release in-process)."""
+        """The engine call is over."""
+        self._alone_from = None
 
     def prepare(self, tokens: tuple[int, ...], required: bytes, cancel: threading.Event | None = None, exact: bool = True) -> None:
-        """Decode the prompt (the required prefix is resolved by the covering search after)."""
+        """Decode the prompt (the required prefix is resolved by the covering search after).
+        Tokens past the prompt (covering branches, the covering, generation) are then decoded
+        one by one, as llama-server decodes what it generates, so both backends compute the
+        same numbers (engine.remote)."""
+        self._alone_from = None
         self.logits_after(tokens, cancel)
+        self._alone_from = len(tokens)
 
     def prefill(self, tokens: tuple[int, ...], cancel: threading.Event | None = None) -> None:
         """Prefetch: decode the prompt and nothing else."""
@@ -166,15 +175,23 @@ class KvCache:
         self._switch_for(tokens)
         keep = self._cut(min(common_prefix_length(self._held, tokens), len(tokens) - outputs))
         tail = tokens[keep:]
-        try:
-            done = self._backend.decode(tail, keep, cancel.is_set if cancel else (lambda: False), outputs, self._live)
-        except Exception:
-            self._reset()
-            raise
-        self._held.extend(tail[: done.count])
-        self.decoded += done.count
-        if done.rows is None:  # cancelled between chunks: what was decoded stays for the next request
-            raise Cancelled()
+        cancelled = cancel.is_set if cancel else (lambda: False)
+        parts = [tail]
+        if outputs == 1 and self._alone_from is not None and keep + len(tail) > self._alone_from + 1:
+            cut = max(0, self._alone_from - keep)
+            parts = ([tail[:cut]] if cut else []) + [tail[i : i + 1] for i in range(cut, len(tail))]
+        for i, part in enumerate(parts):
+            if i and cancelled():
+                raise Cancelled()
+            try:
+                done = self._backend.decode(part, len(self._held), cancelled, outputs, self._live)
+            except Exception:
+                self._reset()
+                raise
+            self._held.extend(part[: done.count])
+            self.decoded += done.count
+            if done.rows is None:  # cancelled between chunks: what was decoded stays for the next request
+                raise Cancelled()
         return done.rows
 
     def _switch_for(self, tokens: tuple[int, ...]) -> None:

@@ -32,6 +32,10 @@ native_log = logging.getLogger("llama.cpp")
 # Boundaries depend on positions only, never on timing: the same history gives the same KV bits,
 # and a decode resumed after a cancel computes exactly what an uninterrupted one would.
 CHUNK_TOKENS = 64
+# The row after a run comes from its last token decoded alone: llama-server always
+# decodes a prompt's last token by itself (it re-evaluates it when the whole prompt is cached), so
+# with its prompt in the same chunks (ubatches of 64 from position 0) the remote backend computes
+# the same numbers as this one (engine.remote).
 # llama.cpp gives each sequence a whole multiple of this many tokens of KV (GGML_PAD(n_ctx_seq, 256)
 # in llama-context.cpp): 256 for a request of 128, 512 for 300. The engine still uses only the
 # tokens it asked for; memory sums use what is really allocated.
@@ -210,6 +214,8 @@ class LlamaContext:
                 return Decoded(done, None)
             at = start + done
             chunk = tokens[done : done + self.chunk_tokens - at % self.chunk_tokens]
+            if outputs == 1 and len(chunk) > 1 and done + len(chunk) == len(tokens):
+                chunk = chunk[:-1]  # the last token alone (see CHUNK_TOKENS)
             batch.n_tokens = len(chunk)
             for i, token in enumerate(chunk):
                 batch.token[i] = token

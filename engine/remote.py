@@ -38,7 +38,7 @@ import itertools
 import math
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
 
@@ -87,6 +87,7 @@ class _Walk:
     forced: list[int]
     literal: bytes | None  # required bytes the grammar still forces; None: no grammar literal
     cover_cap: bool
+    slot: int = -1
     seen: int = 0
     first: bool = True
 
@@ -119,6 +120,7 @@ class RemoteRows:
         self.total_slots = total_slots
         self._fixed_slot = slot
         self._slots: dict[int, tuple[int, ...]] = {}  # slot -> the tokens we last left in it
+        self._unplaced: deque[tuple[int, ...]] = deque(maxlen=4)  # sent with id_slot -1, slot not named yet
         self._n_probs = n_probs
         self._nodes: OrderedDict[tuple[int, ...], _Node] = OrderedDict()
         self._dense: OrderedDict[tuple[int, ...], np.ndarray] = OrderedDict()
@@ -130,6 +132,7 @@ class RemoteRows:
         self._predict = 16
         self._single_line = True
         self._held: tuple[int, ...] = ()
+        self._prompt: tuple[int, ...] = ()  # this call's prompt (tokens past it are forced)
         self.decoded = 0  # prompt tokens the server decoded for us (its timings' prompt_n)
         self.fallbacks: list[str] = []  # one entry per unproven covering ("unproven" | "mask")
         self.switches = 0
@@ -149,6 +152,7 @@ class RemoteRows:
         self._cancel = cancel
         self._predict = max(1, max_tokens)
         self._single_line = single_line
+        self._prompt = ()
 
     def end(self) -> None:
         """The engine call is over: an open stream is closed, so the server stops decoding it.
@@ -182,6 +186,7 @@ class RemoteRows:
                 self._advance_to(key, cancel)
             if key not in self._nodes:
                 self._query(key, predict=self._predict + GENERATION_SLACK, cancel=cancel, until_free=False)
+                self._advance_to(key, cancel)
             node = self._nodes.get(key)
             if node is None:
                 raise self.client.protocol("the stream ended before its first token")
@@ -196,6 +201,7 @@ class RemoteRows:
         known asks for first (nothing when that already proves its choice); without, the row
         after the prompt. Per-step masking (`exact` False) is the server's own grammar: its
         greedy pick is the best consistent token, so the sampler's pick on these rows follows it."""
+        self._prompt = tuple(tokens)
         if not required:
             self.logits_after(tokens, cancel)
             return
@@ -227,7 +233,9 @@ class RemoteRows:
         key = tuple(tokens)
         with self._lock:
             self._close_walk()
-            body = self._body(key, predict=0)
+            # All but the last token: the request that follows then decodes that one alone.
+            start = key[:-1] if len(key) > 1 and self._cached_length(key) < len(key) - 1 else key
+            body = self._body(start, predict=0)
             body["stream"] = False
             try:
                 answer = self.client.post_json("/completion", body, self._deadline, cancel.is_set if cancel else None)
@@ -235,7 +243,7 @@ class RemoteRows:
                 raise Cancelled() from None
             if not isinstance(answer, dict):
                 raise self.client.protocol("a prefetch answer that is not an object")
-            self._learn(key, answer)
+            self._learn(start, answer)
             self._note_timings(answer)
 
     def forget(self) -> None:
@@ -321,20 +329,40 @@ class RemoteRows:
 
     # --- requests --------------------------------------------------------------------------
 
-    def _slot_for(self, context: tuple[int, ...]) -> int:
-        if self._fixed_slot is not None:
-            return self._fixed_slot
+    def _slot_for(self, context: tuple[int, ...]) -> tuple[int, bool]:
+        """(id_slot, cache_prompt): the slot we last left a large part of `context` in, reusing
+        its KV; else a new document: any slot (-1, the server picks an idle one) and the prompt
+        decoded whole, from position 0, as the in-process engine decodes a new document into a
+        fresh sequence (the same chunks give the same numbers; a cut at another point would not)."""
         best, shared = -1, 0
-        for slot, held in self._slots.items():
+        for slot, held in list(self._slots.items()) + [(-1, held) for held in self._unplaced]:
             n = common_prefix_length(held, context)
             if n > shared:
                 best, shared = slot, n
-        return best if shared >= SLOT_SHARE * len(context) else -1
+        warm = shared >= SLOT_SHARE * len(context)
+        if self._fixed_slot is not None:
+            return self._fixed_slot, warm and best in (-1, self._fixed_slot)
+        # A prompt sent to a slot the server chose and did not name yet: -1 again, and the
+        # server's own choice by prompt similarity finds it.
+        return (best, True) if warm else (-1, False)
+
+    def _cached_length(self, context: tuple[int, ...]) -> int:
+        """How much of `context` some slot holds, as far as we know."""
+        return max((common_prefix_length(held, context) for held in list(self._slots.values()) + list(self._unplaced)), default=0)
+
+    def _note_content(self, slot: int, tokens: tuple[int, ...]) -> None:
+        """The slot now holds `tokens` (a stream went on past its prompt)."""
+        if slot >= 0:
+            self._slots[slot] = tokens
+        elif self._unplaced:
+            self._unplaced[-1] = tokens
 
     def _learn(self, context: tuple[int, ...], event: dict) -> None:
         slot = event.get("id_slot")
         if isinstance(slot, int) and 0 <= slot < max(1, self.total_slots):
             self._slots[slot] = context
+            if context in self._unplaced:
+                self._unplaced.remove(context)
             for other, held in list(self._slots.items()):
                 if other != slot and held == context:
                     del self._slots[other]
@@ -345,11 +373,16 @@ class RemoteRows:
             self.decoded += max(0, timings["prompt_n"])
 
     def _body(self, context: tuple[int, ...], predict: int) -> dict:
+        slot, warm = self._slot_for(context)
+        if slot >= 0:
+            self._slots[slot] = context
+        else:
+            self._unplaced.append(context)
         body = {
             "prompt": list(context),
             "n_predict": predict,
-            "cache_prompt": True,
-            "id_slot": self._slot_for(context),
+            "cache_prompt": warm,
+            "id_slot": slot,
             "temperature": 0.0,
             "samplers": ["temperature"],
             "return_tokens": True,
@@ -377,7 +410,16 @@ class RemoteRows:
         until the forced part is through (or, with until_free False, one event); the stream then
         stays open for generation to read on."""
         self._close_walk()
-        body = self._body(context, predict)
+        # What the server decodes as its prompt, and how: the request's prompt (in the same
+        # chunks as in-process, its last token alone: engine.llama_backend), then every token past
+        # it forced one by one, as the in-process engine decodes them (engine.kv `prepare`).
+        start = context
+        prompt = self._prompt
+        if prompt and len(context) > len(prompt) and context[: len(prompt)] == prompt:
+            start, forced = prompt, context[len(prompt) :] + tuple(forced)
+        if len(start) > 1 and self._cached_length(start) < len(start) - 1:
+            start, forced = start[:-1], (start[-1],) + tuple(forced)
+        body = self._body(start, predict + len(context) - len(start))
         terms = [f"<[{t}]>" for t in forced]
         if literal:
             written = gbnf_literal(literal)
@@ -392,10 +434,9 @@ class RemoteRows:
             stream = self.client.stream("/completion", body, self._deadline, cancel.is_set if cancel else None)
         except StreamCancelled:
             raise Cancelled() from None
-        self._held = context
-        self._walk = _Walk(stream, context, list(forced), literal if literal else None, bool(ban))
+        self._held = start
+        self._walk = _Walk(stream, start, list(forced), literal if literal else None, bool(ban), slot=body["id_slot"])
         if not until_free:
-            self._read(cancel)
             return
         while self._walk is not None and (self._walk.forced or self._walk.literal):
             self._read(cancel)
@@ -463,6 +504,7 @@ class RemoteRows:
         self._record(walk.context, token, logprob, top, cap)
         walk.context = walk.context + (token,)
         self._held = walk.context
+        self._note_content(walk.slot, walk.context)
         if self._vocab.eog[token]:
             self._close_walk()
 

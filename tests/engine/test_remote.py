@@ -42,6 +42,9 @@ def slots(url: str, key: str | None = None) -> list[dict]:
 @pytest.mark.parametrize("prompt,required,expected", SEEDS)
 def test_the_seeds_examples_are_the_in_process_engines(remote, model_engine, prompt, required, expected):
     request = CompletionRequest(prompt, required, max_tokens=8)
+    # Both from a cold start: how the KV was filled before (which chunks) moves logits slightly.
+    remote.kv.forget()
+    model_engine.kv.forget()
     theirs, ours = remote.complete(request), model_engine.complete(request)
     assert theirs.text.startswith(expected)
     assert theirs.text == ours.text and theirs.stop_reason == ours.stop_reason
@@ -133,7 +136,7 @@ def test_a_server_that_goes_away_mid_session_is_unreachable_then_back(remote, ll
     llama_server.kill()
     try:
         with pytest.raises(ModelServerError) as caught:
-            remote.complete(CompletionRequest("import", " nu", max_tokens=3))
+            remote.complete(CompletionRequest("A prompt the server has not seen: the", " qu", max_tokens=3))
         assert caught.value.kind == "unreachable"
     finally:
         llama_server.restart()
