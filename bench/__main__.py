@@ -40,7 +40,7 @@ PARTS = ("engine", "keystrokes", "cancel", "quality", "replay", "remote")
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small samples, about a minute on 2 idle cores")
-    parser.add_argument("--only", default=",".join(PARTS), help=f"comma-separated parts to run, of {','.join(PARTS)}")
+    parser.add_argument("--only", default=",".join(PARTS), help=f"comma-separated parts to run, of {','.join(PARTS)}; or busy alone (bench.busy)")
     parser.add_argument("--per-kind", type=int, default=None, help="quality cases per kind of text (default 50, quick 1)")
     parser.add_argument("--seed", type=int, default=0, help="case selection seed")
     parser.add_argument("--quality-max-tokens", type=int, default=8, help="token budget of quality requests")
@@ -330,6 +330,10 @@ def _measure(args, parts, cases, results: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.only == "busy":  # its own servers and spinner: bench.busy (not part of a full run)
+        from bench import busy
+
+        return busy.main(["--no-peer"] if args.no_peer else [])
     parts = tuple(p for p in PARTS if p in args.only.split(","))
     per_kind = args.per_kind or (1 if args.quick else 50)
     full = not args.quick and (parts == PARTS or args.update or args.render)

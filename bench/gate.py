@@ -199,7 +199,7 @@ def shown_at(point: Point, threshold: float, calibration: Calibration) -> str | 
     """What the server shows here with `minConfidence` = threshold (its own code), after the word."""
     if point.completion is None:
         return None
-    found = suggestion_for(point.split, point.completion, single_line=True, min_confidence=threshold, calibration=calibration)
+    found = suggestion_for(point.split, point.completion, min_confidence=threshold, calibration=calibration)
     return None if found is None else found.insert_text[len(point.split.word) :]
 
 

@@ -69,7 +69,7 @@ def tune(engine, cases: list[Case], max_tokens: int = 8) -> list[Scored]:
         parts = split(text, cursor)
         request = request_for(parts, settings)
         completion = engine.complete(request)
-        found = suggestion_for(parts, completion, single_line=True)
+        found = suggestion_for(parts, completion)
         base = first_word(found.insert_text) if found else parts.word
         whitespace = parts.required[: len(parts.required) - len(parts.word)]
         sent = lexicon.candidates(parts.word)

@@ -68,7 +68,7 @@ class LlamaServer:
         api_key: str | None = None,
         ctx: int = 2048,
         model: Path | str | None = None,
-        threads: int = 2,
+        threads: int = 1,
         port: int | None = None,
         extra_args: tuple[str, ...] = (),
         log_path: Path | None = None,
@@ -97,7 +97,7 @@ class LlamaServer:
             str(self.binary), "--model", str(self.model), "--host", "127.0.0.1", "--port", str(self.port),
             "--parallel", str(self.slots), "--ctx-size", str(self.ctx * self.slots), "--no-kv-unified",
             "--swa-full", "--batch-size", "512", "--ubatch-size", "64", "--threads", str(self.threads),
-            "--threads-batch", str(self.threads), "--no-warmup", "--no-webui",
+            "--threads-batch", str(self.threads), "--no-webui",
         ]  # fmt: skip
         if self.api_key:
             args += ["--api-key", self.api_key]

@@ -71,7 +71,7 @@ def run_engine(engine, cases: list[Case], max_tokens: int, methods: tuple[str, .
                 continue
             request = replace(request_for(parts, settings), exact=method == "exact")
             completion = engine.complete(request)
-            found = suggestion_for(parts, completion, single_line=True)
+            found = suggestion_for(parts, completion)
             outcomes.append(_outcome(
                 i, case, method, "engine", found.insert_text if found else None,
                 completion.text.startswith(parts.required),

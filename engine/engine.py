@@ -449,7 +449,8 @@ class Engine:
 
     @staticmethod
     def _cut(text: str, free_from: int, request: CompletionRequest) -> tuple[str, str] | None:
-        """Where generated text ends early: a stop sequence or, in single-line mode, a line break."""
+        """Where generated text ends early: a stop sequence or, in single-line mode, a line break
+        (multi-line: a line indented below `indent_floor`, the end of the block)."""
         free = text[free_from:]
         found = first_stop(free, request.stop) if request.stop else None
         ends = []
@@ -459,6 +460,8 @@ class Engine:
             breaks = [i for i in (free.find(b) for b in LINE_BREAKS) if i >= 0]
             if breaks:
                 ends.append((min(breaks), "line"))
+        elif request.indent_floor is not None and (dedent := _dedent(free, request.indent_floor)) is not None:
+            ends.append((dedent, "block"))
         if not ends:
             return None
         end, reason = min(ends)
@@ -468,6 +471,20 @@ class Engine:
         self.kv.forget()
         self._context.close()
         self._model.close()
+
+
+def _dedent(text: str, floor: int) -> int | None:
+    """Where the first line after the first one that is indented less than `floor` begins (at
+    its line break), once that line has something on it; blank lines never end a block."""
+    at = text.find("\n")
+    while at >= 0:
+        nxt = text.find("\n", at + 1)
+        line = text[at + 1 : len(text) if nxt < 0 else nxt].rstrip("\r")
+        body = line.lstrip(" \t")
+        if body and len(line) - len(body) < floor:
+            return at
+        at = nxt
+    return None
 
 
 def _typed(required: str) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import numpy as np
 
 import llama_cpp
 
+from engine.cores import CoreMeter
 from engine.kv import Decoded
 from engine.types import ModelLoadError
 
@@ -31,11 +31,11 @@ native_log = logging.getLogger("llama.cpp")
 # throughput (measured: 32-token chunks decoded a cold 840-token prompt ~1.5x slower than 64-512).
 # Boundaries depend on positions only, never on timing: the same history gives the same KV bits,
 # and a decode resumed after a cancel computes exactly what an uninterrupted one would.
-CHUNK_TOKENS = 64
 # The row after a run comes from its last token decoded alone: llama-server always
 # decodes a prompt's last token by itself (it re-evaluates it when the whole prompt is cached), so
 # with its prompt in the same chunks (ubatches of 64 from position 0) the remote backend computes
 # the same numbers as this one (engine.remote).
+CHUNK_TOKENS = 64
 # llama.cpp gives each sequence a whole multiple of this many tokens of KV (GGML_PAD(n_ctx_seq, 256)
 # in llama-context.cpp): 256 for a request of 128, 512 for 300. The engine still uses only the
 # tokens it asked for; memory sums use what is really allocated.
@@ -172,7 +172,11 @@ class LlamaContext:
         params.n_ubatch = n_batch
         params.n_seq_max = sequences
         params.kv_unified = False  # a stream per sequence: attention never scans other documents
-        threads = threads or max(1, os.cpu_count() or 1)
+        # threads None: as many as the cores other processes leave free, chosen again before each
+        # chunk (engine.cores); a number: exactly that many, whatever the machine does.
+        self._meter = None if threads else CoreMeter()
+        threads = threads or self._meter.threads()
+        self.threads = threads
         params.n_threads = threads
         params.n_threads_batch = threads
         params.swa_full = True
@@ -223,6 +227,8 @@ class LlamaContext:
                 batch.n_seq_id[i] = 1
                 batch.seq_id[i][0] = seq
                 batch.logits[i] = 1 if done + i >= first_output else 0
+            if self._meter is not None:
+                self._follow_machine()
             status = llama_cpp.llama_decode(self._ctx, batch)
             if status != 0:
                 raise DecodeError(f"llama_decode returned {status}")
@@ -231,6 +237,12 @@ class LlamaContext:
                 rows[done + i - first_output] = np.ctypeslib.as_array(pointer, shape=(self.n_vocab,))
             done += len(chunk)
         return Decoded(done, rows)
+
+    def _follow_machine(self) -> None:
+        threads = self._meter.threads()
+        if threads != self.threads:
+            llama_cpp.llama_set_n_threads(self._ctx, threads, threads)
+            self.threads = threads
 
     def remove_from(self, position: int, seq: int = 0) -> bool:
         """Drop sequence `seq`'s KV cells at positions >= `position`."""

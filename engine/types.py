@@ -64,6 +64,9 @@ class CompletionRequest:
     lexicon_prior: float = 1.0  # nats added to a document word's score
     lexicon_decodes: int = 8  # extra decodes the scoring may spend
     alternatives: int = 0  # other first words to return (decodes bounded by max_cover_decodes)
+    # Multi-line only (sampling.single_line False): generation ends before the first later line
+    # indented less than this many spaces/tabs (the end of the block being written); None: no such end.
+    indent_floor: int | None = None
 
 
 @dataclass(frozen=True)
@@ -144,7 +147,7 @@ class Completion:
     """The generated text (beginning with the required prefix unless the constraint was dropped)."""
 
     text: str
-    stop_reason: str  # "eos" | "stop" | "line" | "length" | "cancelled" | "empty" (no prompt token)
+    stop_reason: str  # "eos" | "stop" | "line" | "block" (indent_floor) | "length" | "cancelled" | "empty" (no prompt token)
     stats: DecodeStats
     required_satisfied: bool = True
     logprobs: tuple[float, ...] = ()

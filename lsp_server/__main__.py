@@ -119,24 +119,26 @@ def _setup_logging(level: str) -> None:
 def complete(args: argparse.Namespace, settings: Settings) -> int:
     """One suggestion through split → request → scheduler → engine → suggestion, like the server."""
     from lsp_server.scheduler import Scheduler
+    from lsp_server import block as blocks
     from lsp_server.split import split
     from lsp_server.suggestion import request_for, suggestion_for
 
     parts = split(args.text + args.suffix, len(args.text), settings.fim_suffix_lines or None)
+    block = blocks.at(args.text + args.suffix, len(args.text), settings.line_mode())
     scheduler = Scheduler()
     try:
         loaded = scheduler.load(settings.engine_config()).result()
         if not loaded.ok:
             print(f"cpc-lsp: {loaded.error}", file=sys.stderr)
             return 2
-        answer = scheduler.submit(request_for(parts, settings)).future.result()
+        answer = scheduler.submit(request_for(parts, settings, block=block)).future.result()
     finally:
         scheduler.close()
     if answer.completion is None:
         print(f"cpc-lsp: no completion ({answer.detail or answer.reason})", file=sys.stderr)
         return 1
     found = suggestion_for(
-        parts, answer.completion, single_line=settings.single_line, naive=settings.method == "naive"
+        parts, answer.completion, block=block, naive=settings.method == "naive", min_confidence=settings.min_confidence
     )
     insert_text = found.insert_text if found else parts.word
     if args.json:

@@ -22,8 +22,9 @@ from pygls.exceptions import FeatureRequestError
 from pygls.lsp.server import LanguageServer
 
 from engine import EngineConfig, Signals
-from lsp_server import __version__, status
+from lsp_server import __version__, block as blocks, status
 from lsp_server.documents import UTF16, Document, Documents, Range
+from lsp_server.carry import Carry
 from lsp_server.lexicon import Lexicon
 from lsp_server.logs import TextGuard, frames, installed
 from lsp_server.protocol import CpcProtocol, serve_stdio, serve_tcp
@@ -32,7 +33,7 @@ from lsp_server.scheduler import Answer, EngineLike, Event, Job, LoadResult, Sch
 from lsp_server.schema import camel
 from lsp_server.settings import API_KEY_ENV, SECTION, Settings, apply
 from lsp_server.split import Split, split
-from lsp_server.suggestion import Suggestion, request_for, suggestion_for
+from lsp_server.suggestion import Suggestion, request_for, suggestions_for
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +67,9 @@ class CpcServer(LanguageServer):
         self.encoding = UTF16
         self.initialized = False
         self.requests = 0  # completion requests seen, for log lines and stats
+        self.carry = Carry()  # the last suggestions shown per document, for what is left after an accept
+        self.carried = 0  # requests answered from a shown suggestion, with no engine work
+        self.engine_answers = 0  # requests the engine answered
         self._tasks: set[asyncio.Future] = set()
         self._budget_warned: Settings | None = None  # the settings a budget problem was shown for
         self.log_guard = TextGuard(self.settings.log_document_text)  # on pygls's loggers while serving
@@ -100,6 +104,7 @@ class CpcServer(LanguageServer):
             logger.warning("%s", problem)
             self.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning, message=problem))
         previous, self.settings = self.settings, updated
+        self.carry.forget()  # what was shown was made under the old settings
         self.log_guard.allowed = updated.log_document_text
         keys = (updated.model_server_api_key, os.environ.get(API_KEY_ENV, "").strip())
         self.log_guard.secrets = frozenset(key for key in keys if key)
@@ -239,8 +244,12 @@ class CpcServer(LanguageServer):
         parts = split(doc.text, cursor, self.settings.fim_suffix_lines or None)
         self.scheduler.prefetch(request_for(parts, self.settings), tag=unquote(uri))
 
-    async def suggest(self, uri: str, position: types.Position) -> tuple[Document, Suggestion] | None:
-        """The suggestion at `position` and the document it was made from; None when there is none."""
+    async def suggest(
+        self, uri: str, position: types.Position, selected: types.SelectedCompletionInfo | None = None
+    ) -> tuple[Document, list[Suggestion]] | None:
+        """The suggestions at `position` (most probable first) and the document they were made
+        from; None when there is none. With `selected` (the item highlighted in an open completion
+        menu), the text is read as if that item replaced its range: each suggestion begins with it."""
         doc = self.documents.get(uri)
         if doc is None or doc.stale:
             return None
@@ -248,9 +257,20 @@ class CpcServer(LanguageServer):
         number = self.requests
         settings = self.settings
         cursor = doc.offset_at(position.line, position.character, self.encoding)
-        parts = split(doc.text, cursor, settings.fim_suffix_lines or None)
+        text, at, start = doc.text, cursor, None
+        if selected is not None:
+            text, at, start = self._with_selected(doc, selected, cursor)
+        parts = split(text, at, settings.fim_suffix_lines or None)
+        if selected is None and (rest := self.carry.rest(uri, text, cursor)) is not None:
+            self.carried += 1
+            logger.info("#%d shown: the rest of the suggestion already shown (no engine work)", number)
+            self.carry.remember(uri, text, cursor, rest, self.carry.complete(uri))
+            return doc, [Suggestion(parts.word_start, cursor, parts.word + added) for added in rest]
+        self.carry.forget(uri)
+        block = blocks.at(text, at, settings.line_mode())
         candidates = self.lexicon.candidates(parts.word) if settings.lexicon else ()
-        job = self.scheduler.submit(request_for(parts, settings, candidates), tag=unquote(uri))
+        request = request_for(parts, settings, candidates, block, alternatives=settings.alternatives)
+        job = self.scheduler.submit(request, tag=unquote(uri))
         try:
             answer = await self._wait(job)
         except asyncio.CancelledError:  # $/cancelRequest: re-raised, pygls answers -32800
@@ -259,17 +279,39 @@ class CpcServer(LanguageServer):
             raise
         if self.documents.get(uri) is not doc:  # edited while we worked: the answer is stale
             answer = Answer(None, "superseded")
-        found = None
+        found: list[Suggestion] = []
         if answer.completion is not None:
-            found = suggestion_for(
-                parts, answer.completion, single_line=settings.single_line, naive=settings.method == "naive",
+            self.engine_answers += 1
+            found = suggestions_for(
+                parts, answer.completion, block=block, naive=settings.method == "naive",
                 min_confidence=settings.min_confidence,
             )  # fmt: skip
         elif answer.reason == "budget" and self._budget_warned is not settings:
             self._budget_warned = settings  # once per settings, not on every keystroke
             self.tell(types.MessageType.Warning, f"cpc-lsp: {answer.detail}")
-        self._log_answer(number, answer, parts, found, settings.log_document_text)
-        return None if found is None else (doc, found)
+        self._log_answer(number, answer, parts, found[0] if found else None, settings.log_document_text, len(found))
+        if not found:
+            return None
+        if start is not None:  # back to the document's own text: each item replaces the selected range too
+            return doc, [
+                Suggestion(min(start, f.word_start), cursor, text[min(start, f.word_start) : f.word_start] + f.insert_text)
+                for f in found
+            ]
+        complete = answer.completion is not None and answer.completion.stop_reason != "length"
+        self.carry.remember(uri, text, cursor, tuple(f.insert_text[len(parts.word) :] for f in found), complete)
+        return doc, found
+
+    def _with_selected(
+        self, doc: Document, selected: types.SelectedCompletionInfo, cursor: int
+    ) -> tuple[str, int, int]:
+        """(the text with the selected item's text in place of its range, the cursor in that text,
+        where the range starts). A range past the cursor ends at it; one after it is ignored."""
+        r = selected.range
+        start = doc.offset_at(r.start.line, r.start.character, self.encoding)
+        end = doc.offset_at(r.end.line, r.end.character, self.encoding)
+        start = min(start, cursor)
+        end = max(start, min(end, cursor))
+        return doc.text[:start] + selected.text + doc.text[end:], cursor + len(selected.text) - (end - start), start
 
     async def _wait(self, job: Job) -> Answer:
         """The job's answer. Waiting for a model to load is bounded; a running completion is
@@ -284,7 +326,7 @@ class CpcServer(LanguageServer):
             return Answer(None, "timeout: no model after waiting")
 
     def _log_answer(
-        self, number: int, answer: Answer, parts: Split, found: Suggestion | None, with_text: bool
+        self, number: int, answer: Answer, parts: Split, found: Suggestion | None, with_text: bool, items: int = 1
     ) -> None:
         """One line per request: what the engine did, in numbers; text only when asked for."""
         if answer.completion is None:
@@ -293,10 +335,10 @@ class CpcServer(LanguageServer):
         s = answer.completion.stats
         logger.info(
             "#%d %s: stop=%s required=%d chars prompt=%d reused=%d decoded=%d cover=%d "
-            "generated=%d ms=%.0f",
+            "generated=%d alternatives=%d ms=%.0f",
             number, "shown" if found else "nothing to add", answer.completion.stop_reason,
             len(parts.required), s.prompt_tokens, s.reused_tokens, s.decoded_tokens,
-            s.cover_decodes, s.generated_tokens, s.ms,
+            s.cover_decodes, s.generated_tokens, max(0, items - 1), s.ms,
         )  # fmt: skip
         if with_text:
             logger.debug("#%d required=%r suggestion=%r", number, parts.required, found)
@@ -317,6 +359,8 @@ class CpcServer(LanguageServer):
             "stopReason": last.stop_reason,
             "requiredSatisfied": last.required_satisfied,
             "requests": self.requests,
+            "engineAnswers": self.engine_answers,
+            "carried": self.carried,
             "signals": signals_json(last.signals),
         }
 
@@ -396,17 +440,19 @@ def build_server(
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: CpcServer, params: types.DidCloseTextDocumentParams) -> None:
         ls.scheduler.cancel_tag(unquote(params.text_document.uri))
+        ls.carry.forget(params.text_document.uri)
         ls.documents.close(params.text_document.uri)
 
     @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
     async def inline_completion(
         ls: CpcServer, params: types.InlineCompletionParams
     ) -> list[types.InlineCompletionItem]:
-        result = await ls.suggest(params.text_document.uri, params.position)
+        selected = params.context.selected_completion_info if params.context else None
+        result = await ls.suggest(params.text_document.uri, params.position, selected)
         if result is None:
             return []
         doc, found = result
-        return [types.InlineCompletionItem(insert_text=found.insert_text, range=ls.range_of(doc, found))]
+        return [types.InlineCompletionItem(insert_text=f.insert_text, range=ls.range_of(doc, f)) for f in found]
 
     @server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions())
     async def completion(ls: CpcServer, params: types.CompletionParams) -> types.CompletionList:
@@ -421,15 +467,18 @@ def build_server(
         if result is None:
             return types.CompletionList(is_incomplete=True, items=[])
         doc, found = result
-        item = types.CompletionItem(
-            label=found.insert_text,
-            kind=types.CompletionItemKind.Text,
-            detail="cpc-lsp",
-            sort_text="0",
-            insert_text_format=types.InsertTextFormat.PlainText,
-            text_edit=types.TextEdit(ls.range_of(doc, found), found.insert_text),
-        )
-        return types.CompletionList(is_incomplete=True, items=[item])
+        items = [
+            types.CompletionItem(
+                label=f.insert_text,
+                kind=types.CompletionItemKind.Text,
+                detail="cpc-lsp",
+                sort_text=f"{n:02d}",  # most probable first, also past ten items
+                insert_text_format=types.InsertTextFormat.PlainText,
+                text_edit=types.TextEdit(ls.range_of(doc, f), f.insert_text),
+            )
+            for n, f in enumerate(found)
+        ]
+        return types.CompletionList(is_incomplete=True, items=items)
 
     @server.feature(STATS_METHOD)
     def stats(ls: CpcServer, params: Any) -> dict[str, Any] | None:

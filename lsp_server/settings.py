@@ -34,6 +34,11 @@ METHODS = (
     ("mask", "Constrain each step to tokens consistent with the typed word (per-step masking)."),
     ("naive", "Leave the partial word in the prompt with no constraint (what most tools do; for comparison)."),
 )
+MULTI_LINE = (
+    ("off", "One line: each suggestion ends at the end of the line."),
+    ("block", "One line, except after a line that opens a block (`:`, `{`, `(`, `[`, `=>` at its end) with nothing in it yet: then the block, up to its end."),
+    ("always", "Several lines wherever the model goes on, up to the end of the block the cursor is in."),
+)
 FIM_ORDERS = (
     ("psm", "Prefix, suffix, middle: what most FIM models are trained on (Qwen2.5-Coder, StarCoder2, CodeGemma)."),
     ("spm", "Suffix, prefix, middle (llama.cpp's suffix-first layout): for models trained on it; a new word decodes only itself."),
@@ -78,7 +83,10 @@ class Settings:
         "Penalty for repeating any of the last 64 tokens (1: none).",
     )
     seed: int = setting(_SAMPLING.seed, Int(0, 2**32 - 1), "Random seed for sampling, so that suggestions are reproducible.")
-    single_line: bool = setting(_SAMPLING.single_line, Bool(), "End each suggestion at the end of the line.")
+    single_line: bool = setting(
+        _SAMPLING.single_line, Bool(),
+        'Kept for older configurations: `false` means `multiLine` "always"; `true` leaves it to `multiLine`.',
+    )
     context_tokens: int = setting(
         _ENGINE.context_tokens, Int(128, 131_072),
         "Size of the model's context window in tokens, per document: no prompt and no KV goes beyond "
@@ -99,8 +107,10 @@ class Settings:
     )
     threads: int = setting(
         0, Int(0, 256),
-        "CPU threads the model runs on; 0 uses all cores. Changing it reloads the model. On a busy "
-        "2-core machine one thread is faster (llama.cpp's threads spin).",
+        "CPU threads the model runs on. 0: as many as the cores other processes leave free, chosen "
+        "again during each request (llama.cpp's threads wait for each other after every step, so a "
+        "thread on a busy core slows them all); a number: exactly that many threads, however busy "
+        "the machine is. Changing it reloads the model.",
     )
     log_document_text: bool = setting(
         False, Bool(), "Debugging only: let the server's log contain the text of your documents."
@@ -177,6 +187,16 @@ class Settings:
         "Time budget of one request to the model server in milliseconds; a slower answer gives no "
         "suggestion for that keystroke, and the status says so.",
     )
+    multi_line: str = setting(
+        "block", Choice(MULTI_LINE),
+        "When a suggestion may span several lines. A multi-line suggestion ends where the block does "
+        "(a line indented less), before a line that is already after the cursor, and before a bracket "
+        "that the text after the cursor already closes; it leaves no bracket it opened unclosed.",
+    )
+    multi_line_tokens: int = setting(
+        48, Int(1, 512),
+        "Most tokens of a multi-line suggestion (instead of `maxTokens`); half of `contextTokens` at most is used.",
+    )
 
     def engine_config(self) -> EngineConfig:
         """What loading the engine needs; a change here means a reload."""
@@ -192,6 +212,10 @@ class Settings:
             model_server_timeout_s=self.model_server_timeout_ms / 1000
             if self.model_server else _ENGINE.model_server_timeout_s,
         )
+
+    def line_mode(self) -> str:
+        """`multiLine`, with the older `singleLine: false` meaning "always"."""
+        return "always" if not self.single_line else self.multi_line
 
     def sampling(self) -> SamplingConfig:
         """The sampler's settings, taken by name (a new sampling setting is declared once, above)."""

@@ -7,9 +7,11 @@ positions or threads.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from engine import Completion, CompletionRequest
+from lsp_server import block as blocks
+from lsp_server.block import Block
 from lsp_server.gate import CALIBRATION, Calibration, confident_length, cursor_class
 from lsp_server.settings import Settings
 from lsp_server.split import LINE_BREAKS, Split, is_word_char
@@ -25,19 +27,26 @@ class Suggestion:
 
 
 def request_for(
-    split: Split, settings: Settings, candidates: tuple[str, ...] = (), alternatives: int = 0
+    split: Split, settings: Settings, candidates: tuple[str, ...] = (), block: Block | None = None,
+    alternatives: int = 0,
 ) -> CompletionRequest:
     """The engine request for `settings.method`: "exact" (the covering search), "mask" (per-step
     masking, seed 001) or "naive" (the partial word left in the prompt, no constraint).
     `candidates` (document words beginning with the typed word) go with "exact" and `lexicon` only.
+    With `block` the suggestion may span lines (`multiLineTokens`), ending where the block does.
     `alternatives`: other first words to ask for (engine.alternatives; they may cost decodes)."""
     naive = settings.method == "naive"
+    sampling = settings.sampling()
+    max_tokens = settings.max_tokens
+    if block is not None:
+        sampling = replace(sampling, single_line=False)
+        max_tokens = max(1, min(settings.multi_line_tokens, settings.context_tokens // 2))
     return CompletionRequest(
         prompt=split.prompt + split.required if naive else split.prompt,
         required="" if naive else split.required,
-        max_tokens=settings.max_tokens,
+        max_tokens=max_tokens,
         stop=settings.stop,
-        sampling=settings.sampling(),
+        sampling=sampling,
         max_cover_decodes=settings.max_cover_decodes,
         exact=settings.method == "exact",
         suffix=None if naive else split.after,
@@ -46,6 +55,7 @@ def request_for(
         candidates=candidates if settings.lexicon and settings.method == "exact" else (),
         lexicon_prior=settings.lexicon_prior,
         lexicon_decodes=settings.lexicon_decodes,
+        indent_floor=None if block is None else block.floor,
         alternatives=alternatives,
     )
 
@@ -54,7 +64,7 @@ def suggestion_for(
     split: Split,
     completion: Completion,
     *,
-    single_line: bool,
+    block: Block | None = None,
     naive: bool = False,
     min_confidence: float = 0.0,
     calibration: Calibration = CALIBRATION,
@@ -64,26 +74,59 @@ def suggestion_for(
     A completion that does not begin with the required prefix (the engine dropped the
     constraint) would not finish the user's word, so it is not shown. With `naive`, the
     completion continues the text at the cursor (the required prefix was left in the prompt).
+    Without `block` the suggestion is one line; with it, lines cut by `lsp_server.block.shape`.
     With `min_confidence` > 0 the confidence gate (lsp_server.gate) cuts it at the last word it
-    trusts (`calibration`: another fit, for the bench); a completion without signals is not gated.
+    trusts (`calibration`: another fit, for the bench), and a multi-line one after the last whole
+    line it trusts; a completion without signals is not gated.
     """
     text = split.required + completion.text if naive else completion.text
     if completion.cancelled or not text.startswith(split.required):
         return None
     added = text[len(split.required) :]
-    if single_line:
-        added = _first_line(added)
-    added = stop_before_suffix(added, split.suffix)
+    first = _first_line(added)
+    cut = stop_before_suffix(first, split.suffix)
+    multi = block is not None and cut == first  # cut short on its first line: it ends there
+    if not multi:
+        added = cut
+    kept = None
     if min_confidence > 0 and completion.signals is not None:
         offset = 0 if naive else len(split.required)  # where `added` starts in completion.text
         keep = confident_length(
             completion.text, offset, completion.signals, cursor_class(split),
             min_confidence, offset + len(added), calibration,
         )  # fmt: skip
-        added = added[: max(0, keep - offset)]
+        kept = max(0, keep - offset)
+    if multi:
+        added = blocks.shape(added, block, kept)
+    elif kept is not None:
+        added = added[:kept]
     if not added.strip():
         return None
     return Suggestion(split.word_start, split.cursor, split.word + added)
+
+
+def suggestions_for(
+    split: Split,
+    completion: Completion,
+    *,
+    block: Block | None = None,
+    naive: bool = False,
+    min_confidence: float = 0.0,
+    calibration: Calibration = CALIBRATION,
+) -> list[Suggestion]:
+    """The suggestion and the engine's alternatives (other ways to finish the typed word, each to
+    its word's end), most probable first, distinct: the items to cycle through. Each is made as
+    `suggestion_for` makes one (an alternative on one line)."""
+    gate = {"naive": naive, "min_confidence": min_confidence, "calibration": calibration}
+    found = [suggestion_for(split, completion, block=block, **gate)]
+    for alternative in completion.alternatives:
+        other = replace(completion, text=alternative.text, signals=alternative.signals, alternatives=())
+        found.append(suggestion_for(split, other, **gate))
+    distinct: dict[str, Suggestion] = {}
+    for suggestion in found:
+        if suggestion is not None and suggestion.insert_text not in distinct:
+            distinct[suggestion.insert_text] = suggestion
+    return list(distinct.values())
 
 
 def _first_line(text: str) -> str:

@@ -50,6 +50,8 @@ command -v ninja >/dev/null && GENERATOR=(-G Ninja)
 
 WORK=$(mktemp -d "$CACHE/llama-server/build.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
+# ccache keys hold absolute paths: relative to the (temporary) work folder, a rebuild hits.
+export CCACHE_BASEDIR="$WORK" CCACHE_NOHASHDIR=true
 say "building llama-server from llama-cpp-python $VERSION's llama.cpp for $level (a few minutes, once)"
 say "downloading the llama-cpp-python $VERSION sdist"
 "$PY" -m pip download --quiet --no-deps --no-binary :all: \

@@ -27,7 +27,7 @@ import pytest
 
 from bench.llama_server import LlamaServer, start_llama_server  # noqa: F401  (re-exported)
 from bench.lsp_client import Editor, LspClient, Reply, end_position, frame  # noqa: F401  (re-exported)
-from engine import Completion, CompletionRequest, DecodeStats, EngineConfig, ModelLoadError, Prefetched
+from engine import Alternative, Completion, CompletionRequest, DecodeStats, EngineConfig, ModelLoadError, Prefetched, Signals
 
 DRAFT = "Thanks for sending over the draft yest"
 FAST = {"maxTokens": 4, "threads": 1}  # real-model settings that keep a completion short
@@ -42,8 +42,8 @@ class FakeEngine:
 
     It finishes the required word from `words` (the first one that extends it) and then adds
     " done" when `max_tokens` allows more than one token; without a matching word the text is
-    `required + " done"`. `decoded_tokens` is 0 when the prompt is the previous one, as with the
-    real KV cache. `block` makes `complete` spin until cancelled, like decode steps would;
+    `required + " done"`. The other words that extend it are its alternatives (as many as asked).
+    `decoded_tokens` is 0 when the prompt is the previous one, as with the real KV cache. `block` makes `complete` spin until cancelled, like decode steps would;
     `step_s` makes each call take that long (a slow machine).
     """
 
@@ -73,13 +73,18 @@ class FakeEngine:
         if cancel.is_set():
             return Completion("", "cancelled", DecodeStats(prompt_tokens=prompt_tokens, decoded_tokens=decoded))
         partial = request.required.lstrip()
-        word = next((w for w in self.words if w.startswith(partial) and len(w) > len(partial)), partial)
+        fits = [w for w in self.words if w.startswith(partial) and len(w) > len(partial)]
+        word = fits[0] if fits else partial
         text = request.required + word[len(partial) :] + (" done" if request.max_tokens > 1 else "")
+        # The other words that finish it, as the engine's alternatives (each to its word's end).
+        others = tuple(
+            Alternative(request.required + w[len(partial) :], Signals(-1.0, 0.5, ())) for w in fits[1:]
+        )[: request.alternatives] if partial else ()
         stats = DecodeStats(
             prompt_tokens=prompt_tokens, decoded_tokens=decoded, reused_tokens=prompt_tokens - decoded,
             generated_tokens=2, kv_tokens=prompt_tokens + 2,
         )  # fmt: skip
-        return Completion(text, "eos", stats)
+        return Completion(text, "eos", stats, alternatives=others)
 
     def prefetch(self, request: CompletionRequest, cancel: threading.Event) -> Prefetched:
         """Like the real one: the prompt is warm afterwards, unless cancelled first."""

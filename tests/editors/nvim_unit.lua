@@ -70,6 +70,7 @@ check('bad options are refused', function()
   eq(pcall(cpc_lsp.setup, { cmd = 3 }), false, 'cmd = 3')
   eq(pcall(cpc_lsp.setup, { settings = 'x' }), false, 'settings = "x"')
   eq(pcall(cpc_lsp.setup, { accept_key = 1 }), false, 'accept_key = 1')
+  eq(pcall(cpc_lsp.setup, { next_key = 1 }), false, 'next_key = 1')
 end)
 
 check('0.11: the accept key takes the completion menu, else types itself', function()
@@ -92,7 +93,7 @@ check('0.11: the accept key takes the completion menu, else types itself', funct
 end)
 
 check('0.12: inline completion is enabled and the accept key takes the suggestion', function()
-  local calls = { enable = {}, get = {} }
+  local calls = { enable = {}, get = {}, select = {} }
   local suggestion_shown = true
   vim.lsp.inline_completion = {
     enable = function(enable, filter)
@@ -101,6 +102,9 @@ check('0.12: inline completion is enabled and the accept key takes the suggestio
     get = function(opts)
       table.insert(calls.get, opts)
       return suggestion_shown
+    end,
+    select = function(opts)
+      table.insert(calls.select, opts)
     end,
   }
   local ok, err = pcall(function()
@@ -115,6 +119,11 @@ check('0.12: inline completion is enabled and the accept key takes the suggestio
     suggestion_shown = false
     eq(keycode(press(bufnr, '<C-L>')), keycode('<C-l>'), 'accept key without a suggestion')
     eq(calls.get, { { bufnr = bufnr }, { bufnr = bufnr } }, 'inline_completion.get calls')
+    local next_map = vim.fn.maparg('<M-]>', 'i', false, true)
+    local prev_map = vim.fn.maparg('<M-[>', 'i', false, true)
+    next_map.callback()
+    prev_map.callback()
+    eq(calls.select, { { bufnr = bufnr, count = 1 }, { bufnr = bufnr, count = -1 } }, 'next/previous suggestion')
   end)
   vim.lsp.inline_completion = nil
   assert(ok, err)
@@ -176,6 +185,18 @@ check('per-filetype switch: enable, disable, toggle, the command and the statusl
   eq(cpc_lsp.status(), 'cpc-lsp: off', 'statusline text while off')
   vim.cmd('CpcLsp enable lua')
   eq(cpc_lsp.state(), { state = 'stopped', message = '', enabled = true }, 'state() before any server')
+  -- A model server's trouble shows even where suggestions are off (lsp_server/status.py states).
+  local on_status = vim.lsp.config[cpc_lsp.name].handlers['cpcLsp/status']
+  on_status(nil, { state = 'unreachable', message = 'server unreachable: cannot connect' })
+  eq(cpc_lsp.status(), 'cpc-lsp: server unreachable', 'statusline text for an unreachable model server')
+  on_status(nil, { state = 'slow', message = 'no answer within 5 s' })
+  eq(cpc_lsp.status(), 'cpc-lsp: server too slow', 'statusline text for a slow model server')
+  on_status(nil, { state = 'ready', message = 'answers again' })
+  eq(cpc_lsp.status(), 'cpc-lsp: ready', 'ready once it answers')
+  cpc_lsp.disable('lua')
+  on_status(nil, { state = 'unreachable', message = 'server unreachable: cannot connect' })
+  eq(cpc_lsp.status(), 'cpc-lsp: server unreachable', 'shown even where suggestions are off')
+  cpc_lsp.enable('lua')
   eq(vim.fn.getcompletion('CpcLsp t', 'cmdline'), { 'toggle' }, 'subcommand completion')
   -- setup again starts from the options given, not from earlier switches.
   cpc_lsp.setup({ cmd = { 'cpc-lsp-test' }, filetypes = { 'none' } })

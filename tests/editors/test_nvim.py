@@ -105,18 +105,20 @@ def test_typing_shows_and_accepts_the_word(nvim, server_command, tmp_path, befor
     assert any(w.startswith("yesterday") for w in words), words
     assert report["menu"]["cursor"]["line"] == line
 
-    # The same through the attached client: one item whose edit covers the typed word in UTF-8.
+    # The same through the attached client: items whose edits cover the typed word in UTF-8.
     request = report["request"]
     assert request.get("err") is None, request["err"]
     assert request["position"] == {"line": 0, "character": cursor}
-    items = request["result"]["items"]
-    assert len(items) == 1, items
-    edit = items[0]["textEdit"]
-    assert edit["range"] == {
-        "start": {"line": 0, "character": word_start},
-        "end": {"line": 0, "character": cursor},
-    }
-    assert edit["newText"].startswith("yesterday"), edit["newText"]
+    items = sorted(request["result"]["items"], key=lambda item: item["sortText"])
+    assert items, request  # the suggestion, then the other ways to finish the word (the menu's entries)
+    for item in items:
+        edit = item["textEdit"]
+        assert edit["range"] == {
+            "start": {"line": 0, "character": word_start},
+            "end": {"line": 0, "character": cursor},
+        }
+        assert edit["newText"].startswith("yest"), edit["newText"]
+    assert items[0]["textEdit"]["newText"].startswith("yesterday"), items
 
     # The server's info lines (one per request) stay out of Neovim's LSP log, where every stderr
     # line is an error: setup's default log_level.

@@ -175,6 +175,27 @@ def test_accept_next_word_takes_one_word(session):
     assert ghost.startswith(added) and len(added) < len(ghost.rstrip()), (added, ghost)
     assert " " not in added.strip(), added  # one word, not the line
     assert step["ghostAfter"] and ghost == added + step["ghostAfter"]  # the rest is still offered
+    # with no model work: each request after the accept was answered from what was shown
+    engine = [line for line in step["answered"] if re.search(r"#\d+ (shown|nothing to add): stop=", line)]
+    assert engine == [], step["answered"]
+
+
+def test_next_and_previous_suggestion_cycle_through_the_alternatives(session):
+    step = _step(session, "cycle")
+    seen = step["seen"]
+    assert all(ghost and ghost.startswith("er") for ghost in seen), seen  # each finishes "yest"
+    assert len(set(seen)) >= 2, seen  # Alt+] showed another suggestion
+    assert step["back"] in seen and step["back"] != seen[-1], step  # Alt+[ went back
+
+
+def test_the_completion_menus_item_begins_the_ghost_text(session):
+    step = _step(session, "selected_item")
+    first, second = step["first"], step["second"]
+    assert {first, second} <= {"yesterday", "yesteryear"}, step["items"]
+    for item, ghost in ((first, step["firstGhost"]), (second, step["secondGhost"])):
+        rest = item[len("yest") :]
+        assert ghost and ghost.startswith(rest) and len(ghost.strip()) > len(rest), (item, ghost)
+    assert first in step["sent"] and second in step["sent"], step["sent"]  # sent as selectedCompletionInfo
 
 
 def test_cursor_inside_a_word_replaces_the_right_range(session):

@@ -40,6 +40,8 @@ const FILES = {
   'short.txt': 'Hi Sam,\n\nThanks for sending over the draft',
   'restart.txt': 'Hi Sam,\n\nThanks for sending over the draft',
   'notes.md': '# Notes\n\nThanks for sending over the draft',
+  'cycle.txt': 'Hi Sam,\n\nThanks for sending over the draft',
+  'menu.txt': 'Hi Sam,\n\nThanks for sending over the draft\n\nNotes: yesterday, yesteryear.\n',
 };
 // code-server is a remote window: settings of "machine" scope (which executable to run) are read
 // from the machine's settings (Preferences: Open Remote Settings), not the user's.
@@ -63,7 +65,8 @@ const SETTINGS = {
   'telemetry.telemetryLevel': 'off',
   'editor.inlineSuggest.enabled': true,
   'editor.quickSuggestions': { other: false, comments: false, strings: false },
-  'editor.wordBasedSuggestions': 'off',
+  // The completion menu lists the document's words, and opens only when asked (Ctrl+Space).
+  'editor.wordBasedSuggestions': 'currentDocument',
   'editor.suggestOnTriggerCharacters': false,
   'editor.minimap.enabled': false,
   'editor.cursorBlinking': 'solid',
@@ -490,10 +493,82 @@ async function main() {
       await type('Thanks for sending over the draft yest');
       const { ghost } = await waitForGhost();
       const before = await editorText(); // read with the ghost: the last keystroke is drawn too
+      const logBefore = serverLog().length;
       await page.keyboard.press('Control+ArrowRight'); // editor.action.inlineSuggest.acceptNextWord
       const after = await textChangedFrom(before);
       const ghostAfter = await until('the rest of the suggestion', ghostText, UI);
-      return { before, ghost, after, ghostAfter };
+      // What the server did for the requests after the accept: its one log line per request.
+      await sleep(1500);
+      const answered = serverLog().slice(logBefore).split('\n').filter((line) => /lsp_server\.server: #\d+ /.test(line));
+      return { before, ghost, after, ghostAfter, answered };
+    });
+
+    await step('cycle', async () => {
+      // Several suggestions: Alt+] and Alt+[ (editor.action.inlineSuggest.showNext / showPrevious)
+      // go through them, most probable first.
+      await openFile('cycle.txt');
+      await type(' yest');
+      const { ghost } = await waitForGhost();
+      const seen = [ghost];
+      for (let i = 0; i < 3; i += 1) {
+        const previous = seen[seen.length - 1];
+        await page.keyboard.press('Alt+BracketRight');
+        seen.push(await until('another suggestion', async () => {
+          const now = await ghostText();
+          return now && now !== previous && now;
+        }, UI).catch(() => ghostText()));
+      }
+      await page.keyboard.press('Alt+BracketLeft');
+      const back = await until('the previous suggestion', async () => {
+        const now = await ghostText();
+        return now && now !== seen[seen.length - 1] && now;
+      }, UI).catch(() => ghostText());
+      await page.keyboard.press('Escape');
+      return { seen, back };
+    });
+
+    await step('selected_item', async () => {
+      // The completion menu open on "yest": the ghost text begins with the highlighted item, and
+      // follows it when another is highlighted.
+      await openFile('menu.txt');
+      await page.keyboard.press('Control+Home'); // to the end of "...the draft" (the notes are below)
+      await page.keyboard.press('ArrowDown');
+      await page.keyboard.press('ArrowDown');
+      await page.keyboard.press('End');
+      await type(' yest');
+      await waitForGhost();
+      const logBefore = serverLog().length;
+      await page.keyboard.press('Control+Space');
+      await page.locator('.suggest-widget .monaco-list-row').first().waitFor({ state: 'visible', timeout: UI });
+      const focused = async () => page.evaluate(() => {
+        const row = document.querySelector('.suggest-widget .monaco-list-row.focused');
+        const label = row && row.querySelector('.label-name');
+        return label ? label.textContent : null;
+      });
+      // The menu's own preview of the item comes first; the server's suggestion goes on after it
+      // (VS Code draws the part beyond the item as .ghost-text-decoration-preview).
+      const allGhost = async () => page.evaluate(() => {
+        const parts = [...document.querySelectorAll('.monaco-editor .ghost-text-decoration, .monaco-editor .ghost-text-decoration-preview')];
+        return parts.length ? parts.map((e) => e.textContent).join('').replace(/\u00a0/g, ' ') : null;
+      });
+      const readGhost = async (item) => until(`ghost text for ${item} and more`, async () => {
+        const now = await allGhost();
+        const rest = item ? item.slice('yest'.length) : '';
+        return now && now.startsWith(rest) && now.trim().length > rest.length && now;
+      }, UI).catch(() => allGhost());
+      const items = await page.$$eval('.suggest-widget .monaco-list-row .label-name', (rows) => rows.map((e) => e.textContent));
+      const first = await focused();
+      const firstGhost = await readGhost(first);
+      await page.keyboard.press('ArrowDown');
+      const second = await until('another highlighted item', async () => {
+        const now = await focused();
+        return now && now !== first && now;
+      }, UI);
+      const secondGhost = await readGhost(second);
+      const sent = [...serverLog().slice(logBefore).matchAll(/"selectedCompletionInfo": \{[\s\S]*?"text": "([^"]*)"/g)].map((m) => m[1]);
+      await page.keyboard.press('Escape');
+      await page.keyboard.press('Escape');
+      return { items, first, firstGhost, second, secondGhost, sent, text: await editorText() };
     });
 
     await step('inside_a_word', async () => {

@@ -65,22 +65,22 @@ def test_a_later_word_above_the_threshold_does_not_bring_back_one_below():
 def test_suggestion_for_applies_the_gate_and_keeps_the_typed_word():
     parts = split("Thanks for the draft yest", 25)
     completion = Completion(" yesterday. I went", "line", DecodeStats(), signals=SIGNALS)
-    whole = suggestion_for(parts, completion, single_line=True)
+    whole = suggestion_for(parts, completion)
     assert whole.insert_text == "yesterday. I went"
-    cut = suggestion_for(parts, completion, single_line=True, min_confidence=0.3, calibration=IDENTITY)
+    cut = suggestion_for(parts, completion, min_confidence=0.3, calibration=IDENTITY)
     assert cut.insert_text == "yesterday"
-    assert suggestion_for(parts, completion, single_line=True, min_confidence=0.5, calibration=IDENTITY) is None
+    assert suggestion_for(parts, completion, min_confidence=0.5, calibration=IDENTITY) is None
 
 
 def test_without_signals_nothing_is_gated():
     parts = split("Thanks for the draft yest", 25)
     completion = Completion(" yesterday. I went", "line", DecodeStats())
-    assert suggestion_for(parts, completion, single_line=True, min_confidence=0.9).insert_text == "yesterday. I went"
+    assert suggestion_for(parts, completion, min_confidence=0.9).insert_text == "yesterday. I went"
 
 
 def test_naive_offsets_start_at_the_cursor():
     parts = split("Thanks for the draft yest", 25)
     signals = Signals(LN(0.6), 3.0, (WordEnd(5, LN(0.6)), WordEnd(8, LN(0.01))))
     completion = Completion("erday. I", "line", DecodeStats(), signals=signals)
-    cut = suggestion_for(parts, completion, single_line=True, naive=True, min_confidence=0.3, calibration=IDENTITY)
+    cut = suggestion_for(parts, completion, naive=True, min_confidence=0.3, calibration=IDENTITY)
     assert cut.insert_text == "yesterday"

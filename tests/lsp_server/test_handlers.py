@@ -65,11 +65,12 @@ def test_a_keystroke_inside_a_word_keeps_the_prompt_and_stats_carry_no_text(edit
     uri = "file:///tmp/handlers/keystroke.txt"
     editor.open(uri, DRAFT)
     assert editor.inline(uri).result
-    editor.type(uri, "e")
-    assert editor.suggestion(uri).startswith("yeste")
+    editor.type(uri, "r")  # not the suggestion's next letter: the engine is asked again
+    assert editor.suggestion(uri).startswith("yestr")
     stats = editor.stats()
     assert stats["decodedTokens"] == 0  # the prompt ends before " yest": unchanged by the keystroke
     assert stats["promptTokens"] > 0 and stats["stopReason"] == "eos" and stats["requests"] == 2
+    assert stats["engineAnswers"] == 2 and stats["carried"] == 0
     assert not any(isinstance(value, str) and "yest" in value for value in stats.values())
 
 
@@ -131,7 +132,7 @@ def test_unknown_documents_and_out_of_range_positions(editor):
 
 def test_settings_change_takes_effect(editor):
     uri = "file:///tmp/handlers/settings.py"
-    editor.open(uri, "def add(a, b):\n    ret")
+    editor.open(uri, "total = add(a, b)\nret")  # no block opens here: one line, `maxTokens`
     assert editor.suggestion(uri) == "return done"
     shown = len(editor.client.messages("window/showMessage"))
     editor.client.notify("workspace/didChangeConfiguration", {"settings": {"cpcLsp": {"maxTokens": 1, "temperature": "hot"}}})

@@ -3,6 +3,7 @@
 from engine import Completion, DecodeStats
 from lsp_server.settings import Settings
 from lsp_server.split import split
+from lsp_server import block as blocks
 from lsp_server.suggestion import request_for, stop_before_suffix, suggestion_for
 
 
@@ -21,27 +22,28 @@ def test_request_carries_the_split_and_settings():
 
 def test_insert_text_is_the_partial_word_plus_the_completion():
     parts = split("the draft yest", 14)
-    found = suggestion_for(parts, done(" yesterday."), single_line=True)
+    found = suggestion_for(parts, done(" yesterday."))
     assert (found.word_start, found.cursor, found.insert_text) == (10, 14, "yesterday.")
 
 
 def test_nothing_to_add():
     parts = split("the draft yest", 14)
-    assert suggestion_for(parts, done(" yest"), single_line=True) is None
-    assert suggestion_for(parts, done(" yest   "), single_line=True) is None
-    assert suggestion_for(parts, done(" yesterday", "cancelled"), single_line=True) is None
-    assert suggestion_for(parts, done(" tomorrow"), single_line=True) is None  # constraint dropped
+    assert suggestion_for(parts, done(" yest")) is None
+    assert suggestion_for(parts, done(" yest   ")) is None
+    assert suggestion_for(parts, done(" yesterday", "cancelled")) is None
+    assert suggestion_for(parts, done(" tomorrow")) is None  # constraint dropped
 
 
 def test_single_line_cuts_at_the_first_line_break():
     parts = split("a b", 3)
-    assert suggestion_for(parts, done(" bc\r\nd"), single_line=True).insert_text == "bc"
-    assert suggestion_for(parts, done(" bc\nd"), single_line=False).insert_text == "bc\nd"
+    assert suggestion_for(parts, done(" bc\r\nd")).insert_text == "bc"
+    block = blocks.at("a b", 3, "always")
+    assert suggestion_for(parts, done(" bc\nd"), block=block).insert_text == "bc\nd"
 
 
 def test_suffix_is_not_repeated():
     parts = split('print("hel")', 10)
-    assert suggestion_for(parts, done('hello")'), single_line=True).insert_text == "hello"
+    assert suggestion_for(parts, done('hello")')).insert_text == "hello"
     assert stop_before_suffix('"hi")', ");") == '"hi"'
     assert stop_before_suffix("x + 1)", ")") == "x + 1"
     assert stop_before_suffix("the", "end") == "the"  # a word character never starts an overlap
@@ -59,5 +61,5 @@ def test_the_method_setting_chooses_how_the_typed_word_is_honoured():
     assert (mask.prompt, mask.required, mask.exact) == ("Thanks for the draft", " yest", False)
     assert (naive.prompt, naive.required) == ("Thanks for the draft yest", "")
     # A naive completion continues the text at the cursor.
-    found = suggestion_for(parts, Completion("erday.", "eos", DecodeStats()), single_line=True, naive=True)
+    found = suggestion_for(parts, Completion("erday.", "eos", DecodeStats()), naive=True)
     assert found.insert_text == "yesterday."

@@ -27,6 +27,10 @@ M.name = 'cpc_lsp'
 --- @field accept_key? string|false Insert-mode key that accepts a suggestion; when there is
 ---   none, the key does what it did before (a tab, or a snippet jump). Default: `'<Tab>'`.
 ---   `false`: no mapping.
+--- @field next_key? string|false 0.12+: insert-mode key that shows the next suggestion (the
+---   server sends the suggestion and other ways to finish the word, most probable first;
+---   `vim.lsp.inline_completion.select`). Default: `'<M-]>'`. `false`: no mapping.
+--- @field prev_key? string|false 0.12+: the same, the previous suggestion. Default: `'<M-[>'`.
 --- @field debounce_ms? integer 0.11 fallback: pause after a keystroke before asking. Default: 80.
 --- @field completeopt? string|false 0.11 fallback: buffer-local 'completeopt' for attached
 ---   buffers. Default: `'menuone,noselect,popup'`. `false`: leave it alone.
@@ -44,6 +48,8 @@ M.defaults = {
   enable = { ['*'] = true },
   settings = {},
   accept_key = '<Tab>',
+  next_key = '<M-]>',
+  prev_key = '<M-[>',
   debounce_ms = 80,
   completeopt = 'menuone,noselect,popup',
 }
@@ -346,6 +352,15 @@ local function attach_inline(client, bufnr)
       return vim.lsp.inline_completion.get({ bufnr = bufnr }) and '' or nil
     end, 'accept the suggestion')
   end
+  if type(vim.lsp.inline_completion.select) == 'function' then
+    for key, count in pairs({ [options.next_key or ''] = 1, [options.prev_key or ''] = -1 }) do
+      if key ~= '' then
+        vim.keymap.set('i', key, function()
+          vim.lsp.inline_completion.select({ bufnr = bufnr, count = count })
+        end, { buffer = bufnr, desc = 'cpc_lsp: ' .. (count > 0 and 'next' or 'previous') .. ' suggestion' })
+      end
+    end
+  end
 end
 
 -- Attaching ------------------------------------------------------------------------------------
@@ -400,6 +415,8 @@ function M.setup(opts)
   vim.validate('filetypes', options.filetypes, 'table', true)
   vim.validate('settings', options.settings, 'table')
   vim.validate('accept_key', options.accept_key, { 'string', 'boolean' })
+  vim.validate('next_key', options.next_key, { 'string', 'boolean' })
+  vim.validate('prev_key', options.prev_key, { 'string', 'boolean' })
   vim.validate('debounce_ms', options.debounce_ms, 'number')
   vim.validate('completeopt', options.completeopt, { 'string', 'boolean' })
   vim.validate('enable', options.enable, 'table')

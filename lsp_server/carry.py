@@ -1,0 +1,72 @@
+"""The rest of a shown suggestion, once part of it is in the document: answered with no model work.
+
+After accept-next-word or accept-line (or typing the suggested characters), the document is the
+one the suggestion was made for with a prefix of the suggestion inserted at its cursor, and the
+new cursor right after it. The rest of that suggestion is then still the answer: the same model
+at the same settings would say it again (at temperature 0 the most probable covering of a longer
+typed prefix is the path already taken). So the request is answered from what was shown, at once,
+and the engine is not asked; the suggestion on screen stays as it was instead of flickering.
+
+A suggestion the token budget cut short is carried after an accept (several characters at once)
+but not after one letter typed along it: the engine then answers (from rows it already has,
+nearly free) and the suggestion reaches further. Only the last answer of each document is kept.
+Anything else (another edit, a cursor moved, a
+different selected completion item, new settings) misses, and the engine answers as usual.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Shown:
+    """Suggestions shown at `cursor` of `text`: each is the text added after the cursor."""
+
+    text: str
+    cursor: int
+    added: tuple[str, ...]  # most probable first, as the items were sent
+    complete: bool = True  # False: cut by the token budget (the engine would go on)
+
+
+class Carry:
+    def __init__(self) -> None:
+        self._shown: dict[str, Shown] = {}
+
+    def remember(self, uri: str, text: str, cursor: int, added: tuple[str, ...], complete: bool = True) -> None:
+        if added:
+            self._shown[uri] = Shown(text, cursor, added, complete)
+        else:
+            self._shown.pop(uri, None)
+
+    def complete(self, uri: str) -> bool:
+        """Whether what was shown in `uri` ended on its own (not at the token budget)."""
+        shown = self._shown.get(uri)
+        return shown is None or shown.complete
+
+    def forget(self, uri: str | None = None) -> None:
+        """One document's (closed, stale), or every document's (new settings)."""
+        if uri is None:
+            self._shown.clear()
+        else:
+            self._shown.pop(uri, None)
+
+    def rest(self, uri: str, text: str, cursor: int) -> tuple[str, ...] | None:
+        """What is left of the suggestions shown in `uri` (each non-empty, order kept), if `text` is
+        its document with a prefix of one of them inserted at the old cursor and `cursor` right
+        after it; None otherwise."""
+        shown = self._shown.get(uri)
+        if shown is None:
+            return None
+        inserted = cursor - shown.cursor
+        if inserted < 0 or len(text) != len(shown.text) + inserted:
+            return None
+        if inserted == 1 and not shown.complete:
+            return None  # one letter typed along a suggestion the budget cut: the engine goes further
+        if not (text.startswith(shown.text[: shown.cursor]) and text.endswith(shown.text[shown.cursor :])):
+            return None
+        typed = text[shown.cursor : cursor]
+        rests = tuple(a[inserted:] for a in shown.added if a.startswith(typed) and a[inserted:].strip())
+        if not rests:
+            return None
+        return rests

@@ -1,0 +1,20 @@
+"""The engine's end of a multi-line completion: the first later line indented below the floor."""
+
+from engine import CompletionRequest, SamplingConfig
+from engine.engine import Engine, _dedent
+
+
+def test_dedent_is_the_line_break_before_the_first_shallower_line():
+    assert _dedent("x\n    a\n  b\n", 4) == len("x\n    a")
+    assert _dedent("x\n    a\n\n    b", 4) is None  # blank lines never end a block
+    assert _dedent("x\n  ", 4) is None  # not yet: the line has nothing on it
+    assert _dedent("\nreturn", 1) == 0
+    assert _dedent("only one line", 4) is None  # the cursor's own line never ends it
+
+
+def test_cut_ends_a_multi_line_completion_at_the_block_end():
+    multi = CompletionRequest("p", sampling=SamplingConfig(single_line=False), indent_floor=4)
+    assert Engine._cut(":\n    a = 1\nb = 2", 0, multi) == (":\n    a = 1", "block")
+    assert Engine._cut(":\n    a = 1\n    b", 0, multi) is None
+    single = CompletionRequest("p", indent_floor=4)  # single-line: the line break wins
+    assert Engine._cut(":\n    a = 1", 0, single) == (":", "line")

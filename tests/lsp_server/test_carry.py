@@ -1,0 +1,174 @@
+"""After part of a suggestion is accepted, the rest is answered from what was shown (lsp_server.carry).
+
+Unit tests of the rule, then the handlers with a fake engine: no engine call, the same rest, and
+the completion menu's selected item (LSP 3.18 `selectedCompletionInfo`) read as the typed text.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from lsp_server.carry import Carry
+from tests.fixtures import DRAFT, WORDS, Editor, FakeLoader, InProcessServer
+
+URI = "file:///tmp/carry/a.txt"
+TEXT = "Thanks for the draft yest and more"
+CURSOR = len("Thanks for the draft yest")
+
+
+def shown(*added: str) -> Carry:
+    carry = Carry()
+    carry.remember(URI, TEXT, CURSOR, added)
+    return carry
+
+
+def inserted(chars: str, text: str = TEXT, at: int = CURSOR) -> tuple[str, int]:
+    return text[:at] + chars + text[at:], at + len(chars)
+
+
+def test_an_accepted_word_leaves_the_rest():
+    carry = shown("erday. I'm")
+    assert carry.rest(URI, *inserted("erday")) == (". I'm",)
+    assert carry.rest(URI, *inserted("e")) == ("rday. I'm",)  # a letter typed along it
+    assert carry.rest(URI, TEXT, CURSOR) == ("erday. I'm",)  # asked again: the same
+
+
+def test_the_rest_keeps_every_item_that_still_fits_in_order():
+    carry = shown("erday. I'm", "erdays", "ing it")
+    assert carry.rest(URI, *inserted("erday")) == (". I'm", "s")
+
+
+def test_anything_else_misses():
+    carry = shown("erday. I'm")
+    assert carry.rest(URI, *inserted("x")) is None  # not the suggestion
+    assert carry.rest(URI, *inserted("erday. I'm")) is None  # all of it taken: nothing left
+    text, cursor = inserted("erday")
+    assert carry.rest(URI, text, cursor - 1) is None  # the cursor is not after the inserted text
+    assert carry.rest(URI, text + "!", cursor) is None  # the text after the cursor changed
+    assert carry.rest(URI, "X" + text[1:], cursor) is None  # so did the text before it
+    assert carry.rest("file:///other.txt", text, cursor) is None
+    carry.forget(URI)
+    assert carry.rest(URI, text, cursor) is None
+
+
+# --- through the handlers ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def server() -> InProcessServer:
+    server = InProcessServer(load=FakeLoader(words=WORDS))
+    capabilities = {"general": {"positionEncodings": ["utf-16"]}, "textDocument": {"inlineCompletion": {}}}
+    server.client.initialize({"cpcLsp": {"maxTokens": 16}}, wait_loaded=True, capabilities=capabilities)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def editor(server) -> Editor:
+    return Editor(server.client)
+
+
+def test_after_accept_next_word_the_rest_comes_with_no_engine_call(server, editor):
+    uri = "file:///tmp/carry/draft.txt"
+    editor.open(uri, DRAFT)
+    assert editor.suggestion(uri) == "yesterday done"
+    calls = len(server.loader.engine.calls)
+    before = editor.stats()
+    editor.type(uri, "erday")  # what accept-next-word inserts: one didChange with the word
+    items = editor.inline(uri).result
+    assert [item["insertText"] for item in items] == ["yesterday done"]
+    start = len("Thanks for sending over the draft ")
+    assert items[0]["range"]["start"]["character"] == start and items[0]["range"]["end"] == editor.end(uri)
+    after = editor.stats()
+    assert after["carried"] == before["carried"] + 1 and after["engineAnswers"] == before["engineAnswers"]
+    assert len(server.loader.engine.calls) == calls  # the engine was not asked
+    editor.type(uri, " d")  # along it again, a letter at a time
+    assert editor.suggestion(uri) == "done"
+    assert editor.stats()["engineAnswers"] == before["engineAnswers"]
+    editor.type(uri, "x")  # off it: the engine answers
+    editor.inline(uri)
+    assert editor.stats()["engineAnswers"] == before["engineAnswers"] + 1
+
+
+def test_new_settings_forget_what_was_shown(editor):
+    uri = "file:///tmp/carry/settings.txt"
+    editor.open(uri, DRAFT)
+    assert editor.suggestion(uri) == "yesterday done"
+    editor.client.notify("workspace/didChangeConfiguration", {"settings": {"cpcLsp": {"maxTokens": 1}}})
+    editor.type(uri, "e")
+    assert editor.suggestion(uri) == "yesterday"  # made anew with one token, not the old rest
+
+
+def test_the_selected_completion_item_is_the_required_prefix(editor):
+    uri = "file:///tmp/carry/selected.txt"
+    editor.open(uri, DRAFT)
+    end = editor.end(uri)
+    start = {"line": 0, "character": end["character"] - len("yest")}
+    params = editor.inline_params(uri)
+    params["context"]["selectedCompletionInfo"] = {"range": {"start": start, "end": end}, "text": "yesterday"}
+    reply = editor.client.request("textDocument/inlineCompletion", params)
+    (item,) = reply.result
+    assert item["insertText"] == "yesterday done" and item["range"] == {"start": start, "end": end}
+    # The item's text, not the typed one, went to the engine as the required prefix.
+    params["context"]["selectedCompletionInfo"]["text"] = "yesteryear"
+    (item,) = editor.client.request("textDocument/inlineCompletion", params).result
+    assert item["insertText"] == "yesteryear done", item
+
+
+def test_a_selected_item_with_punctuation_is_kept_whole(editor):
+    uri = "file:///tmp/carry/call.py"
+    editor.open(uri, "x = pri")
+    end = editor.end(uri)
+    start = {"line": 0, "character": 4}
+    params = editor.inline_params(uri)
+    params["context"]["selectedCompletionInfo"] = {"range": {"start": start, "end": end}, "text": "print("}
+    (item,) = editor.client.request("textDocument/inlineCompletion", params).result
+    assert item["insertText"].startswith("print(") and item["range"] == {"start": start, "end": end}
+
+
+# --- alternatives: further items, most probable first ------------------------------------------------
+
+
+def test_the_alternatives_are_further_items_most_probable_first(server, editor):
+    uri = "file:///tmp/carry/alternatives.py"
+    editor.open(uri, "total = add(a, b)\nre")
+    items = editor.inline(uri).result
+    assert [item["insertText"] for item in items] == ["return done", "review"]
+    assert items[0]["range"] == items[1]["range"]  # both replace the partial word
+    assert server.loader.engine.requests[-1].alternatives == 3  # the `alternatives` setting
+    editor.client.notify("workspace/didChangeConfiguration", {"settings": {"cpcLsp": {"alternatives": 0}}})
+    editor.type(uri, "v")  # not along the first item: the engine is asked again
+    assert [item["insertText"] for item in editor.inline(uri).result] == ["review done"]
+
+
+def test_the_rest_after_accepting_part_of_an_alternative_is_carried(server, editor):
+    uri = "file:///tmp/carry/alternative-accept.py"
+    editor.open(uri, "total = add(a, b)\nre")
+    assert [item["insertText"] for item in editor.inline(uri).result] == ["return done", "review"]
+    calls = len(server.loader.engine.calls)
+    editor.type(uri, "vi")  # the user cycled to "review" and typed along it
+    assert [item["insertText"] for item in editor.inline(uri).result] == ["review"]
+    assert len(server.loader.engine.calls) == calls
+
+
+def test_the_completion_fallback_lists_every_suggestion_in_order():
+    """Neovim 0.11 (no inline completion): the menu has the suggestion and its alternatives."""
+    server = InProcessServer(load=FakeLoader(words=WORDS))
+    try:
+        capabilities = {"general": {"positionEncodings": ["utf-8"]}, "textDocument": {"completion": {}}}
+        server.client.initialize({"cpcLsp": {}}, wait_loaded=True, capabilities=capabilities)
+        editor = Editor(server.client, "utf-8")
+        uri = "file:///tmp/carry/menu.py"
+        editor.open(uri, "total = add(a, b)\nre")
+        result = editor.client.call("textDocument/completion", {"textDocument": {"uri": uri}, "position": editor.end(uri)})
+        items = sorted(result["items"], key=lambda item: item["sortText"])
+        assert [item["textEdit"]["newText"] for item in items] == ["return done", "review"]
+    finally:
+        server.close()
+
+
+def test_a_letter_typed_along_a_budget_cut_suggestion_asks_the_engine():
+    carry = Carry()
+    carry.remember(URI, TEXT, CURSOR, ("erday. I'm",), complete=False)
+    assert carry.rest(URI, *inserted("e")) is None  # the engine would reach further
+    assert carry.rest(URI, *inserted("erday")) == (". I'm",)  # an accept: the rest, no model work
