@@ -3,7 +3,8 @@
 The binary comes from `scripts/llama-server.sh` (built once from the pinned sdist's llama.cpp with
 the wheel's CPU flags, cached). The server runs the default model (or `model`) with the engine's
 own context layout, so its numbers match the in-process engine's: `slots` sequences of `ctx`
-tokens each, no unified KV, full-size sliding-window cache, batch = ubatch = 512, flash attention
+tokens each, no unified KV, full-size sliding-window cache, batch 512 in ubatches of 64 (the engine's
+decode chunks: a new document's prompt then goes through the same chunks, so the same numbers), flash attention
 on llama.cpp's default. Its stdout and stderr go to a file (`log()`), so a test can read what it
 logged. On Linux the child gets SIGKILL when this process dies (PR_SET_PDEATHSIG), so even a
 killed test run leaves no server behind.
@@ -95,7 +96,7 @@ class LlamaServer:
         args = [
             str(self.binary), "--model", str(self.model), "--host", "127.0.0.1", "--port", str(self.port),
             "--parallel", str(self.slots), "--ctx-size", str(self.ctx * self.slots), "--no-kv-unified",
-            "--swa-full", "--batch-size", "512", "--ubatch-size", "512", "--threads", str(self.threads),
+            "--swa-full", "--batch-size", "512", "--ubatch-size", "64", "--threads", str(self.threads),
             "--threads-batch", str(self.threads), "--no-webui",
         ]  # fmt: skip
         if self.api_key:

@@ -240,9 +240,16 @@ def fault_probes(server: LlamaServer, settings: dict[str, Any]) -> list[dict[str
     """Each fault: ms from a keystroke's request to its answer, with the budget FAULT_BUDGET_MS."""
     base = {**settings, "modelServerTimeoutMs": FAULT_BUDGET_MS}
     probes: list[dict[str, Any]] = []
-    text = "Please send me the updated schedule for next wee"
+    texts = iter([  # a fresh prompt per probe: a remembered one would need no request at all
+        "Please send me the updated schedule for next wee", "The quarterly report is due at the end of the mon",
+        "Could you check the numbers in the second tab", "We moved the meeting to the large conference roo",
+        "I attached the signed contract and the invoi", "Remember to update the documentation before the rele",
+        "The build failed again because of a missing depend", "Thanks again for your help with the migrati",
+        "Let us know which dates work best for the works",
+    ])  # fmt: skip
 
     def ask(client: LspClient, name: str, uri: str = "file:///bench/fault.txt") -> None:
+        text = next(texts)
         if name.startswith("warm-up"):  # the probes after it need the engine connected
             client.wait_notification(lambda n: n["method"] == "cpcLsp/status" and n["params"]["state"] == "ready", 120)
         editor = Editor(client)

@@ -24,7 +24,10 @@ from engine.vocab import VocabIndex
 
 
 class RowSource(Protocol):
-    """Logits after the prompt plus a path of tokens; `decodes` counts the real model calls."""
+    """Logits after the prompt plus a path of tokens; `decodes` counts the real model calls.
+    A source may also have `norm(row)`, the row's log-normaliser: 0 for rows that are already
+    log-probabilities (a remote server's bounded rows, see engine.remote); without it, a row is
+    logits and is normalised with row_log_norm."""
 
     decodes: int
 
@@ -60,6 +63,7 @@ class CoveringSearch:
     def __init__(self, vocab: VocabIndex, rows: RowSource, max_decodes: int) -> None:
         self._vocab = vocab
         self._rows = rows
+        self._norm = getattr(rows, "norm", row_log_norm)
         self._max_decodes = max_decodes
         self._best: Covering | None = None
         self._found: list[_Found] = []
@@ -72,7 +76,7 @@ class CoveringSearch:
         among the explored coverings when `sampler` has a temperature. None: nothing is consistent."""
         start = self._rows.decodes
         root = self._rows.row(())
-        self.root_log_norm = row_log_norm(root)  # log-probabilities here are relative to the root row
+        self.root_log_norm = self._norm(root)  # log-probabilities here are relative to the root row
         self._visit(required, (), 0.0, 0, root, 0.0)
         while self._open:
             node = heapq.heappop(self._open)
@@ -83,7 +87,7 @@ class CoveringSearch:
                 self._descend_greedily(required, node)
                 break
             row = self._rows.row(node.path)
-            self._visit(required, node.path, node.log_prob, node.consumed, row, row_log_norm(row))
+            self._visit(required, node.path, node.log_prob, node.consumed, row, self._norm(row))
         if sampler is not None and sampler.config.temperature > 0 and self._found:
             return self._sample(sampler)
         return self._best
@@ -127,7 +131,7 @@ class CoveringSearch:
         path, log_prob, consumed = node.path, node.log_prob, node.consumed
         while True:
             row = self._rows.row(path)
-            norm = row_log_norm(row)
+            norm = self._norm(row)
             candidates = self._vocab.candidates(required[consumed:])
             ids = candidates.all_ids()
             if ids.size == 0:

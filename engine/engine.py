@@ -23,7 +23,8 @@ from engine.lexicon import WordScorer, choose, first_word, is_word_char
 from engine.llama_backend import LlamaContext, LlamaModel, allocated_tokens
 from engine.model_files import resolve_model
 from engine.prompt import FIM_EXTRA_TOKENS, FimTokens, fim_prompt
-from engine.sequence import PathRows, Sequence
+from engine.kv import PathRows
+from engine.sequence import Sequence
 from engine.signals import compute as compute_signals
 from engine.speculative import DraftConfig, PromptLookup
 from engine.stops import first_stop
@@ -96,13 +97,15 @@ class Engine:
     the `cancel` event passed to `complete` (each request has its own, so a cancel can never
     reach the request that follows it); it returns within one decode step."""
 
-    def __init__(self, model: LlamaModel, context: LlamaContext, vocab: VocabIndex, config: EngineConfig):
+    def __init__(self, model: LlamaModel, context: LlamaContext, vocab: VocabIndex, config: EngineConfig, kv=None):
+        """`kv`: the distributions' source; by default a KvCache over `context`. The remote
+        backend (engine.remote.RemoteRows) is both `context` and `kv`."""
         self.config = config
         self.model_path = model.path
         self._model = model
         self._context = context
         self.vocab = vocab
-        self.kv = KvCache(context)
+        self.kv = kv if kv is not None else KvCache(context)
         self.drafts = DraftConfig(max_draft=config.draft_tokens)
         self._draft_line_stops: list[bool] | None = None  # built on first use (a pass over the vocabulary)
         self._bos = list(model.tokenize(b"", add_bos=True))
@@ -112,7 +115,14 @@ class Engine:
 
     @classmethod
     def load(cls, config: EngineConfig = EngineConfig()) -> Engine:
-        """Load the model (the default one when `config.model_path` is None). Raises ModelLoadError."""
+        """Load the model (the default one when `config.model_path` is None). Raises ModelLoadError.
+        With `config.model_server` the model runs on that llama-server (engine.remote_load);
+        only the vocabulary is read here. Raises ModelServerError then."""
+        if config.model_server:
+            from engine.remote_load import connect
+
+            model, remote, vocab = connect(config, MIN_PROMPT_TOKENS)
+            return cls(model, remote, vocab, config, kv=remote)
         if config.context_tokens < 2 * MIN_PROMPT_TOKENS:
             raise ModelLoadError(
                 config.model_path,
@@ -244,17 +254,47 @@ class Engine:
         prompt = self.prompt_tokens(request, self._reserve(request))
         before = self.kv.decoded
         done = True
+        self.kv.begin(cancel, 0, request.sampling.single_line)
         try:
             if prompt:  # see `complete` for an empty one
-                self.kv.logits_after(prompt, cancel)
+                self.kv.prefill(prompt, cancel)
         except Cancelled:
             done = False
+        finally:
+            self.kv.end()
         ms = (time.perf_counter() - started) * 1000
         return Prefetched(len(prompt), self.kv.decoded - before, done, ms)
 
     def complete(self, request: CompletionRequest, cancel: threading.Event | None = None) -> Completion:
-        started = time.perf_counter()
+        """Raises ModelServerError when a remote server fails mid-request (the engine stays
+        usable: the next call tries again)."""
         cancel = cancel or threading.Event()
+        traffic = self._traffic()
+        self.kv.begin(cancel, request.max_tokens, request.sampling.single_line)
+        try:
+            completion = self._complete(request, cancel)
+        finally:
+            self.kv.end()
+        after = self._traffic()
+        stats = replace(
+            completion.stats,
+            round_trips=after[0] - traffic[0],
+            bytes_sent=after[1] - traffic[1],
+            bytes_received=after[2] - traffic[2],
+            fallback=",".join(self.kv.fallbacks[traffic[3] :]) or None,
+        )
+        return replace(completion, stats=stats)
+
+    def _traffic(self) -> tuple[int, int, int, int]:
+        """(round trips, bytes sent, bytes received, fallbacks so far) of a remote backend."""
+        client = getattr(self.kv, "client", None)
+        if client is None:
+            return 0, 0, 0, len(self.kv.fallbacks)
+        t = client.traffic
+        return t.round_trips, t.bytes_sent, t.bytes_received, len(self.kv.fallbacks)
+
+    def _complete(self, request: CompletionRequest, cancel: threading.Event) -> Completion:
+        started = time.perf_counter()
         required = request.required.encode("utf-8", "replace")
         prompt = self.prompt_tokens(request, self._reserve(request))
         if not prompt:

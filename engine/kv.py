@@ -36,7 +36,7 @@ from typing import Protocol
 
 import numpy as np
 
-__all__ = ["Backend", "Cancelled", "Decoded", "KvCache", "common_prefix_length"]
+__all__ = ["Backend", "Cancelled", "Decoded", "KvCache", "PathRows", "common_prefix_length"]
 
 MOVE_MIN_GAIN = 32  # a prompt goes to a sequence sharing at least this many more tokens with it
 MOVE_MIN_DROP = 128  # else one that would cut the live sequence back this far may go to a free one
@@ -107,6 +107,36 @@ class KvCache:
         with self._lock:
             return tokens in self._rows
 
+    # The surface the engine uses, shared with the remote backend (engine.remote.RemoteRows).
+
+    fallbacks: tuple[str, ...] = ()  # the remote backend lists its unproven coverings here
+
+    _alone_from: int | None = None  # tokens from here on (past the prompt) are decoded one by one
+
+    def begin(self, cancel: threading.Event | None, max_tokens: int = 16, single_line: bool = True) -> None:
+        """A new engine call: no prompt yet."""
+        self._alone_from = None
+
+    def end(self) -> None:
+        """The engine call is over."""
+        self._alone_from = None
+
+    def prepare(self, tokens: tuple[int, ...], required: bytes, cancel: threading.Event | None = None, exact: bool = True) -> None:
+        """Decode the prompt (the required prefix is resolved by the covering search after).
+        Tokens past the prompt (covering branches, the covering, generation) are then decoded
+        one by one, as llama-server decodes what it generates, so both backends compute the
+        same numbers (engine.remote)."""
+        self._alone_from = None
+        self.logits_after(tokens, cancel)
+        self._alone_from = len(tokens)
+
+    def prefill(self, tokens: tuple[int, ...], cancel: threading.Event | None = None) -> None:
+        """Prefetch: decode the prompt and nothing else."""
+        self.logits_after(tokens, cancel)
+
+    def covering_rows(self, prompt: tuple[int, ...], required: bytes, cancel: threading.Event | None, budget: int) -> PathRows:
+        return PathRows(self, prompt, cancel or threading.Event())
+
     def logits_after(self, tokens: tuple[int, ...], cancel: threading.Event | None = None) -> np.ndarray:
         """The logits row for the token after `tokens` (read-only: the row may be shared).
 
@@ -145,15 +175,23 @@ class KvCache:
         self._switch_for(tokens)
         keep = self._cut(min(common_prefix_length(self._held, tokens), len(tokens) - outputs))
         tail = tokens[keep:]
-        try:
-            done = self._backend.decode(tail, keep, cancel.is_set if cancel else (lambda: False), outputs, self._live)
-        except Exception:
-            self._reset()
-            raise
-        self._held.extend(tail[: done.count])
-        self.decoded += done.count
-        if done.rows is None:  # cancelled between chunks: what was decoded stays for the next request
-            raise Cancelled()
+        cancelled = cancel.is_set if cancel else (lambda: False)
+        parts = [tail]
+        if outputs == 1 and self._alone_from is not None and keep + len(tail) > self._alone_from + 1:
+            cut = max(0, self._alone_from - keep)
+            parts = ([tail[:cut]] if cut else []) + [tail[i : i + 1] for i in range(cut, len(tail))]
+        for i, part in enumerate(parts):
+            if i and cancelled():
+                raise Cancelled()
+            try:
+                done = self._backend.decode(part, len(self._held), cancelled, outputs, self._live)
+            except Exception:
+                self._reset()
+                raise
+            self._held.extend(part[: done.count])
+            self.decoded += done.count
+            if done.rows is None:  # cancelled between chunks: what was decoded stays for the next request
+                raise Cancelled()
         return done.rows
 
     def _switch_for(self, tokens: tuple[int, ...]) -> None:
@@ -207,3 +245,29 @@ class KvCache:
         """Drop everything (e.g. after the model's context is replaced)."""
         with self._lock:
             self._reset()
+
+
+class PathRows:
+    """Rows after prompt + path for the covering search, counting real decodes only. Every row is
+    exact, so a covering the search chose needs no refining (see engine.remote.BoundedRows)."""
+
+    def __init__(self, kv: KvCache, prompt: tuple[int, ...], cancel: threading.Event) -> None:
+        self._kv, self._prompt, self._cancel = kv, prompt, cancel
+        self.decodes = 0
+        self.fallback: str | None = None
+
+    def row(self, path: tuple[int, ...]) -> np.ndarray:
+        before = self._kv.decoded
+        row = self._kv.logits_after(self._prompt + path, self._cancel)
+        self.decodes += self._kv.decoded != before
+        return row
+
+    def cached(self, path: tuple[int, ...]) -> bool:
+        """The row after `path` is remembered: reading it decodes nothing."""
+        return self._kv.remembers(self._prompt + path)
+
+    def refine(self, covering) -> bool:
+        return False
+
+    def settle(self, covering):
+        return covering

@@ -31,6 +31,10 @@ native_log = logging.getLogger("llama.cpp")
 # throughput (measured: 32-token chunks decoded a cold 840-token prompt ~1.5x slower than 64-512).
 # Boundaries depend on positions only, never on timing: the same history gives the same KV bits,
 # and a decode resumed after a cancel computes exactly what an uninterrupted one would.
+# The row after a run comes from its last token decoded alone: llama-server always
+# decodes a prompt's last token by itself (it re-evaluates it when the whole prompt is cached), so
+# with its prompt in the same chunks (ubatches of 64 from position 0) the remote backend computes
+# the same numbers as this one (engine.remote).
 CHUNK_TOKENS = 64
 # llama.cpp gives each sequence a whole multiple of this many tokens of KV (GGML_PAD(n_ctx_seq, 256)
 # in llama-context.cpp): 256 for a request of 128, 512 for 300. The engine still uses only the
@@ -69,10 +73,12 @@ def _init_backend() -> None:
 class LlamaModel:
     """One memory-mapped GGUF model and its vocabulary."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, vocab_only: bool = False) -> None:
+        """`vocab_only`: the tokenizer alone, no weights (a remote server runs the model)."""
         _init_backend()
         params = llama_cpp.llama_model_default_params()
         params.use_mmap = True
+        params.vocab_only = vocab_only
         self.path = path
         self._model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
         if not self._model:
@@ -212,6 +218,8 @@ class LlamaContext:
                 return Decoded(done, None)
             at = start + done
             chunk = tokens[done : done + self.chunk_tokens - at % self.chunk_tokens]
+            if outputs == 1 and len(chunk) > 1 and done + len(chunk) == len(tokens):
+                chunk = chunk[:-1]  # the last token alone (see CHUNK_TOKENS)
             batch.n_tokens = len(chunk)
             for i, token in enumerate(chunk):
                 batch.token[i] = token

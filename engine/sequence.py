@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from engine.covering import Covering, CoveringSearch
-from engine.kv import Cancelled, KvCache
+from engine.kv import Cancelled, KvCache, PathRows  # noqa: F401  (PathRows: re-exported)
 from engine.prefix import RequiredPrefix
 from engine.sampler import Sampler, row_log_norm
 from engine.speculative import PromptLookup
@@ -42,24 +42,6 @@ class SequenceDiagnostics:
     decoded_tokens: int
     cover_decodes: int
     kv_tokens: int
-
-
-class PathRows:
-    """Rows after prompt + path for the covering search, counting real decodes only."""
-
-    def __init__(self, kv: KvCache, prompt: tuple[int, ...], cancel: threading.Event) -> None:
-        self._kv, self._prompt, self._cancel = kv, prompt, cancel
-        self.decodes = 0
-
-    def row(self, path: tuple[int, ...]) -> np.ndarray:
-        before = self._kv.decoded
-        row = self._kv.logits_after(self._prompt + path, self._cancel)
-        self.decodes += self._kv.decoded != before
-        return row
-
-    def cached(self, path: tuple[int, ...]) -> bool:
-        """The row after `path` is remembered: reading it decodes nothing."""
-        return self._kv.remembers(self._prompt + path)
 
 
 class Sequence:
@@ -105,12 +87,16 @@ class Sequence:
         cover_decodes = 0
         prompt_decoded = None
         try:
-            self._kv.logits_after(tokens, self._cancel)
+            self._kv.prepare(tokens, required, self._cancel, exact)
             prompt_decoded = self._kv.decoded - decoded_before
             if required and exact:
-                rows = PathRows(self._kv, tokens, self._cancel)
+                rows = self._kv.covering_rows(tokens, required, self._cancel, max_cover_decodes)
                 self.search = CoveringSearch(self._vocab, rows, max_cover_decodes)
-                covering = self.covering = self.search.run(required, self._sampler)
+                covering = self.search.run(required, self._sampler)
+                while covering is not None and rows.refine(covering):  # remote: prove the choice
+                    self.search = CoveringSearch(self._vocab, rows, max_cover_decodes)
+                    covering = self.search.run(required, self._sampler)
+                covering = self.covering = rows.settle(covering)
                 cover_decodes = rows.decodes
                 if covering is None:
                     self.required_satisfied = False  # nothing consistent: the constraint is dropped

@@ -1,0 +1,156 @@
+"""The remote backend against the in-process engine, engine to engine, on one llama-server.
+
+    python -m bench.remote_engine [--url URL] [--cases 200] [--keystrokes 40] [--cancels 10]
+
+- equality: the seed examples and `--cases` mid-word cases (bench.cases, 1/4 of each kind), each
+  asked with the language server's own split and request (`lsp_server.split`, `request_for`),
+  greedy, of both engines; the cases that differ are listed with the reason the stats show;
+- keystrokes: typing the rest of a word letter by letter into the remote engine, round trips and
+  bytes per keystroke (median, p90) and how many keystrokes needed no request at all;
+- cancel: a long generation cancelled from another thread, then the time until GET /slots shows
+  the slot idle (median, max).
+
+Without `--url` it starts its own llama-server (bench.llama_server: default model, 4 slots).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import threading
+import time
+import urllib.request
+from dataclasses import replace
+
+from bench.cases import build_cases
+from engine import CompletionRequest, Engine, EngineConfig, SamplingConfig
+from lsp_server.settings import Settings
+from lsp_server.split import split
+from lsp_server.suggestion import request_for
+
+SEEDS = (
+    ("Thanks for sending over the draft", " yest"),
+    ("import", " num"),
+    ("The model's", " behavi"),
+    ("", "Once upon a ti"),
+)
+
+
+def seed_requests(max_tokens: int = 8) -> list[CompletionRequest]:
+    return [CompletionRequest(prompt, required, max_tokens=max_tokens) for prompt, required in SEEDS]
+
+
+def case_requests(n: int, max_tokens: int) -> list[tuple[str, CompletionRequest, str, str]]:
+    """(label, request, typed, word) for `n` mid-word cases, as the language server would ask."""
+    settings = Settings(max_tokens=max_tokens)
+    out = []
+    for i, case in enumerate(build_cases(max(1, n // 4))[:n]):
+        document = case.document()
+        parts = split(document, len(document))
+        out.append((f"{i}:{case.kind}:{case.word}", request_for(parts, settings), case.typed, case.word))
+    return out
+
+
+def compare(local: Engine, remote: Engine, requests) -> dict:
+    """Both engines on each (label, request, ...); the differing ones with their stats."""
+    differ, fallbacks, trips = [], 0, []
+    for label, request, *_ in requests:
+        mine = local.complete(request)
+        theirs = remote.complete(request)
+        trips.append(theirs.stats.round_trips)
+        fallbacks += theirs.stats.fallback is not None
+        if mine.text != theirs.text:
+            differ.append({
+                "case": label, "local": mine.text, "remote": theirs.text,
+                "local_cover_decodes": mine.stats.cover_decodes, "remote_round_trips": theirs.stats.round_trips,
+                "remote_fallback": theirs.stats.fallback,
+            })  # fmt: skip
+    n = len(requests)
+    return {
+        "cases": n, "equal": n - len(differ), "share": (n - len(differ)) / max(1, n),
+        "fallbacks": fallbacks, "round_trips_median": statistics.median(trips) if trips else None, "differ": differ,
+    }  # fmt: skip
+
+
+def keystrokes(remote: Engine, requests, words: int) -> dict:
+    """From each case's cursor, type the rest of its word letter by letter (the prompt stays the
+    same inside a word); round trips and bytes per keystroke after the first."""
+    trips, sent, received = [], [], []
+    for _label, request, typed, word in requests[:words]:
+        lead = request.required[: len(request.required) - len(typed)]
+        remote.complete(request)
+        for k in range(len(typed) + 1, len(word) + 1):
+            step = remote.complete(replace(request, required=lead + word[:k]))
+            trips.append(step.stats.round_trips)
+            sent.append(step.stats.bytes_sent)
+            received.append(step.stats.bytes_received)
+    if not trips:
+        return {}
+    q = statistics.quantiles(trips, n=10) if len(trips) > 1 else [trips[0]] * 9
+    return {
+        "keystrokes": len(trips), "round_trips_median": statistics.median(trips), "round_trips_p90": q[8],
+        "round_trips_mean": statistics.fmean(trips), "no_request": sum(t == 0 for t in trips),
+        "bytes_sent_median": statistics.median(sent), "bytes_received_median": statistics.median(received),
+    }  # fmt: skip
+
+
+def slots_busy(url: str) -> bool:
+    with urllib.request.urlopen(url + "/slots", timeout=5) as answer:
+        return any(slot.get("is_processing") for slot in json.load(answer))
+
+
+def cancels(remote: Engine, url: str, n: int) -> dict:
+    """A long multi-line generation cancelled once tokens flow; ms until no slot is processing."""
+    idle_ms = []
+    sampling = SamplingConfig(single_line=False)
+    for i in range(n):
+        request = CompletionRequest(f"Chapter {i}. It was a dark and stormy night; the rain fell in", "", max_tokens=400, sampling=sampling)
+        cancel = threading.Event()
+        timer = threading.Timer(0.3, cancel.set)
+        timer.start()
+        remote.complete(request, cancel)
+        timer.join()
+        cancelled_at = time.monotonic()
+        while slots_busy(url) and time.monotonic() - cancelled_at < 5:
+            time.sleep(0.002)
+        idle_ms.append((time.monotonic() - cancelled_at) * 1000)
+    return {"cancels": n, "idle_ms_median": statistics.median(idle_ms), "idle_ms_max": max(idle_ms)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--url")
+    parser.add_argument("--cases", type=int, default=200)
+    parser.add_argument("--keystrokes", type=int, default=40, help="words typed letter by letter")
+    parser.add_argument("--cancels", type=int, default=10)
+    parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args(argv)
+    server = None
+    url = args.url
+    if not url:
+        from bench.llama_server import start_llama_server
+
+        server = start_llama_server(slots=4, threads=args.threads)
+        url = server.url
+    try:
+        local = Engine.load(EngineConfig(threads=args.threads))
+        remote = Engine.load(EngineConfig(model_server=url))
+        report = {"seeds": compare(local, remote, [(r.prompt + "|" + r.required, r) for r in seed_requests()])}
+        requests = case_requests(args.cases, args.max_tokens) if args.cases else []
+        if requests:
+            report["cases"] = compare(local, remote, requests)
+        if args.keystrokes and requests:
+            report["keystrokes"] = keystrokes(remote, requests, args.keystrokes)
+        if args.cancels:
+            report["cancel"] = cancels(remote, url, args.cancels)
+        print(json.dumps(report, indent=1, ensure_ascii=False))
+    finally:
+        if server is not None:
+            server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

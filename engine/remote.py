@@ -1,0 +1,646 @@
+"""The remote backend: the engine's next-token distributions from a llama-server over HTTP.
+
+It stands where `engine.kv.KvCache` stands for the in-process model (same methods: `prepare`,
+`logits_after`, `covering_rows`, `prefill`, ...), so one `Engine` does the windowing, FIM layout,
+stops, lexicon and text handling for both. What differs is what a distribution is: llama-server
+returns, for each token it generates, the sampled token's log-probability and the top `n_probs`
+ones (raw softmax of the logits: grammar and logit_bias do not change them). Every token it does
+not list is at most the N-th listed value. So each node (a token path after the prompt) holds
+exact values for some tokens and upper bounds for the rest:
+
+- a step sampled under a grammar that forces the remaining required bytes picks the most probable
+  *consistent* token, so every consistent token is at most its value (a "cap");
+- the same with the strict-prefix tokens banned by logit_bias picks the best *covering* token;
+- a grammar term `<[id]>` forces one token and reports its exact value.
+
+The exact covering search (engine.covering, unchanged) runs on rows where each unknown value is
+its upper bound. Its answer is proven optimal when every token of the chosen path has an exact
+value: every other covering's bound is at most what it could really be, and the search found the
+best under those bounds. Otherwise one more request makes the first inexact token exact (or
+expands the node the search asked for), and the search runs again, within `maxCoverDecodes`.
+When the budget runs out, the best covering whose tokens are all exact is taken (stats say
+"unproven"), and with none known the server's own per-step-masked path ("mask").
+
+One request usually does it all: the first request of a keystroke is a stream with the grammar of
+the required prefix; its first token is typically a covering token (then proven at once), and the
+stream goes on with the greedy continuation, which generation reads as it needs it and closes when
+it stops (closing the connection makes llama-server stop decoding). Nodes are kept by token path,
+so the next letter of the same word, or typing along a suggestion, usually needs no request.
+
+Prompts go as token ids (no BOS is added to an id array: the engine's own tokens already start
+with it) with `cache_prompt` into one slot per document (`id_slot`, learnt from the server's
+answers or fixed by `model_server_slot`), so an unchanged prompt costs the server no prompt work.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Sequence as Seq
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from engine.covering import Covering
+from engine.http_client import EventStream, ModelServerClient, StreamCancelled
+from engine.kv import Cancelled, common_prefix_length
+from engine.types import ModelServerError
+from engine.vocab import VocabIndex
+
+N_PROBS = 40  # listed tokens per generated token (about 2.5 kB of JSON each)
+NODES = 4096  # distributions remembered by token path
+DENSE_ROWS = 48  # dense rows built for the sampler, as KvCache remembers rows
+BOUNDED_ROWS = 32  # rows built for the covering search
+GENERATION_SLACK = 2
+DRAIN_S = 0.002  # what an ended call still reads of its stream (the final event is usually there)
+SLOT_SHARE = 0.5  # a prompt goes to a slot we used when it shares at least this part of it
+PROBE_TEXT = (
+    "Thanks for sending over the draft yesterday.\n\tdef f(x_1, *args):  # ünïcödé 日本語 😀\n"
+    "        return {'k': [x_1 ** 2, 0x1F, \"s\\n\"]} <tag attr=\"v\">  \r\n"
+)
+
+
+_SERIALS = itertools.count()
+
+
+@dataclass
+class _Node:
+    """What is known of one distribution: exact log-probabilities of some tokens, a bound for the
+    rest, and caps: (covering_only, R, v) = every token consistent with R (only those starting
+    with R when covering_only) is at most v."""
+
+    exact: dict[int, float] = field(default_factory=dict)
+    nth: float = 0.0
+    caps: list[tuple[bool, bytes, float]] = field(default_factory=list)
+    serial: int = field(default_factory=lambda: next(_SERIALS))  # names it in row caches
+
+
+@dataclass
+class _Walk:
+    """An open stream: the next event's distribution is the one after `context`."""
+
+    stream: EventStream
+    context: tuple[int, ...]
+    forced: list[int]
+    literal: bytes | None  # required bytes the grammar still forces; None: no grammar literal
+    cover_cap: bool
+    slot: int = -1
+    seen: int = 0
+    first: bool = True
+
+
+def gbnf_literal(text: bytes) -> str | None:
+    """`text` as a GBNF string literal; None when it is not valid UTF-8 (a grammar matches
+    characters, so a remainder that starts inside a character cannot be written)."""
+    try:
+        chars = text.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    out = []
+    for ch in chars:
+        code = ord(ch)
+        if ch in '"\\' or code < 0x20 or code >= 0x7F:
+            out.append(f"\\U{code:08X}" if code > 0xFFFF else f"\\u{code:04X}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+class RemoteRows:
+    """Distributions by token path from one llama-server (see the module docstring)."""
+
+    def __init__(self, client: ModelServerClient, vocab: VocabIndex, n_ctx: int, total_slots: int, slot: int | None, n_probs: int = N_PROBS):
+        self.client = client
+        self._vocab = vocab
+        self.n_ctx = n_ctx
+        self.sequences = 1
+        self.total_slots = total_slots
+        self._fixed_slot = slot
+        self._slots: dict[int, tuple[int, ...]] = {}  # slot -> the tokens we last left in it
+        self._unplaced: deque[tuple[int, ...]] = deque(maxlen=4)  # sent with id_slot -1, slot not named yet
+        self._n_probs = n_probs
+        self._nodes: OrderedDict[tuple[int, ...], _Node] = OrderedDict()
+        self._dense: OrderedDict[tuple[int, ...], np.ndarray] = OrderedDict()
+        self._bounded: OrderedDict[tuple, np.ndarray] = OrderedDict()
+        self._walk: _Walk | None = None
+        self._lock = threading.RLock()
+        self._deadline: float | None = None
+        self._cancel: threading.Event | None = None
+        self._predict = 16
+        self._single_line = True
+        self._held: tuple[int, ...] = ()
+        self._prompt: tuple[int, ...] = ()  # this call's prompt (tokens past it are forced)
+        self.decoded = 0  # prompt tokens the server decoded for us (its timings' prompt_n)
+        self.fallbacks: list[str] = []  # one entry per unproven covering ("unproven" | "mask")
+        self.switches = 0
+
+    # --- the KvCache surface ---------------------------------------------------------------
+
+    @property
+    def held(self) -> int:
+        return len(self._held)
+
+    def sequences_held(self) -> list[int]:
+        return [len(self._held)]
+
+    def begin(self, cancel: threading.Event | None, max_tokens: int = 16, single_line: bool = True) -> None:
+        """A new engine call: its time budget starts now; generation wants about `max_tokens`."""
+        self._deadline = time.monotonic() + self.client.timeout_s
+        self._cancel = cancel
+        self._predict = max(1, max_tokens)
+        self._single_line = single_line
+        self._prompt = ()
+
+    def end(self) -> None:
+        """The engine call is over: an open stream is closed, so the server stops decoding it.
+        Events that have already arrived are read first: the final one names the slot used."""
+        with self._lock:
+            if self._walk is not None:
+                self._deadline = time.monotonic() + DRAIN_S
+                try:
+                    while self._walk is not None:
+                        self._read(None, quiet=True)
+                except (Cancelled, ModelServerError):
+                    pass
+            self._close_walk()
+            self._cancel = None
+
+    def remembers(self, tokens: tuple[int, ...]) -> bool:
+        return tuple(tokens) in self._nodes
+
+    def logits_after(self, tokens: tuple[int, ...], cancel: threading.Event | None = None) -> np.ndarray:
+        """A dense row of log-probabilities after `tokens`: exact where the server listed them,
+        the unlisted mass spread evenly below the N-th elsewhere (so argmax, top-k sampling and
+        a log-sum-exp of about 0 behave as on a full row). Read from memory, from the open stream,
+        or from a new streamed request that goes on greedily from there."""
+        key = tuple(tokens)
+        with self._lock:
+            row = self._dense.get(key)
+            if row is not None:
+                self._dense.move_to_end(key)
+                return row
+            if key not in self._nodes:
+                self._advance_to(key, cancel)
+            if key not in self._nodes:
+                self._query(key, predict=self._predict + GENERATION_SLACK, cancel=cancel, until_free=False)
+                self._advance_to(key, cancel)
+            node = self._nodes.get(key)
+            if node is None:
+                raise self.client.protocol("the stream ended before its first token")
+            return self._remember_dense(key, self._dense_row(node))
+
+    def rows_along(self, context: tuple[int, ...], draft: tuple[int, ...], cancel: threading.Event | None = None) -> None:
+        """Drafts buy nothing here (the server decodes one token per step either way)."""
+        self.logits_after(context, cancel)
+
+    def prepare(self, tokens: tuple[int, ...], required: bytes, cancel: threading.Event | None = None, exact: bool = True) -> None:
+        """The keystroke's first step: with a required prefix, whatever the search on what is
+        known asks for first (nothing when that already proves its choice); without, the row
+        after the prompt. Per-step masking (`exact` False) is the server's own grammar: its
+        greedy pick is the best consistent token, so the sampler's pick on these rows follows it."""
+        self._prompt = tuple(tokens)
+        if not required:
+            self.logits_after(tokens, cancel)
+            return
+        if not exact:
+            with self._lock:
+                try:
+                    self._query(tuple(tokens), len(required) + self._predict + GENERATION_SLACK, cancel, literal=required)
+                except _Inexpressible:
+                    self.fallbacks.append("inexpressible")
+                    self.logits_after(tokens, cancel)
+            return
+        with self._lock:
+            rows = BoundedRows(self, tokens, required, cancel, budget=1)
+            from engine.covering import CoveringSearch  # the shared search (import kept local: cheap)
+
+            try:
+                covering = CoveringSearch(self._vocab, _Offline(rows), 1 << 30).run(required)
+            except _Unknown as unknown:
+                rows.expand(unknown.path)
+                return
+            if covering is not None:
+                rows.refine(covering)
+
+    def covering_rows(self, prompt: tuple[int, ...], required: bytes, cancel: threading.Event | None, budget: int) -> BoundedRows:
+        return BoundedRows(self, prompt, required, cancel, budget)
+
+    def prefill(self, tokens: tuple[int, ...], cancel: threading.Event | None = None) -> None:
+        """Prefetch: the server decodes the prompt into its slot (`n_predict: 0`) and nothing else."""
+        key = tuple(tokens)
+        with self._lock:
+            self._close_walk()
+            # All but the last token: the request that follows then decodes that one alone.
+            start = key[:-1] if len(key) > 1 and self._cached_length(key) < len(key) - 1 else key
+            body = self._body(start, predict=0)
+            body["stream"] = False
+            try:
+                answer = self.client.post_json("/completion", body, self._deadline, cancel.is_set if cancel else None)
+            except StreamCancelled:
+                raise Cancelled() from None
+            if not isinstance(answer, dict):
+                raise self.client.protocol("a prefetch answer that is not an object")
+            self._learn(start, answer)
+            self._note_timings(answer)
+
+    def forget(self) -> None:
+        with self._lock:
+            self._close_walk()
+            self._nodes.clear()
+            self._dense.clear()
+            self._bounded.clear()
+
+    def close(self) -> None:
+        self.forget()
+
+    # --- nodes -----------------------------------------------------------------------------
+
+    def node(self, key: tuple[int, ...]) -> _Node | None:
+        node = self._nodes.get(key)
+        if node is not None:
+            self._nodes.move_to_end(key)
+        return node
+
+    def _record(self, key: tuple[int, ...], token: int, logprob: float, top: list[tuple[int, float]], cap: tuple[bool, bytes] | None) -> None:
+        node = self._nodes.get(key)
+        if node is None:
+            node = self._nodes[key] = _Node(nth=min((lp for _, lp in top), default=logprob))
+            while len(self._nodes) > NODES:
+                self._nodes.popitem(last=False)
+        else:
+            self._nodes.move_to_end(key)
+            if top:
+                node.nth = min(node.nth, min(lp for _, lp in top))
+            self._dense.pop(key, None)
+        for tok, lp in top:
+            node.exact.setdefault(tok, lp)
+        node.exact.setdefault(token, logprob)
+        if cap is not None:
+            node.caps.append((cap[0], cap[1], logprob))
+
+    def _dense_row(self, node: _Node) -> np.ndarray:
+        size = self._vocab.size
+        ids = np.fromiter(node.exact.keys(), dtype=np.int64, count=len(node.exact))
+        lps = np.fromiter(node.exact.values(), dtype=np.float64, count=len(node.exact))
+        rest = max(1e-12, 1.0 - float(np.exp(lps).sum()))
+        fill = min(node.nth, math.log(rest / max(1, size - ids.size)))
+        row = np.full(size, fill, dtype=np.float32)
+        row[ids] = lps
+        return row
+
+    def _remember_dense(self, key: tuple[int, ...], row: np.ndarray) -> np.ndarray:
+        row.flags.writeable = False
+        self._dense[key] = row
+        while len(self._dense) > DENSE_ROWS:
+            self._dense.popitem(last=False)
+        return row
+
+    def bounded_row(self, node: _Node, remaining: bytes, pessimistic: bool) -> np.ndarray:
+        """Log-probabilities for the covering search at a node with `remaining` bytes to cover:
+        exact where known, else the tightest upper bound (pessimistic: -inf, i.e. known only).
+        The last few are kept: one keystroke runs the search a few times over the same nodes."""
+        key = (node.serial, len(node.exact), len(node.caps), remaining, pessimistic)
+        row = self._bounded.get(key)
+        if row is None:
+            row = self._bounded[key] = self._bounded_row(node, remaining, pessimistic)
+            row.flags.writeable = False
+            while len(self._bounded) > BOUNDED_ROWS:
+                self._bounded.popitem(last=False)
+        return row
+
+    def _bounded_row(self, node: _Node, remaining: bytes, pessimistic: bool) -> np.ndarray:
+        row = np.full(self._vocab.size, -np.inf)
+        vocab = self._vocab
+        if not pessimistic:
+            consistent = min((v for cov, r, v in node.caps if not cov and remaining.startswith(r)), default=0.0)
+            covering = min((v for cov, r, v in node.caps if cov and remaining.startswith(r)), default=0.0)
+            bound = min(node.nth, consistent)
+            row[vocab.starting_with(remaining)] = np.nextafter(min(bound, covering), -np.inf)
+            for tok, _length in vocab.strict_prefixes_of(remaining):
+                piece = vocab.pieces[tok]
+                cap = min((v for cov, r, v in node.caps if cov and remaining.startswith(r) and piece.startswith(r)), default=0.0)
+                row[tok] = np.nextafter(min(bound, cap), -np.inf)
+        for tok, lp in node.exact.items():
+            row[tok] = lp
+        return row
+
+    # --- requests --------------------------------------------------------------------------
+
+    def _slot_for(self, context: tuple[int, ...]) -> tuple[int, bool]:
+        """(id_slot, cache_prompt): the slot we last left a large part of `context` in, reusing
+        its KV; else a new document: any slot (-1, the server picks an idle one) and the prompt
+        decoded whole, from position 0, as the in-process engine decodes a new document into a
+        fresh sequence (the same chunks give the same numbers; a cut at another point would not)."""
+        best, shared = -1, 0
+        for slot, held in list(self._slots.items()) + [(-1, held) for held in self._unplaced]:
+            n = common_prefix_length(held, context)
+            if n > shared:
+                best, shared = slot, n
+        warm = shared >= SLOT_SHARE * len(context)
+        if self._fixed_slot is not None:
+            return self._fixed_slot, warm and best in (-1, self._fixed_slot)
+        # A prompt sent to a slot the server chose and did not name yet: -1 again, and the
+        # server's own choice by prompt similarity finds it.
+        return (best, True) if warm else (-1, False)
+
+    def _cached_length(self, context: tuple[int, ...]) -> int:
+        """How much of `context` some slot holds, as far as we know."""
+        return max((common_prefix_length(held, context) for held in list(self._slots.values()) + list(self._unplaced)), default=0)
+
+    def _note_content(self, slot: int, tokens: tuple[int, ...]) -> None:
+        """The slot now holds `tokens` (a stream went on past its prompt)."""
+        if slot >= 0:
+            self._slots[slot] = tokens
+        elif self._unplaced:
+            self._unplaced[-1] = tokens
+
+    def _learn(self, context: tuple[int, ...], event: dict) -> None:
+        slot = event.get("id_slot")
+        if isinstance(slot, int) and 0 <= slot < max(1, self.total_slots):
+            self._slots[slot] = context
+            if context in self._unplaced:
+                self._unplaced.remove(context)
+            for other, held in list(self._slots.items()):
+                if other != slot and held == context:
+                    del self._slots[other]
+
+    def _note_timings(self, event: dict) -> None:
+        timings = event.get("timings")
+        if isinstance(timings, dict) and isinstance(timings.get("prompt_n"), int):
+            self.decoded += max(0, timings["prompt_n"])
+
+    def _body(self, context: tuple[int, ...], predict: int) -> dict:
+        slot, warm = self._slot_for(context)
+        if slot >= 0:
+            self._slots[slot] = context
+        else:
+            self._unplaced.append(context)
+        body = {
+            "prompt": list(context),
+            "n_predict": predict,
+            "cache_prompt": warm,
+            "id_slot": slot,
+            "temperature": 0.0,
+            "samplers": ["temperature"],
+            "return_tokens": True,
+            "timings_per_token": True,
+        }
+        if predict:
+            body["n_probs"] = self._n_probs
+            body["stream"] = True
+            if self._single_line:
+                body["stop"] = ["\n", "\r"]
+        return body
+
+    def _query(
+        self,
+        context: tuple[int, ...],
+        predict: int,
+        cancel: threading.Event | None,
+        forced: Seq[int] = (),
+        literal: bytes | None = None,
+        ban: Seq[int] = (),
+        until_free: bool = True,
+    ) -> None:
+        """One streamed request from `context`: the grammar forces `forced`, then `literal`,
+        then anything; `ban` are banned by logit_bias (their values are still reported). Reads
+        until the forced part is through (or, with until_free False, one event); the stream then
+        stays open for generation to read on."""
+        self._close_walk()
+        # What the server decodes as its prompt, and how: the request's prompt (in the same
+        # chunks as in-process, its last token alone: engine.llama_backend), then every token past
+        # it forced one by one, as the in-process engine decodes them (engine.kv `prepare`).
+        start = context
+        prompt = self._prompt
+        if prompt and len(context) > len(prompt) and context[: len(prompt)] == prompt:
+            start, forced = prompt, context[len(prompt) :] + tuple(forced)
+        if len(start) > 1 and self._cached_length(start) < len(start) - 1:
+            start, forced = start[:-1], (start[-1],) + tuple(forced)
+        body = self._body(start, predict + len(context) - len(start))
+        terms = [f"<[{t}]>" for t in forced]
+        if literal:
+            written = gbnf_literal(literal)
+            if written is None:
+                raise _Inexpressible()
+            terms.append(written)
+        if terms:
+            body["grammar"] = "root ::= " + " ".join(terms) + " .*"
+        if ban:
+            body["logit_bias"] = [[int(t), False] for t in ban]
+        try:
+            stream = self.client.stream("/completion", body, self._deadline, cancel.is_set if cancel else None)
+        except StreamCancelled:
+            raise Cancelled() from None
+        self._held = start
+        self._walk = _Walk(stream, start, list(forced), literal if literal else None, bool(ban), slot=body["id_slot"])
+        if not until_free:
+            return
+        while self._walk is not None and (self._walk.forced or self._walk.literal):
+            self._read(cancel)
+
+    def _advance_to(self, key: tuple[int, ...], cancel: threading.Event | None) -> None:
+        """Read the open stream while it walks toward `key`."""
+        while key not in self._nodes and self._walk is not None:
+            context = self._walk.context
+            if len(context) > len(key) or key[: len(context)] != context:
+                return
+            self._read(cancel)
+
+    def _read(self, cancel: threading.Event | None, quiet: bool = False) -> None:
+        """One token event of the open stream: record its distribution and move on."""
+        walk = self._walk
+        walk.stream.set_limits(self._deadline if self._deadline is not None else time.monotonic() + self.client.timeout_s, cancel.is_set if cancel else None)
+        while True:
+            try:
+                event = walk.stream.next_event(quiet)
+            except StreamCancelled:
+                self._walk = None
+                raise Cancelled() from None
+            except ModelServerError:
+                self._walk = None
+                raise
+            if event is None:
+                self._walk = None
+                return
+            if walk.first and "timings" in event:
+                walk.first = False
+                self._note_timings(event)
+            if event.get("stop") is True:  # the final event: no token, the slot it used
+                self._learn(walk.context, event)
+                continue
+            probs = event.get("completion_probabilities")
+            if not probs:
+                continue  # progress or an empty first event
+            break
+        token, logprob, top = self._parse_probs(probs)
+        predicted = event.get("tokens_predicted")
+        walk.seen += 1
+        if isinstance(predicted, int) and predicted != walk.seen:
+            # A token without its own event (llama-server holds back a token that ends inside a
+            # UTF-8 character): the path beyond is unknown, so the stream is no use past here.
+            self._close_walk()
+            return
+        cap = None
+        if walk.forced:
+            if token != walk.forced[0]:
+                self._close_walk()
+                raise self.client.protocol("a grammar-forced token was not the one sampled")
+            walk.forced.pop(0)
+        elif walk.literal:
+            cap = (walk.cover_cap, walk.literal)
+            walk.cover_cap = False
+            piece = self._vocab.pieces[token]
+            if walk.literal.startswith(piece) and piece:
+                walk.literal = walk.literal[len(piece) :]
+            elif piece.startswith(walk.literal):
+                walk.literal = None
+            else:  # a token the grammar took for text (a special token's name): no cap, stop here
+                self._record(walk.context, token, logprob, top, None)
+                self._close_walk()
+                return
+        self._record(walk.context, token, logprob, top, cap)
+        walk.context = walk.context + (token,)
+        self._held = walk.context
+        self._note_content(walk.slot, walk.context)
+        if self._vocab.eog[token]:
+            self._close_walk()
+
+    def _parse_probs(self, probs) -> tuple[int, float, list[tuple[int, float]]]:
+        try:
+            entry = probs[0]
+            token = int(entry["id"])
+            logprob = float(entry["logprob"])
+            top = [(int(e["id"]), float(e["logprob"])) for e in entry["top_logprobs"]]
+        except (KeyError, TypeError, ValueError, IndexError):
+            raise self.client.protocol("a token event without id, logprob and top_logprobs") from None
+        size = self._vocab.size
+        if not 0 <= token < size or any(not 0 <= t < size for t, _ in top) or not all(math.isfinite(v) and v <= 1e-3 for v in [logprob] + [lp for _, lp in top]):
+            raise self.client.protocol("a token id or log-probability out of range")
+        return token, min(0.0, logprob), [(t, min(0.0, lp)) for t, lp in top]
+
+    def _close_walk(self) -> None:
+        if self._walk is not None:
+            self._walk.stream.close()
+            self._walk = None
+
+
+class _Unknown(Exception):
+    def __init__(self, path: tuple[int, ...]) -> None:
+        self.path = path
+
+
+class _Inexpressible(Exception):
+    """The remaining bytes start inside a UTF-8 character: no grammar can force them."""
+
+
+class BoundedRows:
+    """The covering search's RowSource on a remote server: rows of exact values and upper bounds;
+    `refine` makes the chosen covering's first inexact token exact, one request at a time."""
+
+    def __init__(self, remote: RemoteRows, prompt: tuple[int, ...], required: bytes, cancel: threading.Event | None, budget: int, pessimistic: bool = False) -> None:
+        self._remote, self._prompt, self._required = remote, tuple(prompt), required
+        self._cancel, self._budget, self._pessimistic = cancel, budget, pessimistic
+        self._vocab = remote._vocab
+        self.decodes = 0
+        self.fallback: str | None = None
+
+    def norm(self, row: np.ndarray) -> float:
+        return 0.0  # rows are log-probabilities already
+
+    def _remaining(self, path: tuple[int, ...]) -> bytes:
+        consumed = sum(len(self._vocab.pieces[t]) for t in path)
+        return self._required[consumed:]
+
+    def known(self, path: tuple[int, ...]) -> bool:
+        return self._remote.node(self._prompt + path) is not None
+
+    cached = known  # reading a known row costs no request
+
+    def row(self, path: tuple[int, ...]) -> np.ndarray:
+        node = self._remote.node(self._prompt + path)
+        if node is None and not self._pessimistic and self.decodes < self._budget:
+            self.expand(path)
+            node = self._remote.node(self._prompt + path)
+        if node is None:  # past the budget: nothing is known here
+            return np.full(self._vocab.size, -np.inf)
+        return self._remote.bounded_row(node, self._remaining(path), self._pessimistic)
+
+    def expand(self, path: tuple[int, ...]) -> None:
+        """Learn the node after `path`: its last token forced at its parent (so its value becomes
+        exact too), then the remaining bytes under the grammar."""
+        self.decodes += 1
+        remaining = self._remaining(path)
+        predict = len(path) + len(remaining) + self._remote._predict + GENERATION_SLACK
+        try:
+            if not path:
+                self._remote._query(self._prompt, predict, self._cancel, literal=remaining)
+            else:
+                self._remote._query(self._prompt + path[:-1], predict, self._cancel, forced=(path[-1],), literal=remaining)
+        except _Inexpressible:
+            self.fallback = "inexpressible"
+
+    def exact(self, covering: Covering) -> int | None:
+        """Index of the covering's first token whose value is only a bound (None: all exact)."""
+        for i, token in enumerate(covering.path):
+            node = self._remote.node(self._prompt + covering.path[:i])
+            if node is None or token not in node.exact:
+                return i
+        return None
+
+    def refine(self, covering: Covering) -> bool:
+        """One request toward proving `covering` (True), or False when it is proven or the
+        budget is spent (then `settle` picks what to use)."""
+        i = self.exact(covering)
+        if i is None or self.decodes >= self._budget:
+            return False
+        node = covering.path[:i]
+        remaining = self._remaining(node)
+        token = covering.path[i]
+        self.decodes += 1
+        predict = len(remaining) + self._remote._predict + GENERATION_SLACK
+        try:
+            if i == len(covering.path) - 1:  # the covering token: the best covering token here
+                partial = [t for t, _ in self._vocab.strict_prefixes_of(remaining)]
+                self._remote._query(self._prompt + node, predict, self._cancel, literal=remaining, ban=partial)
+            else:  # a strict-prefix token: force it, then go on under the grammar
+                rest = self._remaining(node + (token,))
+                self._remote._query(self._prompt + node, predict, self._cancel, forced=(token,), literal=rest)
+        except _Inexpressible:
+            self.fallback = "inexpressible"
+            return False
+        return True
+
+    def settle(self, covering: Covering | None, sampler=None) -> Covering | None:
+        """The covering to use: `covering` when proven; else the best one whose values are all
+        known exactly ("unproven"), else the server's per-step-masked path ("mask")."""
+        if covering is not None and self.exact(covering) is None:
+            return covering
+        if covering is None and self.fallback is None:
+            return None  # nothing in the vocabulary is consistent
+        from engine.covering import CoveringSearch
+
+        known = CoveringSearch(self._vocab, BoundedRows(self._remote, self._prompt, self._required, self._cancel, 0, pessimistic=True), 1 << 30).run(self._required)
+        if known is not None and math.isfinite(known.log_prob):
+            self._remote.fallbacks.append("unproven")
+            return known
+        self._remote.fallbacks.append("mask")
+        return None
+
+
+class _Offline:
+    """BoundedRows that raise _Unknown instead of asking the server (the first step's dry run)."""
+
+    def __init__(self, rows: BoundedRows) -> None:
+        self._rows = rows
+        self.decodes = 0
+
+    def norm(self, row: np.ndarray) -> float:
+        return 0.0
+
+    def row(self, path: tuple[int, ...]) -> np.ndarray:
+        if not self._rows.known(path):
+            raise _Unknown(path)
+        return self._rows.row(path)

@@ -1,0 +1,83 @@
+"""First contact with a llama-server: is it there, may we use it, does it run our vocabulary?
+
+The covering search needs every token's exact bytes, and the engine tokenizes prompts itself (a
+round trip per changed prompt would cost as much as the completion). Both come from the local
+GGUF (`model`, or the default model), read vocabulary-only: no weights are loaded. The server's
+model must tokenize exactly as that vocabulary does; a probe text with words, code, accents, CJK
+and an emoji is tokenized by both, and any difference refuses the server ("model"), as does a
+different vocabulary size. A bigger model with the same tokenizer (the Gemma 3 family shares
+one) is what this is for.
+
+What the server could give instead (checked in its source): `/detokenize` returns text, in which
+a token that is not valid UTF-8 by itself (byte-fallback and byte-level tokens) comes back
+replaced, so not that; but `/tokenize` takes an array of token ids as `content`, and with
+`with_pieces` returns each one's exact bytes (a byte list where a piece is not valid UTF-8). What
+it does not give is which tokens are control tokens (pieces come with their names, as
+"<start_of_turn>"), and every changed prompt would need a `/tokenize` round trip of its own, so a
+local vocabulary stays the way here.
+"""
+
+from __future__ import annotations
+
+import time
+
+from engine.http_client import ModelServerClient
+from engine.llama_backend import LlamaModel
+from engine.model_files import resolve_model
+from engine.remote import PROBE_TEXT, RemoteRows
+from engine.types import EngineConfig, ModelServerError
+from engine.vocab import VocabIndex
+
+
+def connect(config: EngineConfig, min_prompt_tokens: int) -> tuple[LlamaModel, RemoteRows, VocabIndex]:
+    """(vocabulary-only model, remote rows, vocabulary index) for `config.model_server`."""
+    client = ModelServerClient(config.model_server or "", config.model_server_api_key, config.model_server_timeout_s)
+    deadline = time.monotonic() + max(config.model_server_timeout_s, 1.0)
+    health = client.get_json("/health", deadline)
+    if not isinstance(health, dict) or health.get("status") != "ok":
+        raise client.protocol("/health did not say ok")
+    props = client.get_json("/props", deadline)  # not public: a wrong key fails here
+    try:
+        settings = props["default_generation_settings"]
+        slot_ctx = int(settings["n_ctx"])
+        total_slots = int(props.get("total_slots", 1))
+    except (KeyError, TypeError, ValueError):
+        raise client.protocol("/props lacks default_generation_settings.n_ctx") from None
+    path = resolve_model(config.model_path)
+    model = LlamaModel(path, vocab_only=True)
+    try:
+        pieces = model.pieces()
+        vocab = VocabIndex(pieces, *model.special_flags(pieces))
+        _check_vocabulary(client, model, deadline)
+    except BaseException:
+        model.close()
+        raise
+    n_ctx = min(config.context_tokens, slot_ctx)
+    if n_ctx < 2 * min_prompt_tokens:
+        model.close()
+        raise client.error(
+            "model", f"the server's slots hold {slot_ctx} tokens each, too few for a prompt and a completion",
+            f"Start llama-server with --ctx-size of at least {2 * min_prompt_tokens} times --parallel",
+        )
+    remote = RemoteRows(client, vocab, n_ctx, total_slots, config.model_server_slot)
+    return model, remote, vocab
+
+
+def _check_vocabulary(client: ModelServerClient, model: LlamaModel, deadline: float) -> None:
+    remedy = "Set `model` to a local copy of the GGUF the server runs (its vocabulary is read, not its weights), or point `modelServer` at a server running this model"
+    models = client.get_json("/v1/models", deadline)
+    try:
+        n_vocab = int(models["data"][0]["meta"]["n_vocab"])
+    except (KeyError, TypeError, ValueError, IndexError):
+        n_vocab = None  # older servers: the tokenization probe below still decides
+    if n_vocab is not None and n_vocab != model.n_vocab:
+        raise ModelServerError("model", client.url, f"the server's model has {n_vocab} tokens, the local vocabulary {model.n_vocab}", remedy)
+    for add_special in (False, True):
+        answer = client.post_json("/tokenize", {"content": PROBE_TEXT, "add_special": add_special}, deadline)
+        try:
+            theirs = [int(t) for t in answer["tokens"]]
+        except (KeyError, TypeError, ValueError):
+            raise client.protocol("/tokenize did not return token ids") from None
+        ours = list(model.tokenize(PROBE_TEXT.encode(), add_bos=add_special))
+        if theirs != ours:
+            raise ModelServerError("model", client.url, "the server's model tokenizes text differently from the local vocabulary", remedy)

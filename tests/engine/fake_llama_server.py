@@ -1,0 +1,122 @@
+"""A stand-in for llama-server's /completion over a hand-built vocabulary, for unit tests of the
+remote backend's search logic (no model). It follows the semantics engine.remote relies on, as
+read in llama-server's source: greedy under the grammar (`<[id]>` terms, one string literal,
+then `.*`) and logit_bias bans, each event listing the sampled token's log-probability and the top
+`n_probs` of the raw distribution. The real server is tested in test_remote.py."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import socket
+import threading
+
+from engine.vocab import VocabIndex
+
+UNLISTED = 1e-4  # probability of every token a table row does not name
+
+
+class FakeLlamaServer:
+    """`table[path] = {token: prob}` is the distribution after prompt + path (path: the tokens
+    after the prompt's first `prompt_len`)."""
+
+    def __init__(self, vocab: VocabIndex, table: dict[tuple[int, ...], dict[int, float]], prompt_len: int = 1) -> None:
+        self.vocab, self.table, self.prompt_len = vocab, table, prompt_len
+        self.bodies: list[dict] = []
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def logprobs(self, path: tuple[int, ...]) -> list[float]:
+        row = [UNLISTED] * self.vocab.size
+        for token, p in self.table.get(path, {}).items():
+            row[token] = p
+        total = sum(row)
+        return [math.log(p / total) for p in row]
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+
+    def _one(self, conn: socket.socket) -> None:
+        with conn:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += conn.recv(65536)
+            head, _, body = data.partition(b"\r\n\r\n")
+            length = int(re.search(rb"Content-Length: (\d+)", head).group(1)) if b"Content-Length" in head else 0
+            while len(body) < length:
+                body += conn.recv(65536)
+            path = head.split(b" ")[1].decode()
+            if path == "/completion":
+                request = json.loads(body)
+                self.bodies.append(request)
+                events = self._complete(request)
+                if not request.get("stream"):
+                    self._send(conn, b"200 OK", json.dumps({"id_slot": 0, "timings": {"prompt_n": len(request["prompt"])}}).encode())
+                    return
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+                try:
+                    for event in events:
+                        chunk = b"data: " + json.dumps(event).encode() + b"\n\n"
+                        conn.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    conn.sendall(b"0\r\n\r\n")
+                except OSError:
+                    pass
+            else:
+                self._send(conn, b"200 OK", b'{"status": "ok"}')
+
+    @staticmethod
+    def _send(conn: socket.socket, status: bytes, body: bytes) -> None:
+        conn.sendall(b"HTTP/1.1 %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (status, len(body), body))
+
+    def _complete(self, request: dict):
+        grammar = request.get("grammar", "")
+        forced = [int(t) for t in re.findall(r"<\[(\d+)\]>", grammar)]
+        literal_match = re.search(r'"((?:[^"\\]|\\.)*)"', grammar)
+        literal = b""
+        if literal_match:
+            text = re.sub(r"\\[uU]([0-9A-Fa-f]+)", lambda m: chr(int(m.group(1), 16)), literal_match.group(1))
+            literal = text.encode()
+        banned = {int(t) for t, _ in request.get("logit_bias", [])}
+        path = tuple(request["prompt"][self.prompt_len :])
+        n_probs = int(request.get("n_probs", 0))
+        for step in range(int(request["n_predict"])):
+            lps = self.logprobs(path)
+            if forced:
+                token = forced.pop(0)
+            else:
+                allowed = [t for t in range(self.vocab.size) if t not in banned and self._fits(t, literal)]
+                token = max(allowed, key=lambda t: lps[t])
+                piece = self.vocab.pieces[token]
+                literal = literal[len(piece) :] if literal.startswith(piece) else b""
+            top = sorted(range(self.vocab.size), key=lambda t: -lps[t])[:n_probs]
+            yield {
+                "content": "", "tokens": [token], "stop": False, "tokens_predicted": step + 1,
+                "timings": {"prompt_n": len(request["prompt"]) if step == 0 else 0},
+                "completion_probabilities": [{
+                    "id": token, "logprob": lps[token], "top_logprobs": [{"id": t, "logprob": lps[t]} for t in top],
+                }],
+            }  # fmt: skip
+            path = path + (token,)
+            if self.vocab.eog[token]:
+                break
+        yield {"content": "", "stop": True, "id_slot": 0}
+
+    def _fits(self, token: int, literal: bytes) -> bool:
+        piece = self.vocab.pieces[token]
+        if not literal:
+            return True
+        if not piece:
+            return False
+        return literal.startswith(piece) or piece.startswith(literal)

@@ -1,0 +1,188 @@
+"""engine.http_client against small fake HTTP servers on 127.0.0.1: every fault becomes a
+ModelServerError of the right kind within the time budget, the key goes as a Bearer header and
+never into a message, and a failure is followed by a fast-failing back-off window.
+
+Fakes only for the fault logic: the same client against a real llama-server is in
+test_remote.py."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+
+from engine.http_client import ModelServerClient, StreamCancelled, parse_url
+from engine.types import ModelServerError
+
+KEY = "s3cret-key-123"
+
+
+class FakeServer:
+    """Answers each connection with `reply(request_bytes) -> bytes` (None: hang up at once),
+    after `delay_s`. Records the requests."""
+
+    def __init__(self, reply, delay_s: float = 0.0, hold_s: float = 0.05) -> None:
+        self.reply, self.delay_s, self.hold_s = reply, delay_s, hold_s
+        self.requests: list[bytes] = []
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._stop = False
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while not self._stop:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+
+    def _one(self, conn: socket.socket) -> None:
+        with conn:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                data += chunk
+            head, _, body = data.partition(b"\r\n\r\n")
+            for line in head.split(b"\r\n"):
+                if line.lower().startswith(b"content-length:"):
+                    while len(body) < int(line.split(b":")[1]):
+                        body += conn.recv(65536)
+            self.requests.append(head + b"\r\n\r\n" + body)
+            time.sleep(self.delay_s)
+            answer = self.reply(data)
+            if answer is None:
+                return
+            try:
+                conn.sendall(answer)
+                time.sleep(self.hold_s)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self._stop = True
+        self.sock.close()
+
+
+def http(status: int, body: bytes, content_type: str = "application/json") -> bytes:
+    return b"HTTP/1.1 %d X\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s" % (status, content_type.encode(), len(body), body)
+
+
+def sse(events: list[bytes], end: bool = True) -> bytes:
+    chunks = b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events)
+    return b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks + (b"0\r\n\r\n" if end else b"")
+
+
+@pytest.fixture
+def serve():
+    servers: list[FakeServer] = []
+
+    def start(reply, delay_s: float = 0.0, hold_s: float = 0.05) -> FakeServer:
+        servers.append(FakeServer(reply, delay_s, hold_s))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+def kind_of(call) -> ModelServerError:
+    with pytest.raises(ModelServerError) as caught:
+        call()
+    return caught.value
+
+
+def test_the_key_is_sent_as_a_bearer_header_and_never_shown(serve):
+    server = serve(lambda _: http(200, b'{"status": "ok"}'))
+    client = ModelServerClient(server.url, KEY, 2.0)
+    assert client.get_json("/health") == {"status": "ok"}
+    assert b"Authorization: Bearer " + KEY.encode() in server.requests[0]
+    assert KEY not in repr(client)
+    refused = serve(lambda _: http(401, b'{"error": {"message": "Invalid API Key", "type": "authentication_error", "code": 401}}'))
+    error = kind_of(lambda: ModelServerClient(refused.url, KEY, 2.0).get_json("/props"))
+    assert error.kind == "auth" and KEY not in str(error) and "modelServerApiKey" in str(error)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"this is not http\r\n\r\n",
+        http(200, b"{not json"),
+        b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"status\"",  # truncated
+        http(500, b'{"error": {"message": "the prompt: Thanks for sending", "type": "server_error"}}'),
+    ],
+    ids=["not-http", "not-json", "truncated", "server-error"],
+)
+def test_garbage_and_truncated_answers_are_protocol_errors(serve, answer):
+    server = serve(lambda _: answer)
+    error = kind_of(lambda: ModelServerClient(server.url, None, 2.0).get_json("/props"))
+    assert error.kind == "protocol"
+    assert "Thanks for sending" not in str(error)  # a server's message can quote the request
+
+
+def test_garbage_in_a_stream_is_a_protocol_error(serve):
+    server = serve(lambda _: sse([b'data: {"content": "a"}\n\n', b"data: {oops\n\n"]))
+    stream = ModelServerClient(server.url, None, 2.0).stream("/completion", {"prompt": [1]})
+    assert stream.next_event() == {"content": "a"}
+    assert kind_of(stream.next_event).kind == "protocol"
+    cut = serve(lambda _: sse([b'data: {"content": "a"}\n\ndata: {"con'], end=False))
+    stream = ModelServerClient(cut.url, None, 2.0).stream("/completion", {"prompt": [1]})
+    assert stream.next_event() == {"content": "a"}
+    assert kind_of(stream.next_event).kind in ("protocol", "unreachable")
+
+
+def test_a_slow_server_times_out_within_the_budget(serve):
+    server = serve(lambda _: http(200, b"{}"), delay_s=3.0)
+    client = ModelServerClient(server.url, None, 0.3)
+    started = time.monotonic()
+    error = kind_of(lambda: client.get_json("/health"))
+    assert error.kind == "timeout" and time.monotonic() - started < 2.0
+    assert "modelServerTimeoutMs" in str(error)
+
+
+def test_nothing_listening_is_unreachable_and_then_fails_fast_until_the_back_off_ends():
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()  # a port with nothing listening
+    client = ModelServerClient(f"http://127.0.0.1:{port}", None, 1.0)
+    first = kind_of(lambda: client.get_json("/health"))
+    assert first.kind == "unreachable"
+    assert kind_of(lambda: client.get_json("/health")) is first  # within the back-off window
+    assert client.traffic.round_trips == 0
+    time.sleep(0.3)
+    assert kind_of(lambda: client.get_json("/health")).kind == "unreachable"  # tried again
+
+
+def test_a_cancel_closes_the_stream_at_once(serve):
+    server = serve(lambda _: sse([b'data: {"content": "a"}\n\n'], end=False), hold_s=3.0)
+    cancel = threading.Event()
+    stream = ModelServerClient(server.url, None, 5.0).stream("/completion", {"prompt": [1]}, cancel=cancel.is_set)
+    assert stream.next_event() == {"content": "a"}
+    threading.Timer(0.1, cancel.set).start()
+    started = time.monotonic()
+    with pytest.raises(StreamCancelled):
+        stream.next_event()
+    assert stream.closed and time.monotonic() - started < 1.0
+
+
+@pytest.mark.parametrize("url,kind", [("https://gpu.example:8080", "url"), ("ftp://x", "url"), ("http://", "url"), ("http://h:99999", "url")])
+def test_bad_urls_are_refused_with_a_message(url, kind):
+    error = kind_of(lambda: parse_url(url))
+    assert error.kind == kind and "modelServer" in str(error) or "proxy" in str(error)
+
+
+def test_traffic_is_counted(serve):
+    server = serve(lambda _: http(200, b'{"status": "ok"}'))
+    client = ModelServerClient(server.url, None, 2.0)
+    client.get_json("/health")
+    assert client.traffic.round_trips == 1
+    assert client.traffic.bytes_sent == len(server.requests[0])
+    assert client.traffic.bytes_received == len(http(200, b'{"status": "ok"}'))

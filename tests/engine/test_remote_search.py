@@ -1,0 +1,126 @@
+"""The remote backend's exact covering search over a fake llama-server on hand-built
+distributions (no model): what is proven from one request, what needs another, what typing along
+costs, and what happens when the budget runs out."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.http_client import ModelServerClient
+from engine.remote import RemoteRows
+from engine.sequence import Sequence
+from engine.types import SamplingConfig
+from tests.engine.fake_llama_server import FakeLlamaServer
+from tests.engine.toy import EOG, toy_vocab
+
+PIECES = ["a", "b", "ab", "c", EOG, "x", "<bos>"]
+A, B, AB, C, END, X, BOS = range(7)
+VOCAB = toy_vocab(PIECES, control=("<bos>",))
+# Per-step masking takes "a" (0.4) then "b" (0.5): 0.2 in all; the exact covering is "ab" (0.3).
+TABLE = {
+    (): {A: 0.4, AB: 0.3, B: 0.2, END: 0.05},
+    (A,): {B: 0.5, A: 0.4},
+    (A, B): {X: 0.9},
+    (AB,): {C: 0.9},
+    (AB, C): {END: 0.9},
+}
+PROMPT = (BOS,)
+
+
+@pytest.fixture
+def fake():
+    server = FakeLlamaServer(VOCAB, TABLE)
+    yield server
+    server.close()
+
+
+def remote_for(server: FakeLlamaServer, n_probs: int = 1) -> RemoteRows:
+    rows = RemoteRows(ModelServerClient(server.url, None, 5.0), VOCAB, 2048, 1, None, n_probs=n_probs)
+    rows.begin(None, max_tokens=4)
+    return rows
+
+
+def run(rows: RemoteRows, required: bytes, budget: int = 8) -> list[int]:
+    seq = Sequence(rows, VOCAB, SamplingConfig())
+    assert seq.decode_prompt(PROMPT, required, True, budget)
+    out = []
+    while len(out) < 6:
+        result = seq.sample_next()
+        if result.is_eos:
+            break
+        out.append(result.token)
+    return out
+
+
+def test_the_masked_path_is_not_taken_when_another_covering_is_more_probable(fake):
+    rows = remote_for(fake)
+    start = rows.client.traffic.round_trips
+    assert run(rows, b"ab") == [AB, C]
+    # The grammar's request proved nothing ("ab" was not listed and "a" capped it at 0.4); one
+    # request for the best covering token (strict prefixes banned) made "ab" exact and proved it.
+    assert rows.client.traffic.round_trips - start == 2
+    first, second = fake.bodies[-2:]
+    assert first["grammar"] == 'root ::= "ab" .*' and "logit_bias" not in first
+    assert second["logit_bias"] == [[A, False]]
+    assert first["prompt"] == [BOS] and first["n_probs"] == 1
+    assert not first["cache_prompt"] and second["cache_prompt"]  # a new document is decoded whole, then reused
+    assert rows.fallbacks == []
+
+
+def test_typing_along_the_suggestion_costs_no_request(fake):
+    rows = remote_for(fake)
+    run(rows, b"ab")
+    before = rows.client.traffic.round_trips
+    assert run(rows, b"abc") == [AB, C]
+    assert rows.client.traffic.round_trips == before
+
+
+def test_with_the_listed_tokens_one_request_proves_it_and_generation_starts_from_the_covering(fake):
+    rows = remote_for(fake, n_probs=4)
+    assert run(rows, b"ab") == [AB, C]
+    # The grammar's stream went down "a" "b"; the listed "ab" beat it, proven at once. What comes
+    # after "ab" takes one plain request from there.
+    assert rows.client.traffic.round_trips == 2
+    assert fake.bodies[-1]["prompt"] == [BOS] and fake.bodies[-1]["grammar"] == f"root ::= <[{AB}]> .*"
+
+
+def test_out_of_budget_the_best_covering_known_exactly_is_used_and_said(fake):
+    rows = remote_for(fake)
+    assert run(rows, b"ab", budget=0)[:3] == [A, B, X]
+    assert rows.fallbacks == ["unproven"]
+
+
+def test_a_covering_first_token_is_proven_by_the_grammar_alone(fake):
+    rows = remote_for(fake)
+    assert run(rows, b"c")[:1] in ([C], [])  # nothing listed but the grammar's pick
+    # Root: the best token consistent with "c" is "c" itself, a covering: nothing can beat it.
+    assert rows.client.traffic.round_trips == 1
+
+
+def test_a_prompt_goes_back_to_the_slot_the_server_used_for_it(fake):
+    rows = remote_for(fake)
+    rows.prefill(PROMPT)
+    assert fake.bodies[-1]["n_predict"] == 0 and fake.bodies[-1]["id_slot"] == -1
+    run(rows, b"ab")
+    assert fake.bodies[-1]["id_slot"] == 0  # learnt from the prefetch's answer
+
+
+def test_a_cancelled_keystroke_answers_cancelled_and_the_next_one_works(fake):
+    import threading
+
+    rows = remote_for(fake)
+    cancel = threading.Event()
+    cancel.set()
+    seq = Sequence(rows, VOCAB, SamplingConfig(), cancel)
+    assert not seq.decode_prompt(PROMPT, b"ab", True, 8)
+    rows.end()
+    assert run(rows, b"ab") == [AB, C]
+
+
+def test_per_step_masking_is_the_servers_grammar(fake):
+    rows = remote_for(fake)
+    seq = Sequence(rows, VOCAB, SamplingConfig())
+    assert seq.decode_prompt(PROMPT, b"ab", exact=False)
+    tokens = [seq.sample_next().token for _ in range(3)]
+    assert tokens == [A, B, X]  # seed 001's bias, on purpose
+    assert rows.client.traffic.round_trips == 1
