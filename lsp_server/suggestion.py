@@ -116,9 +116,13 @@ def suggestions_for(
 ) -> list[Suggestion]:
     """The suggestion and the engine's alternatives (other ways to finish the typed word, each to
     its word's end), most probable first, distinct: the items to cycle through. Each is made as
-    `suggestion_for` makes one (an alternative on one line)."""
-    gate = {"naive": naive, "min_confidence": min_confidence, "calibration": calibration}
-    found = [suggestion_for(split, completion, block=block, **gate)]
+    `suggestion_for` makes one (an alternative on one line). The confidence gate judges the first
+    item, the one shown unasked: when it hides that, nothing is shown; the alternatives, seen only
+    when the user cycles to them, are not gated (they are less probable by nature)."""
+    gate = {"naive": naive, "calibration": calibration}
+    found = [suggestion_for(split, completion, block=block, min_confidence=min_confidence, **gate)]
+    if found[0] is None:
+        return []
     for alternative in completion.alternatives:
         other = replace(completion, text=alternative.text, signals=alternative.signals, alternatives=())
         found.append(suggestion_for(split, other, **gate))

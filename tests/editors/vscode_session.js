@@ -53,6 +53,9 @@ const SETTINGS = {
   'cpcLsp.trace.server': 'verbose',
   'cpcLsp.enable': { '*': true, markdown: false },
   'cpcLsp.threads': 1, // the machine is shared: one engine thread, as in the other tests
+  // The confidence gate off: this session's claims (accept a word and the rest stays shown, cycling)
+  // need the whole suggestion; the gate's own claims are in tests/lsp_server/test_gate_server.py.
+  'cpcLsp.minConfidence': 0,
   // A quiet editor: nothing but the inline suggestion, no panels, no network.
   'workbench.startupEditor': 'none',
   'workbench.secondarySideBar.defaultVisibility': 'hidden',

@@ -84,3 +84,17 @@ def test_naive_offsets_start_at_the_cursor():
     completion = Completion("erday. I", "line", DecodeStats(), signals=signals)
     cut = suggestion_for(parts, completion, naive=True, min_confidence=0.3, calibration=IDENTITY)
     assert cut.insert_text == "yesterday"
+
+
+def test_the_gate_judges_the_first_item_and_never_hides_the_alternatives_alone():
+    from engine import Alternative
+    from lsp_server.suggestion import suggestions_for
+
+    parts = split("Thanks for the draft yest", 25)
+    unsure = Signals(LN(0.01), 0.0, (WordEnd(10, LN(0.01)),))
+    alternatives = (Alternative(" yesteryear", unsure),)
+    sure = Completion(" yesterday. I went", "line", DecodeStats(), signals=SIGNALS, alternatives=alternatives)
+    shown = suggestions_for(parts, sure, min_confidence=0.3, calibration=IDENTITY)
+    assert [s.insert_text for s in shown] == ["yesterday", "yesteryear"]  # cycled to, not gated
+    hidden = Completion(" yesterday. I went", "line", DecodeStats(), signals=unsure, alternatives=alternatives)
+    assert suggestions_for(parts, hidden, min_confidence=0.3, calibration=IDENTITY) == []
