@@ -288,11 +288,6 @@ def fault_probes(server: LlamaServer, settings: dict[str, Any]) -> list[dict[str
 
 
 def run(args: Any, cases: list[Case], count_tokens: Callable[[str], int], say: Callable[[str], None]) -> dict[str, Any]:
-    import importlib.util
-
-    if importlib.util.find_spec("engine.remote") is None:
-        say("remote: skipped, the engine has no remote backend here")
-        return {"skipped": "no remote backend"}
     threads = args.threads or None
     say("remote: starting llama-server (4 slots, default model)")
     server = start_llama_server(slots=SLOTS, threads=threads or 2)
@@ -330,8 +325,6 @@ def run(args: Any, cases: list[Case], count_tokens: Callable[[str], int], say: C
 
 
 def tables(results: dict[str, Any]) -> list[Table]:
-    if "skipped" in results:
-        return []
     out = []
     k = results["keystrokes"]
     header = ["keystroke", "who", "n", "median ms", "p95 ms", "round trips med / mean (max)", "no request",
@@ -359,8 +352,6 @@ def tables(results: dict[str, Any]) -> list[Table]:
 
 def targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
     checks: list[tuple[str, str, bool | None]] = []
-    if "skipped" in results:
-        return checks
     rows = {(r["kind"], r["who"]): r for r in results["keystrokes"]["table"]}
     remote, peer = rows.get(("warm", "remote")), rows.get(("warm", "peer"))
     if remote and peer:

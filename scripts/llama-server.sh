@@ -4,7 +4,7 @@
 #   scripts/llama-server.sh PYTHON     build if needed (a few minutes, once), print the binary's path
 #
 # The source is the llama.cpp that the pinned llama-cpp-python sdist vendors, fetched with
-# `PYTHON -m pip download` as on a fresh machine, so the server computes the same numbers as the
+# `PYTHON -m pip download` as on a fresh machine (by `llama-wheel.sh --source`, shared with the wheel), so the server computes the same numbers as the
 # in-process engine. The CPU flags are scripts/llama-wheel.sh's own choice (`--flags`: never
 # -march=native, never AMX), and the cache is keyed like its wheelhouse: level + a hash of version,
 # flags and machine, under ${CPC_LSP_CACHE_DIR:-~/.cache/cpc-lsp}/llama-server/<key>/.
@@ -50,14 +50,13 @@ command -v ninja >/dev/null && GENERATOR=(-G Ninja)
 
 WORK=$(mktemp -d "$CACHE/llama-server/build.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
-# ccache keys hold absolute paths: relative to the (temporary) work folder, a rebuild hits.
-export CCACHE_BASEDIR="$WORK" CCACHE_NOHASHDIR=true
+# ccache keys hold absolute paths: relative to the cache folder (the fixed source tree and the
+# temporary build folder are both under it), a rebuild hits.
+export CCACHE_BASEDIR="$CACHE" CCACHE_NOHASHDIR=true
 say "building llama-server from llama-cpp-python $VERSION's llama.cpp for $level (a few minutes, once)"
-say "downloading the llama-cpp-python $VERSION sdist"
-"$PY" -m pip download --quiet --no-deps --no-binary :all: \
-  "llama-cpp-python==$VERSION" -d "$WORK/sdist" >&2
-tar -xzf "$WORK"/sdist/llama_cpp_python-"$VERSION".tar.gz -C "$WORK"
-SRC="$WORK/llama_cpp_python-$VERSION/vendor/llama.cpp"
+# The same extracted sdist the wheel build uses (downloaded once, only the sdist itself from source:
+# `--no-binary :all:` would build every build dependency from source first, minutes of nothing).
+SRC="$("$HERE/llama-wheel.sh" --source "$PY")/vendor/llama.cpp"
 [[ -f $SRC/tools/server/CMakeLists.txt ]] || { say "the sdist has no vendor/llama.cpp/tools/server"; exit 1; }
 
 LOG="$WORK/build.log"

@@ -21,7 +21,6 @@ from bench.fault_proxy import FaultProxy
 from tests.fixtures import DRAFT, Editor, LlamaServer, LspClient, start_llama_server
 
 pytestmark = pytest.mark.model
-pytest.importorskip("engine.remote", reason="the remote backend (remote-core) is not on this branch yet")
 
 BUDGET_MS = 30000  # generous: a healthy first answer must fit even on a 2-core machine shared with others
 SLACK_S = 10.0  # what a request may take beyond the budget before it counts as a hang
