@@ -126,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cancels", type=int, default=10)
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--timeout-s", type=float, default=60.0, help="the remote engine's request budget")
     args = parser.parse_args(argv)
     server = None
     url = args.url
@@ -136,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         url = server.url
     try:
         local = Engine.load(EngineConfig(threads=args.threads))
-        remote = Engine.load(EngineConfig(model_server=url))
+        remote = Engine.load(EngineConfig(model_server=url, model_server_timeout_s=args.timeout_s))
         report = {"seeds": compare(local, remote, [(r.prompt + "|" + r.required, r) for r in seed_requests()])}
         requests = case_requests(args.cases, args.max_tokens) if args.cases else []
         if requests:
