@@ -17,28 +17,23 @@ from engine.vocab import VocabIndex
 UNLISTED = 1e-4  # probability of every token a table row does not name
 
 
-class FakeLlamaServer:
-    """`table[path] = {token: prob}` is the distribution after prompt + path (path: the tokens
-    after the prompt's first `prompt_len`)."""
+class LoopbackHttpServer:
+    """A bare HTTP/1.1 server on 127.0.0.1 for fakes: one thread per connection, each request
+    read whole (head and Content-Length body) and handed to `handle`."""
 
-    def __init__(self, vocab: VocabIndex, table: dict[tuple[int, ...], dict[int, float]], prompt_len: int = 1) -> None:
-        self.vocab, self.table, self.prompt_len = vocab, table, prompt_len
-        self.bodies: list[dict] = []
+    def __init__(self, backlog: int = 16) -> None:
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.sock.listen(backlog)
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
         threading.Thread(target=self._serve, daemon=True).start()
 
     def close(self) -> None:
         self.sock.close()
 
-    def logprobs(self, path: tuple[int, ...]) -> list[float]:
-        row = [UNLISTED] * self.vocab.size
-        for token, p in self.table.get(path, {}).items():
-            row[token] = p
-        total = sum(row)
-        return [math.log(p / total) for p in row]
+    def handle(self, conn: socket.socket, head: bytes, body: bytes) -> None:
+        raise NotImplementedError
 
     def _serve(self) -> None:
         while True:
@@ -52,29 +47,52 @@ class FakeLlamaServer:
         with conn:
             data = b""
             while b"\r\n\r\n" not in data:
-                data += conn.recv(65536)
-            head, _, body = data.partition(b"\r\n\r\n")
-            length = int(re.search(rb"Content-Length: (\d+)", head).group(1)) if b"Content-Length" in head else 0
-            while len(body) < length:
-                body += conn.recv(65536)
-            path = head.split(b" ")[1].decode()
-            if path == "/completion":
-                request = json.loads(body)
-                self.bodies.append(request)
-                events = self._complete(request)
-                if not request.get("stream"):
-                    self._send(conn, b"200 OK", json.dumps({"id_slot": 0, "timings": {"prompt_n": len(request["prompt"])}}).encode())
+                chunk = conn.recv(65536)
+                if not chunk:
                     return
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
-                try:
-                    for event in events:
-                        chunk = b"data: " + json.dumps(event).encode() + b"\n\n"
-                        conn.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-                    conn.sendall(b"0\r\n\r\n")
-                except OSError:
-                    pass
-            else:
-                self._send(conn, b"200 OK", b'{"status": "ok"}')
+                data += chunk
+            head, _, body = data.partition(b"\r\n\r\n")
+            found = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+            while found and len(body) < int(found.group(1)):
+                body += conn.recv(65536)
+            self.handle(conn, head, body)
+
+
+class FakeLlamaServer(LoopbackHttpServer):
+    """`table[path] = {token: prob}` is the distribution after prompt + path (path: the tokens
+    after the prompt's first `prompt_len`)."""
+
+    def __init__(self, vocab: VocabIndex, table: dict[tuple[int, ...], dict[int, float]], prompt_len: int = 1) -> None:
+        self.vocab, self.table, self.prompt_len = vocab, table, prompt_len
+        self.bodies: list[dict] = []
+        super().__init__()
+
+    def logprobs(self, path: tuple[int, ...]) -> list[float]:
+        row = [UNLISTED] * self.vocab.size
+        for token, p in self.table.get(path, {}).items():
+            row[token] = p
+        total = sum(row)
+        return [math.log(p / total) for p in row]
+
+    def handle(self, conn: socket.socket, head: bytes, body: bytes) -> None:
+        path = head.split(b" ")[1].decode()
+        if path == "/completion":
+            request = json.loads(body)
+            self.bodies.append(request)
+            events = self._complete(request)
+            if not request.get("stream"):
+                self._send(conn, b"200 OK", json.dumps({"id_slot": 0, "timings": {"prompt_n": len(request["prompt"])}}).encode())
+                return
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+            try:
+                for event in events:
+                    chunk = b"data: " + json.dumps(event).encode() + b"\n\n"
+                    conn.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                conn.sendall(b"0\r\n\r\n")
+            except OSError:
+                pass
+        else:
+            self._send(conn, b"200 OK", b'{"status": "ok"}')
 
     @staticmethod
     def _send(conn: socket.socket, status: bytes, body: bytes) -> None:

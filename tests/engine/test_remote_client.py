@@ -15,60 +15,31 @@ import pytest
 
 from engine.http_client import ModelServerClient, StreamCancelled, parse_url
 from engine.types import ModelServerError
+from tests.engine.fake_llama_server import LoopbackHttpServer
 
 KEY = "s3cret-key-123"
 
 
-class FakeServer:
+class FakeServer(LoopbackHttpServer):
     """Answers each connection with `reply(request_bytes) -> bytes` (None: hang up at once),
     after `delay_s`. Records the requests."""
 
     def __init__(self, reply, delay_s: float = 0.0, hold_s: float = 0.05) -> None:
         self.reply, self.delay_s, self.hold_s = reply, delay_s, hold_s
         self.requests: list[bytes] = []
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.port = self.sock.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self._stop = False
-        threading.Thread(target=self._serve, daemon=True).start()
+        super().__init__(backlog=8)
 
-    def _serve(self) -> None:
-        while not self._stop:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
-
-    def _one(self, conn: socket.socket) -> None:
-        with conn:
-            data = b""
-            while b"\r\n\r\n" not in data:
-                chunk = conn.recv(65536)
-                if not chunk:
-                    return
-                data += chunk
-            head, _, body = data.partition(b"\r\n\r\n")
-            for line in head.split(b"\r\n"):
-                if line.lower().startswith(b"content-length:"):
-                    while len(body) < int(line.split(b":")[1]):
-                        body += conn.recv(65536)
-            self.requests.append(head + b"\r\n\r\n" + body)
-            time.sleep(self.delay_s)
-            answer = self.reply(data)
-            if answer is None:
-                return
-            try:
-                conn.sendall(answer)
-                time.sleep(self.hold_s)
-            except OSError:
-                pass
-
-    def close(self) -> None:
-        self._stop = True
-        self.sock.close()
+    def handle(self, conn: socket.socket, head: bytes, body: bytes) -> None:
+        self.requests.append(head + b"\r\n\r\n" + body)
+        time.sleep(self.delay_s)
+        answer = self.reply(head + b"\r\n\r\n" + body)
+        if answer is None:
+            return
+        try:
+            conn.sendall(answer)
+            time.sleep(self.hold_s)
+        except OSError:
+            pass
 
 
 def http(status: int, body: bytes, content_type: str = "application/json") -> bytes:
