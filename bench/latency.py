@@ -53,6 +53,7 @@ def _type_word(
     editor.open(uri, doc.base)
     keystrokes = []
     shown = None
+    carried = (editor.stats() or {}).get("carried", 0)
     for k, ch in enumerate(doc.word[:max_keys]):
         typed = doc.word[: k + 1]
         editor.type(uri, ch)
@@ -62,10 +63,17 @@ def _type_word(
         reply = editor.inline(uri)
         shown = insert_text(reply)
         stats = editor.stats() or {}
+        # cpcLsp/stats describes the last engine call; a keystroke answered from the suggestion
+        # already shown (lsp_server.carry) made none, so it decoded nothing.
+        was_carried = stats.get("carried", 0) > carried
+        carried = stats.get("carried", carried)
+        if was_carried:
+            stats = {**stats, "decodedTokens": 0, "coverDecodes": 0, "generatedTokens": 0, "ms": None}
         step = {
             "keystroke": k + 1,
             "ms": reply.ms,
             "typed_along": along,
+            "carried": was_carried,
             "suggestion": shown,
             "prompt_tokens": stats.get("promptTokens"),
             "decoded_tokens": stats.get("decodedTokens"),
