@@ -133,7 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     if not url:
         from bench.llama_server import start_llama_server
 
-        server = start_llama_server(slots=4, threads=args.threads)
+        # No prompt cache in RAM: with it the server restores prompts the in-process engine (four
+        # documents, no such cache) decodes again, in other ubatches, so numbers differ slightly.
+        server = start_llama_server(slots=4, threads=args.threads, extra_args=("--cache-ram", "0"))
         url = server.url
     try:
         local = Engine.load(EngineConfig(threads=args.threads))

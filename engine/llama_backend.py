@@ -26,15 +26,16 @@ from engine.types import ModelLoadError
 log = logging.getLogger(__name__)
 native_log = logging.getLogger("llama.cpp")
 
-# Prompts are decoded in chunks that end at multiples of CHUNK_TOKENS, checking for a cancel
+# Prompts are decoded in chunks of CHUNK_TOKENS from where the decode starts, checking for a cancel
 # between chunks, so a cancel waits for one chunk at most. 64 is the smallest size that kept full
 # throughput (measured: 32-token chunks decoded a cold 840-token prompt ~1.5x slower than 64-512).
-# Boundaries depend on positions only, never on timing: the same history gives the same KV bits,
-# and a decode resumed after a cancel computes exactly what an uninterrupted one would.
-# The row after a run comes from its last token decoded alone: llama-server always
-# decodes a prompt's last token by itself (it re-evaluates it when the whole prompt is cached), so
-# with its prompt in the same chunks (ubatches of 64 from position 0) the remote backend computes
-# the same numbers as this one (engine.remote).
+# Boundaries depend on where a decode starts, never on timing: a decode resumed after a cancel starts at a
+# chunk boundary and computes exactly what an uninterrupted one would. The row after a run comes
+# from its last token decoded alone. This is how llama-server decodes (ubatches of `--ubatch-size
+# 64` from the first token its cache lacks; what it generates one token at a time), and the
+# remote backend sends a prompt's last token as a forced first token (engine.remote), so both
+# compute the same numbers. They must: on this model a token's KV differs by up to 0.2 nats of a
+# later log-probability depending on the ubatch it was decoded in.
 CHUNK_TOKENS = 64
 # llama.cpp gives each sequence a whole multiple of this many tokens of KV (GGML_PAD(n_ctx_seq, 256)
 # in llama-context.cpp): 256 for a request of 128, 512 for 300. The engine still uses only the
@@ -207,7 +208,7 @@ class LlamaContext:
     ) -> Decoded:
         """Decode `tokens` into sequence `seq` at positions start.. in chunks; rows are copies of
         the logits of the last `outputs` tokens. Between chunks `cancelled()` is checked: then the
-        rows are None and what was decoded stays in KV. Chunks end at multiples of `chunk_tokens`
+        rows are None and what was decoded stays in KV. Chunks are `chunk_tokens` long from `start`
         (see CHUNK_TOKENS)."""
         batch = self._batch
         first_output = len(tokens) - outputs
@@ -216,8 +217,7 @@ class LlamaContext:
         while done < len(tokens):
             if done and cancelled():
                 return Decoded(done, None)
-            at = start + done
-            chunk = tokens[done : done + self.chunk_tokens - at % self.chunk_tokens]
+            chunk = tokens[done : done + self.chunk_tokens]
             if outputs == 1 and len(chunk) > 1 and done + len(chunk) == len(tokens):
                 chunk = chunk[:-1]  # the last token alone (see CHUNK_TOKENS)
             batch.n_tokens = len(chunk)

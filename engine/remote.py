@@ -55,6 +55,7 @@ NODES = 4096  # distributions remembered by token path
 DENSE_ROWS = 48  # dense rows built for the sampler, as KvCache remembers rows
 BOUNDED_ROWS = 32  # rows built for the covering search
 GENERATION_SLACK = 2
+STALE_NATS = 1e-6  # a chosen path's value above its exact one by more than this was ranked on a bound
 DRAIN_S = 0.002  # what an ended call still reads of its stream (the final event is usually there)
 SLOT_SHARE = 0.5  # a prompt goes to a slot we used when it shares at least this part of it
 PROBE_TEXT = (
@@ -247,8 +248,12 @@ class RemoteRows:
             self._note_timings(answer)
 
     def forget(self) -> None:
+        """Drop every distribution and what we know of the slots: the next prompt is decoded
+        whole, from position 0, as in a fresh in-process sequence."""
         with self._lock:
             self._close_walk()
+            self._slots.clear()
+            self._unplaced.clear()
             self._nodes.clear()
             self._dense.clear()
             self._bounded.clear()
@@ -357,15 +362,19 @@ class RemoteRows:
         elif self._unplaced:
             self._unplaced[-1] = tokens
 
-    def _learn(self, context: tuple[int, ...], event: dict) -> None:
+    def _learn(self, context: tuple[int, ...], event: dict) -> bool:
+        """The server named the slot holding `context` (True); later requests for it name it too,
+        so every request of a document reads KV computed the same way."""
         slot = event.get("id_slot")
-        if isinstance(slot, int) and 0 <= slot < max(1, self.total_slots):
-            self._slots[slot] = context
-            if context in self._unplaced:
-                self._unplaced.remove(context)
-            for other, held in list(self._slots.items()):
-                if other != slot and held == context:
-                    del self._slots[other]
+        if not (isinstance(slot, int) and 0 <= slot < max(1, self.total_slots)):
+            return False
+        self._slots[slot] = context
+        if context in self._unplaced:
+            self._unplaced.remove(context)
+        for other, held in list(self._slots.items()):
+            if other != slot and held == context:
+                del self._slots[other]
+        return True
 
     def _note_timings(self, event: dict) -> None:
         timings = event.get("timings")
@@ -417,6 +426,12 @@ class RemoteRows:
         prompt = self._prompt
         if prompt and len(context) > len(prompt) and context[: len(prompt)] == prompt:
             start, forced = prompt, context[len(prompt) :] + tuple(forced)
+        if self._slot_for(start)[0] < 0:
+            # A new document: a stream's token events do not name their slot (only its last
+            # event does, which a closed stream never sends), so a prefetch decodes it first and
+            # its answer names the slot; every later request of the document then names it and
+            # reads KV computed once, in the same ubatches as in-process.
+            self.prefill(start, cancel)
         if len(start) > 1 and self._cached_length(start) < len(start) - 1:
             start, forced = start[:-1], (start[-1],) + tuple(forced)
         body = self._body(start, predict + len(context) - len(start))
@@ -468,8 +483,9 @@ class RemoteRows:
             if walk.first and "timings" in event:
                 walk.first = False
                 self._note_timings(event)
-            if event.get("stop") is True:  # the final event: no token, the slot it used
-                self._learn(walk.context, event)
+            if walk.slot < 0 and self._learn(walk.context, event):
+                walk.slot = event["id_slot"]  # every event names the slot: later requests name it too
+            if event.get("stop") is True:  # the final event: no token
                 continue
             probs = event.get("completion_probabilities")
             if not probs:
@@ -590,11 +606,26 @@ class BoundedRows:
                 return i
         return None
 
+    def exact_log_prob(self, covering: Covering) -> float:
+        """The covering's log-probability from exact values only (-inf where one is unknown)."""
+        total = 0.0
+        for i, token in enumerate(covering.path):
+            node = self._remote.node(self._prompt + covering.path[:i])
+            if node is None or token not in node.exact:
+                return float("-inf")
+            total += node.exact[token]
+        return total
+
     def refine(self, covering: Covering) -> bool:
         """One request toward proving `covering` (True), or False when it is proven or the
         budget is spent (then `settle` picks what to use)."""
         i = self.exact(covering)
-        if i is None or self.decodes >= self._budget:
+        if i is None:
+            # Every token is exact now, but the search may have ranked the path by a bound that a
+            # request made during that search replaced (a node's token becomes exact when the node
+            # is expanded): then search again, with no request, on what is now known.
+            return self.exact_log_prob(covering) < covering.log_prob - STALE_NATS
+        if self.decodes >= self._budget:
             return False
         node = covering.path[:i]
         remaining = self._remaining(node)

@@ -4,6 +4,8 @@ costs, and what happens when the budget runs out."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from engine.http_client import ModelServerClient
@@ -56,14 +58,17 @@ def test_the_masked_path_is_not_taken_when_another_covering_is_more_probable(fak
     rows = remote_for(fake)
     start = rows.client.traffic.round_trips
     assert run(rows, b"ab") == [AB, C]
-    # The grammar's request proved nothing ("ab" was not listed and "a" capped it at 0.4); one
-    # request for the best covering token (strict prefixes banned) made "ab" exact and proved it.
-    assert rows.client.traffic.round_trips - start == 2
-    first, second = fake.bodies[-2:]
+    # A new document: a prefetch (its answer names the slot), then the grammar's request, which
+    # proved nothing ("ab" was not listed and "a" capped it at 0.4); one request for the best
+    # covering token (strict prefixes banned) made "ab" exact and proved it.
+    assert rows.client.traffic.round_trips - start == 3
+    named, first, second = fake.bodies[-3:]
+    assert named["n_predict"] == 0 and named["id_slot"] == -1 and not named["cache_prompt"]
     assert first["grammar"] == 'root ::= "ab" .*' and "logit_bias" not in first
     assert second["logit_bias"] == [[A, False]]
     assert first["prompt"] == [BOS] and first["n_probs"] == 1
-    assert not first["cache_prompt"] and second["cache_prompt"]  # a new document is decoded whole, then reused
+    # Decoded whole once, then every request names the slot and reuses it.
+    assert (first["id_slot"], second["id_slot"]) == (0, 0) and first["cache_prompt"] and second["cache_prompt"]
     assert rows.fallbacks == []
 
 
@@ -78,9 +83,9 @@ def test_typing_along_the_suggestion_costs_no_request(fake):
 def test_with_the_listed_tokens_one_request_proves_it_and_generation_starts_from_the_covering(fake):
     rows = remote_for(fake, n_probs=4)
     assert run(rows, b"ab") == [AB, C]
-    # The grammar's stream went down "a" "b"; the listed "ab" beat it, proven at once. What comes
-    # after "ab" takes one plain request from there.
-    assert rows.client.traffic.round_trips == 2
+    # The prefetch naming the slot; the grammar's stream went down "a" "b"; the listed "ab" beat
+    # it, proven at once. What comes after "ab" takes one plain request from there.
+    assert rows.client.traffic.round_trips == 3
     assert fake.bodies[-1]["prompt"] == [BOS] and fake.bodies[-1]["grammar"] == f"root ::= <[{AB}]> .*"
 
 
@@ -94,7 +99,7 @@ def test_a_covering_first_token_is_proven_by_the_grammar_alone(fake):
     rows = remote_for(fake)
     assert run(rows, b"c")[:1] in ([C], [])  # nothing listed but the grammar's pick
     # Root: the best token consistent with "c" is "c" itself, a covering: nothing can beat it.
-    assert rows.client.traffic.round_trips == 1
+    assert rows.client.traffic.round_trips == 2  # with the prefetch that names the slot
 
 
 def test_a_prompt_goes_back_to_the_slot_the_server_used_for_it(fake):
@@ -123,4 +128,33 @@ def test_per_step_masking_is_the_servers_grammar(fake):
     assert seq.decode_prompt(PROMPT, b"ab", exact=False)
     tokens = [seq.sample_next().token for _ in range(3)]
     assert tokens == [A, B, X]  # seed 001's bias, on purpose
-    assert rows.client.traffic.round_trips == 1
+    assert rows.client.traffic.round_trips == 2  # the prefetch naming the slot, then the grammar's
+
+
+# "abc": the grammar takes "a" (0.4) then "bc" (0.5): 0.2, all exact. "ab" is known only by the
+# grammar's cap (0.4) until its node is expanded, which makes it exact (0.05): "ab" "c" is then
+# 0.045, though the search that expanded it ranked it at 0.4 * 0.9 = 0.36.
+STALE_PIECES = ["a", "ab", "abc", "bc", "c", "b", EOG, "<bos>"]
+SA, SAB, SABC, SBC, SC, SB, SEND, SBOS = range(8)
+STALE_VOCAB = toy_vocab(STALE_PIECES, control=("<bos>",))
+STALE_TABLE = {
+    (): {SEND: 0.54, SA: 0.4, SAB: 0.05, SABC: 0.01},
+    (SA,): {SBC: 0.5, SB: 0.3, SEND: 0.2},
+    (SAB,): {SC: 0.9, SEND: 0.1},
+    (SA, SBC): {SEND: 0.99},
+    (SAB, SC): {SEND: 0.99},
+}
+
+
+def test_a_path_ranked_on_a_bound_that_became_exact_meanwhile_is_not_taken_as_proven():
+    server = FakeLlamaServer(STALE_VOCAB, STALE_TABLE)
+    try:
+        rows = RemoteRows(ModelServerClient(server.url, None, 5.0), STALE_VOCAB, 2048, 1, None, n_probs=1)
+        rows.begin(None, max_tokens=4)
+        seq = Sequence(rows, STALE_VOCAB, SamplingConfig())
+        assert seq.decode_prompt((SBOS,), b"abc", True, 8)
+        assert seq.covering.path == (SA, SBC)  # 0.2 beats "ab" "c" at 0.045
+        assert abs(seq.covering.log_prob - math.log(0.2)) < 0.01  # its exact value, not a bound (0.36)
+        assert rows.fallbacks == []
+    finally:
+        server.close()

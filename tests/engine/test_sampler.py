@@ -36,3 +36,15 @@ def test_the_free_path_never_emits_a_banned_token_and_a_seed_reproduces_it():
     again = Sampler(SamplingConfig(temperature=1.0, seed=9), banned, np.flatnonzero(~banned))
     runs = [[s.choose(PROBS, [1, 2]) for _ in range(50)] for s in (first, again)]
     assert runs[0] == runs[1] and 0 not in runs[0]
+
+
+def test_log_sum_exp_of_nothing_known_is_minus_infinity_without_a_warning():
+    import warnings
+
+    from engine.sampler import log_sum_exp
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # exp(-inf - -inf) would be nan, with a RuntimeWarning
+        assert log_sum_exp(np.full(4, -np.inf)) == -np.inf
+        assert log_sum_exp(np.array([])) == -np.inf
+    assert abs(log_sum_exp(np.array([0.0, 0.0])) - np.log(2)) < 1e-12
