@@ -55,6 +55,7 @@ NODES = 4096  # distributions remembered by token path
 DENSE_ROWS = 48  # dense rows built for the sampler, as KvCache remembers rows
 BOUNDED_ROWS = 32  # rows built for the covering search
 GENERATION_SLACK = 2
+ANSWER_RESERVE_S = 0.2  # of each request's budget, kept for the answer after the server gave up (the bench measured 59 ms)
 STALE_NATS = 1e-6  # a chosen path's value above its exact one by more than this was ranked on a bound
 DRAIN_S = 0.002  # what an ended call still reads of its stream (the final event is usually there)
 SLOT_SHARE = 0.5  # a prompt goes to a slot we used when it shares at least this part of it
@@ -148,8 +149,11 @@ class RemoteRows:
         return [len(self._held)]
 
     def begin(self, cancel: threading.Event | None, max_tokens: int = 16, single_line: bool = True) -> None:
-        """A new engine call: its time budget starts now; generation wants about `max_tokens`."""
-        self._deadline = time.monotonic() + self.client.timeout_s
+        """A new engine call: its time budget starts now, less what answering the editor takes
+        after the last read (so a server slower than the budget is answered within it);
+        generation wants about `max_tokens`."""
+        budget = self.client.timeout_s
+        self._deadline = time.monotonic() + budget - min(ANSWER_RESERVE_S, budget / 5)
         self._cancel = cancel
         self._predict = max(1, max_tokens)
         self._single_line = single_line
@@ -426,7 +430,7 @@ class RemoteRows:
         prompt = self._prompt
         if prompt and len(context) > len(prompt) and context[: len(prompt)] == prompt:
             start, forced = prompt, context[len(prompt) :] + tuple(forced)
-        if self._slot_for(start)[0] < 0:
+        if self._slot_for(start) == (-1, False):
             # A new document: a stream's token events do not name their slot (only its last
             # event does, which a closed stream never sends), so a prefetch decodes it first and
             # its answer names the slot; every later request of the document then names it and
