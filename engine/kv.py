@@ -32,11 +32,11 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
-__all__ = ["Backend", "Cancelled", "Decoded", "KvCache", "PathRows", "common_prefix_length"]
+__all__ = ["Backend", "Cancelled", "Decoded", "KvCache", "PathRows", "common_prefix_length", "placement"]
 
 MOVE_MIN_GAIN = 32  # a prompt goes to a sequence sharing at least this many more tokens with it
 MOVE_MIN_DROP = 128  # else one that would cut the live sequence back this far may go to a free one
@@ -75,6 +75,27 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
     while i < n and a[i] == b[i]:
         i += 1
     return i
+
+
+def placement(live: Sequence[int] | None, others: Sequence[tuple[Any, Sequence[int]]], tokens: Sequence[int]) -> tuple[str, Any]:
+    """Where a prompt is decoded, for both backends (a sequence here, a llama-server slot in
+    engine.remote), so both reuse the same prefixes and decode the same ubatches:
+    ("move", key) to the other sequence that shares clearly more with it; ("fresh", None) to an
+    empty or the least recently used one, from position 0, when staying would cut the live one
+    back by many tokens and keep less than it must decode anyway; else ("stay", None), keeping
+    the prefix the live sequence shares. `live` None: nothing used yet (fresh); no `others`:
+    there is nowhere else to go (stay)."""
+    if live is None:
+        return "fresh", None
+    if not others:
+        return "stay", None
+    keep = common_prefix_length(live, tokens)
+    shared, best = max((common_prefix_length(held, tokens), key) for key, held in others)
+    if shared >= keep + MOVE_MIN_GAIN:
+        return "move", best
+    if len(live) - keep >= MOVE_MIN_DROP and keep < len(tokens) - keep:
+        return "fresh", None
+    return "stay", None
 
 
 class Cancelled(Exception):
@@ -195,16 +216,13 @@ class KvCache:
         return done.rows
 
     def _switch_for(self, tokens: tuple[int, ...]) -> None:
-        """Pick the sequence `tokens` decode into (see the module docstring)."""
-        if len(self._seqs) == 1:
-            return
-        keep = common_prefix_length(self._held, tokens)
-        others = [i for i in range(len(self._seqs)) if i != self._live]
-        shared, best = max((common_prefix_length(self._seqs[i], tokens), i) for i in others)
-        if shared >= keep + MOVE_MIN_GAIN:
-            self._use(best)
+        """Pick the sequence `tokens` decode into (see the module docstring and `placement`)."""
+        others = [(i, self._seqs[i]) for i in range(len(self._seqs)) if i != self._live]
+        where, target = placement(self._held, others, tokens)
+        if where == "move":
+            self._use(target)
             self.switches += 1
-        elif len(self._held) - keep >= MOVE_MIN_DROP and keep < len(tokens) - keep:
+        elif where == "fresh":
             target = next((i for i in self._recent if not self._seqs[i]), None)
             if target is None:
                 target = next(i for i in self._recent if i != self._live)

@@ -46,7 +46,7 @@ import numpy as np
 
 from engine.covering import Covering
 from engine.http_client import EventStream, ModelServerClient, StreamCancelled
-from engine.kv import Cancelled, common_prefix_length
+from engine.kv import Cancelled, common_prefix_length, placement
 from engine.types import ModelServerError
 from engine.vocab import VocabIndex
 
@@ -122,6 +122,7 @@ class RemoteRows:
         self.total_slots = total_slots
         self._fixed_slot = slot
         self._slots: dict[int, tuple[int, ...]] = {}  # slot -> the tokens we last left in it
+        self._live: int | None = None  # the slot of the last request (the live sequence's part)
         self._unplaced: deque[tuple[int, ...]] = deque(maxlen=4)  # sent with id_slot -1, slot not named yet
         self._n_probs = n_probs
         self._nodes: OrderedDict[tuple[int, ...], _Node] = OrderedDict()
@@ -238,9 +239,10 @@ class RemoteRows:
         key = tuple(tokens)
         with self._lock:
             self._close_walk()
+            slot, warm = self._slot_for(key)
             # All but the last token: the request that follows then decodes that one alone.
-            start = key[:-1] if len(key) > 1 and self._cached_length(key) < len(key) - 1 else key
-            body = self._body(start, predict=0)
+            start = key[:-1] if len(key) > 1 and self._cached_in(slot, warm, key) < len(key) - 1 else key
+            body = self._body(start, 0, slot, warm)
             body["stream"] = False
             try:
                 answer = self.client.post_json("/completion", body, self._deadline, cancel.is_set if cancel else None)
@@ -257,6 +259,7 @@ class RemoteRows:
         with self._lock:
             self._close_walk()
             self._slots.clear()
+            self._live = None
             self._unplaced.clear()
             self._nodes.clear()
             self._dense.clear()
@@ -339,25 +342,34 @@ class RemoteRows:
     # --- requests --------------------------------------------------------------------------
 
     def _slot_for(self, context: tuple[int, ...]) -> tuple[int, bool]:
-        """(id_slot, cache_prompt): the slot we last left a large part of `context` in, reusing
-        its KV; else a new document: any slot (-1, the server picks an idle one) and the prompt
-        decoded whole, from position 0, as the in-process engine decodes a new document into a
-        fresh sequence (the same chunks give the same numbers; a cut at another point would not)."""
-        best, shared = -1, 0
-        for slot, held in list(self._slots.items()) + [(-1, held) for held in self._unplaced]:
-            n = common_prefix_length(held, context)
-            if n > shared:
-                best, shared = slot, n
-        warm = shared >= SLOT_SHARE * len(context)
-        if self._fixed_slot is not None:
-            return self._fixed_slot, warm and best in (-1, self._fixed_slot)
-        # A prompt sent to a slot the server chose and did not name yet: -1 again, and the
+        """(id_slot, cache_prompt) for a prompt: where the in-process engine would decode it
+        (engine.kv `placement`, our slots standing for its sequences), so both keep the same
+        prefixes and decode the same ubatches. Staying or moving names the slot and reuses its KV;
+        a fresh prompt goes to any idle slot (-1: the server picks, so users sharing it do not
+        take each other's) and is decoded whole, from position 0."""
+        if self._fixed_slot is not None:  # one slot: like one sequence, whatever it shares is kept
+            return self._fixed_slot, True
+        live = self._slots.get(self._live) if self._live is not None else None
+        others = [(slot, held) for slot, held in self._slots.items() if slot != self._live]
+        others += [(slot, ()) for slot in range(self.total_slots) if slot not in self._slots and slot != self._live]
+        where, target = placement(live, others, context)
+        if where == "stay":
+            return self._live, True
+        if where == "move":
+            return target, True
+        # A prompt sent with -1 whose slot the server has not named yet: -1 again, and the
         # server's own choice by prompt similarity finds it.
-        return (best, True) if warm else (-1, False)
+        if any(common_prefix_length(held, context) >= SLOT_SHARE * len(context) for held in self._unplaced):
+            return -1, True
+        return -1, False
 
-    def _cached_length(self, context: tuple[int, ...]) -> int:
-        """How much of `context` some slot holds, as far as we know."""
-        return max((common_prefix_length(held, context) for held in list(self._slots.values()) + list(self._unplaced)), default=0)
+    def _cached_in(self, slot: int, warm: bool, context: tuple[int, ...]) -> int:
+        """How much of `context` the server will reuse in `slot`, as far as we know."""
+        if not warm:
+            return 0
+        if slot >= 0:
+            return common_prefix_length(self._slots.get(slot, ()), context)
+        return max((common_prefix_length(held, context) for held in self._unplaced), default=0)
 
     def _note_content(self, slot: int, tokens: tuple[int, ...]) -> None:
         """The slot now holds `tokens` (a stream went on past its prompt)."""
@@ -373,6 +385,7 @@ class RemoteRows:
         if not (isinstance(slot, int) and 0 <= slot < max(1, self.total_slots)):
             return False
         self._slots[slot] = context
+        self._live = slot
         if context in self._unplaced:
             self._unplaced.remove(context)
         for other, held in list(self._slots.items()):
@@ -385,10 +398,10 @@ class RemoteRows:
         if isinstance(timings, dict) and isinstance(timings.get("prompt_n"), int):
             self.decoded += max(0, timings["prompt_n"])
 
-    def _body(self, context: tuple[int, ...], predict: int) -> dict:
-        slot, warm = self._slot_for(context)
+    def _body(self, context: tuple[int, ...], predict: int, slot: int, warm: bool) -> dict:
         if slot >= 0:
             self._slots[slot] = context
+            self._live = slot
         else:
             self._unplaced.append(context)
         body = {
@@ -430,15 +443,17 @@ class RemoteRows:
         prompt = self._prompt
         if prompt and len(context) > len(prompt) and context[: len(prompt)] == prompt:
             start, forced = prompt, context[len(prompt) :] + tuple(forced)
-        if self._slot_for(start) == (-1, False):
+        slot, warm = self._slot_for(start)
+        if (slot, warm) == (-1, False):
             # A new document: a stream's token events do not name their slot (only its last
             # event does, which a closed stream never sends), so a prefetch decodes it first and
             # its answer names the slot; every later request of the document then names it and
             # reads KV computed once, in the same ubatches as in-process.
             self.prefill(start, cancel)
-        if len(start) > 1 and self._cached_length(start) < len(start) - 1:
+            slot, warm = self._slot_for(start)
+        if len(start) > 1 and self._cached_in(slot, warm, start) < len(start) - 1:
             start, forced = start[:-1], (start[-1],) + tuple(forced)
-        body = self._body(start, predict + len(context) - len(start))
+        body = self._body(start, predict + len(context) - len(start), slot, warm)
         terms = [f"<[{t}]>" for t in forced]
         if literal:
             written = gbnf_literal(literal)
