@@ -2,7 +2,7 @@
 #   make demo   install, then complete one mid-word sentence with the default model
 #   make test   install with the test extras, llama.cpp's llama-server (scripts/llama-server.sh,
 #               cached), the extension's Node packages and a real VS Code (code-server, Node 24,
-#               Chromium: scripts/vscode-env.sh, cached), then pytest
+#               Chromium: scripts/vscode-env.sh, cached), then pytest on two workers
 #   make test-fast   the same install, then every test that does not need the real model (< 30 s)
 #   make vsix   package the VS Code extension: editors/vscode/cpc-lsp.vsix
 PYTHON ?= python3
@@ -36,8 +36,10 @@ vsix:
 demo: install
 	$(PY) -m lsp_server complete --text "Thanks for sending over the draft yest"
 
+# Two workers, a file each at a time (module fixtures such as the llama-server stay on one): half
+# the suite waits on editors, servers and budgets, so this takes about half the wall time.
 test: install-test
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
 test-fast: install-test
 	$(PY) -m pytest -q -m "not model"
