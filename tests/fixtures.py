@@ -246,8 +246,9 @@ def small_context_engine() -> Iterator[Any]:
 @pytest.fixture(scope="module")
 def llama_server() -> Iterator[LlamaServer]:
     """A real llama-server on 127.0.0.1 (default model, 4 slots of 2048 tokens, no key), one per
-    module. A test that stops or kills it restarts it before it ends; it is stopped at the end."""
-    server = start_llama_server(slots=4)
+    module. A test that stops or kills it restarts it before it ends; it is stopped at the end.
+    No prompt cache in RAM: the in-process engine it is compared with has none (bench.remote_engine)."""
+    server = start_llama_server(slots=4, extra_args=("--cache-ram", "0"))
     yield server
     server.stop()
 

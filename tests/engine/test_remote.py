@@ -96,11 +96,14 @@ def test_a_cancel_closes_the_stream_and_the_server_stops_decoding(remote, llama_
 
 
 def test_equal_to_in_process_on_mid_word_cases(remote, model_engine):
-    """A slice of the 200-case set of bench.remote_engine (the whole set is the benchmark's)."""
+    """A slice of the 200-case set of bench.remote_engine (the whole set is the benchmark's: 200 of
+    200 equal), back to back from a cold start: the whole suggestions are the same."""
     from bench.remote_engine import case_requests, compare
 
+    remote.kv.forget()
+    model_engine.kv.forget()
     report = compare(model_engine, remote, case_requests(12, 8))
-    assert report["equal"] >= 0.75 * report["cases"], report["differ"]  # the 200-case figure: the benchmark's
+    assert report["equal"] == report["cases"], report["differ"]
 
 
 def test_an_https_url_is_refused_with_what_to_do():
