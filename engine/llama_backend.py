@@ -26,16 +26,16 @@ from engine.types import ModelLoadError
 log = logging.getLogger(__name__)
 native_log = logging.getLogger("llama.cpp")
 
-# Prompts are decoded in chunks of CHUNK_TOKENS from where the decode starts, checking for a cancel
-# between chunks, so a cancel waits for one chunk at most. 64 is the smallest size that kept full
-# throughput (measured: 32-token chunks decoded a cold 840-token prompt ~1.5x slower than 64-512).
-# Boundaries depend on where a decode starts, never on timing: a decode resumed after a cancel starts at a
-# chunk boundary and computes exactly what an uninterrupted one would. The row after a run comes
-# from its last token decoded alone. This is how llama-server decodes (ubatches of `--ubatch-size
-# 64` from the first token its cache lacks; what it generates one token at a time), and the
-# remote backend sends a prompt's last token as a forced first token (engine.remote), so both
-# compute the same numbers. They must: on this model a token's KV differs by up to 0.2 nats of a
-# later log-probability depending on the ubatch it was decoded in.
+# Prompts are decoded in chunks of CHUNK_TOKENS from where the decode starts, checking for a
+# cancel between chunks, so a cancel waits for one chunk at most. 64 is the smallest size that kept
+# full throughput (measured: 32-token chunks decoded a cold 840-token prompt ~1.5x slower than
+# 64-512). Boundaries depend on where a decode starts, never on timing: a decode resumed after a
+# cancel starts at a chunk boundary and computes exactly what an uninterrupted one would. The row
+# after a run comes from its last token decoded alone. This is how llama-server decodes
+# (ubatches of `--ubatch-size 64` from the first token its cache lacks; what it generates one
+# token at a time), and the remote backend sends a prompt's last token as a forced first token
+# (engine.remote), so both compute the same numbers. They must: on this model the ubatch a token
+# was decoded in moves a later log-probability by up to 0.2 nats.
 CHUNK_TOKENS = 64
 # llama.cpp gives each sequence a whole multiple of this many tokens of KV (GGML_PAD(n_ctx_seq, 256)
 # in llama-context.cpp): 256 for a request of 128, 512 for 300. The engine still uses only the

@@ -55,7 +55,8 @@ NODES = 4096  # distributions remembered by token path
 DENSE_ROWS = 48  # dense rows built for the sampler, as KvCache remembers rows
 BOUNDED_ROWS = 32  # rows built for the covering search
 GENERATION_SLACK = 2
-ANSWER_RESERVE_S = 0.2  # of each request's budget, kept for the answer after the server gave up (the bench measured 59 ms)
+# Of each request's budget, kept for answering after the server gave up (the bench measured 59 ms).
+ANSWER_RESERVE_S = 0.2
 STALE_NATS = 1e-6  # a chosen path's value above its exact one by more than this was ranked on a bound
 DRAIN_S = 0.002  # what an ended call still reads of its stream (the final event is usually there)
 SLOT_SHARE = 0.5  # a prompt goes to a slot we used when it shares at least this part of it
@@ -503,7 +504,7 @@ class RemoteRows:
                 walk.first = False
                 self._note_timings(event)
             if walk.slot < 0 and self._learn(walk.context, event):
-                walk.slot = event["id_slot"]  # every event names the slot: later requests name it too
+                walk.slot = event["id_slot"]  # the final event names it (token events say -1)
             if event.get("stop") is True:  # the final event: no token
                 continue
             probs = event.get("completion_probabilities")
@@ -636,8 +637,9 @@ class BoundedRows:
         return total
 
     def refine(self, covering: Covering) -> bool:
-        """One request toward proving `covering` (True), or False when it is proven or the
-        budget is spent (then `settle` picks what to use)."""
+        """True: one request was made toward proving `covering`, or its value was a bound that is
+        exact now; either way search again. False when it is proven or the budget is spent
+        (then `settle` picks what to use)."""
         i = self.exact(covering)
         if i is None:
             # Every token is exact now, but the search may have ranked the path by a bound that a
