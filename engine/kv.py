@@ -289,3 +289,6 @@ class PathRows:
 
     def settle(self, covering):
         return covering
+
+    def known_search(self, search, required: bytes):
+        return search  # every value it saw is exact

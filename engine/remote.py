@@ -665,6 +665,16 @@ class BoundedRows:
             return False
         return True
 
+    def known_search(self, search, required: bytes):
+        """The search again on exact values only (no request): the signals (the mass of what was
+        typed, the margin to another word) and the alternatives read its coverings, and an upper
+        bound there would count probability no token is known to have, as in-process it is not."""
+        from engine.covering import CoveringSearch
+
+        known = CoveringSearch(self._vocab, BoundedRows(self._remote, self._prompt, required, self._cancel, 0, pessimistic=True), 1 << 30)
+        known.run(required)
+        return known
+
     def settle(self, covering: Covering | None, sampler=None) -> Covering | None:
         """The covering to use: `covering` when proven; else the best one whose values are all
         known exactly ("unproven"), else the server's per-step-masked path ("mask")."""

@@ -97,6 +97,7 @@ class Sequence:
                     self.search = CoveringSearch(self._vocab, rows, max_cover_decodes)
                     covering = self.search.run(required, self._sampler)
                 covering = self.covering = rows.settle(covering)
+                self.search = rows.known_search(self.search, required)  # what signals and alternatives read
                 cover_decodes = rows.decodes
                 if covering is None:
                     self.required_satisfied = False  # nothing consistent: the constraint is dropped
