@@ -327,7 +327,9 @@ class Engine:
         elif seq.required_satisfied:
             signals = self._signals(request, prompt, first_seq, seq, gen)
             if request.alternatives > 0:
-                free = self.kv.decoded == decoded_before  # typed along a suggestion: stay free
+                # Free when typed along a suggestion, and always over the network, where every row is
+                # a round trip: there they come from the rows the keystroke already brought back.
+                free = self.kv.decoded == decoded_before or bool(self.config.model_server)
                 alternatives, alternative_decodes = self._alternatives(
                     request, prompt, first_seq, gen, signals, 0 if free else None, cancel
                 )
