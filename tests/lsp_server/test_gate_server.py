@@ -41,16 +41,23 @@ def suggest(editor: Editor, uri: str, text: str) -> tuple[str | None, dict]:
         editor.close(uri)
 
 
+def gate_off_then_on(client, name: str, text: str) -> tuple[str | None, str | None, dict]:
+    """The suggestion at the end of `text` with the gate off, then at the default (fresh documents,
+    so the second is not answered from the first); the stats are the second's."""
+    editor = Editor(client)
+    configure(client, minConfidence=0)
+    off, _ = suggest(editor, f"file:///gate/{name}-off.txt", text)
+    configure(client, minConfidence=DEFAULT)
+    on, stats = suggest(editor, f"file:///gate/{name}-on.txt", text)
+    return off, on, stats
+
+
 def test_the_default_gate_is_on():
     assert 0 < DEFAULT < 1
 
 
 def test_an_unsure_word_start_shows_nothing_at_the_default_but_something_with_the_gate_off(model_server):
-    editor = Editor(model_server)
-    configure(model_server, minConfidence=0)
-    off, _ = suggest(editor, "file:///gate/start-off.txt", DRAFT + " ")
-    configure(model_server, minConfidence=DEFAULT)
-    on, stats = suggest(editor, "file:///gate/start-on.txt", DRAFT + " ")
+    off, on, stats = gate_off_then_on(model_server, "start", DRAFT + " ")
     assert off  # the model has a guess...
     assert on is None  # ...but not one the gate trusts
     first = confidences(" " + off, 1, signals_of(stats), CURSOR_CLASSES[1])[0][1]
@@ -58,11 +65,7 @@ def test_an_unsure_word_start_shows_nothing_at_the_default_but_something_with_th
 
 
 def test_a_confident_half_typed_word_is_shown_and_cut_where_the_confidence_drops(model_server):
-    editor = Editor(model_server)
-    configure(model_server, minConfidence=0)
-    whole, _ = suggest(editor, "file:///gate/mid-off.txt", DRAFT + " yest")
-    configure(model_server, minConfidence=DEFAULT)
-    cut, stats = suggest(editor, "file:///gate/mid-on.txt", DRAFT + " yest")
+    whole, cut, stats = gate_off_then_on(model_server, "mid", DRAFT + " yest")
     assert cut is not None and cut.startswith("yesterday")
     assert len(cut) < len(whole) and whole.startswith(cut)
     # recompute the cut from the reported signals: the last word end whose confidence (and every
