@@ -23,16 +23,17 @@ logger = logging.getLogger(__name__)
 
 CODE_MODEL = "qwen2.5-coder-0.5b"
 PROSE_MODEL = "gemma-3-270m"
-# LSP languageIds of prose (VS Code's and Neovim's names). An unknown or empty id counts as code:
-# an editor asking for inline suggestions in a language it has no id for is mostly showing code.
+# LSP languageIds of prose (VS Code's and Neovim's names), and no id at all (Neovim sends "" for a
+# buffer without a filetype, which is mostly text: a note, a draft). Any other id counts as code:
+# editors name every programming language they know, and one they have no name for is code too.
 PROSE_LANGUAGES = frozenset({
     "plaintext", "text", "markdown", "mdx", "restructuredtext", "rst", "asciidoc", "latex", "tex",
-    "bibtex", "org", "git-commit", "gitcommit", "git-rebase", "mail", "html-text", "txt",
+    "bibtex", "org", "git-commit", "gitcommit", "git-rebase", "mail", "txt", "",
 })  # fmt: skip
 
 
 def text_kind(language: str | None) -> str:
-    """"prose" for the prose languages, "code" for any other (or no) languageId."""
+    """"prose" for the prose languages (and no languageId), "code" for any other."""
     return "prose" if (language or "").strip().lower() in PROSE_LANGUAGES else "code"
 
 

@@ -15,7 +15,7 @@ from tests.fixtures import FakeEngine
 
 @pytest.mark.parametrize(
     ("language", "kind"),
-    [("python", "code"), ("c", "code"), ("typescriptreact", "code"), ("", "code"), (None, "code"),
+    [("python", "code"), ("c", "code"), ("typescriptreact", "code"), ("cobol-85", "code"), ("", "prose"), (None, "prose"),
      ("plaintext", "prose"), ("markdown", "prose"), ("Markdown", "prose"), ("git-commit", "prose")],
 )  # fmt: skip
 def test_languages_map_to_kinds(language, kind):
