@@ -1,5 +1,6 @@
-"""The docs stay true to the tree: every relative link in README.md and docs/ resolves (file and
-heading), and docs/messages.md names every message a user can see.
+"""The docs stay true to the tree: every relative link in README.md, docs/, editors/README.md and
+CONTRIBUTING.md resolves (file and heading), the README links every page of docs/, and
+docs/messages.md names every message a user can see.
 
 The messages are found in the code, not listed here: the states of `cpcLsp/status`, the kinds of
 `ModelServerError`, and the literal text of every error the engine raises for the user
@@ -21,7 +22,8 @@ from engine import ModelServerError
 from lsp_server import status
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+PAGES = [ROOT / "README.md", *DOCS, ROOT / "editors" / "README.md", ROOT / "CONTRIBUTING.md"]
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 FENCE = re.compile(r"^```.*?^```", re.S | re.M)
 
@@ -66,7 +68,7 @@ def test_every_relative_link_resolves(page: Path):
 
 def test_the_readme_links_every_page_of_the_manual():
     readme = set(links(ROOT / "README.md"))
-    unlinked = [p.name for p in PAGES[1:] if f"docs/{p.name}" not in {t.partition('#')[0] for t in readme}]
+    unlinked = [p.name for p in DOCS if f"docs/{p.name}" not in {t.partition('#')[0] for t in readme}]
     assert not unlinked, f"docs pages the README does not link to (one click away): {unlinked}"
 
 
