@@ -53,9 +53,13 @@ class EngineLike(Protocol):
 
 
 def load_engine(config: EngineConfig) -> EngineLike:
-    """The real engine (llama.cpp loads here, on the worker thread, not at import)."""
+    """The real engine (llama.cpp loads here, on the worker thread, not at import); with no model
+    chosen, the routed default (lsp_server.routing: code and prose models)."""
     from engine import Engine
+    from lsp_server import routing
 
+    if routing.routes(config):
+        return routing.RoutedEngine(config, Engine.load)
     return Engine.load(config)
 
 
