@@ -131,6 +131,7 @@ def complete(args: argparse.Namespace, settings: Settings) -> int:
         if not loaded.ok:
             print(f"cpc-lsp: {loaded.error}", file=sys.stderr)
             return 2
+        model = scheduler.model_id
         answer = scheduler.submit(request_for(parts, settings, block=block)).future.result()
     finally:
         scheduler.close()
@@ -143,6 +144,7 @@ def complete(args: argparse.Namespace, settings: Settings) -> int:
     insert_text = found.insert_text if found else parts.word
     if args.json:
         print(json.dumps({
+            "model": model,
             "prompt": parts.prompt,
             "required": parts.required,
             "suffix": parts.suffix,

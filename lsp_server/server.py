@@ -356,6 +356,7 @@ class CpcServer(LanguageServer):
         numbers = {camel(k): v for k, v in asdict(last.stats).items()}
         return {
             **numbers,
+            "model": self.scheduler.model_id,
             "stopReason": last.stop_reason,
             "requiredSatisfied": last.required_satisfied,
             "requests": self.requests,
