@@ -190,6 +190,7 @@ def file_sha256(path: Path) -> str:
     if isinstance(entry, dict) and entry.get("stamp") == stamp and isinstance(entry.get("sha256"), str):
         return entry["sha256"]
     digest = _sha256(path)
+    known = {where: entry for where, entry in known.items() if Path(where).is_file()}  # forget deleted files
     known[str(path)] = {"stamp": stamp, "sha256": digest}
     try:
         store.parent.mkdir(parents=True, exist_ok=True)

@@ -174,8 +174,8 @@ class OptionalPath(Kind):
         return value.strip() or None
 
     def _what(self) -> str:
-        names = f"a model name ({', '.join(self.names)}) or " if self.names else ""
-        return f"{names}a path to a .gguf file"
+        names = f" or a model name ({', '.join(self.names)})" if self.names else ""
+        return f"a path to a .gguf file{names}"
 
     def json_schema(self) -> dict[str, Any]:
         return {"type": "string", "examples": list(self.names)} if self.names else {"type": "string"}
