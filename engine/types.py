@@ -13,9 +13,10 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """How to load the model. `model_path=None` means the default model shipped from PyPI."""
+    """How to load the model. `model_path` is a GGUF path or a catalogue name (engine.catalogue,
+    resolved at load by engine.model_files.resolve); None means the default model."""
 
-    model_path: Path | None = None
+    model_path: Path | str | None = None
     context_tokens: int = 2048
     threads: int | None = None  # None: all cores
     batch_tokens: int = 512

@@ -137,6 +137,7 @@ def complete(args: argparse.Namespace, settings: Settings) -> int:
             print(f"cpc-lsp: {loaded.error}", file=sys.stderr)
             return 2
         answer = scheduler.submit(request_for(parts, settings, block=block, language=args.language)).future.result()
+        model = scheduler.model_id  # after the answer: the routed default loads the model it needs
     finally:
         scheduler.close()
     if answer.completion is None:
@@ -148,6 +149,7 @@ def complete(args: argparse.Namespace, settings: Settings) -> int:
     insert_text = found.insert_text if found else parts.word
     if args.json:
         print(json.dumps({
+            "model": model,
             "prompt": parts.prompt,
             "required": parts.required,
             "suffix": parts.suffix,

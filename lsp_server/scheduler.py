@@ -257,6 +257,12 @@ class Scheduler:
     def _retry_due(self) -> bool:
         return self._retry is not None and time.monotonic() >= self._retry[1]
 
+    @property
+    def model_id(self) -> str | None:
+        """The loaded model's identity (engine.Engine.model_id: a catalogue name or "sha256:<hex>");
+        None while no model is loaded."""
+        return getattr(self._engine, "model_id", None)
+
     def _retry_wait(self) -> float | None:
         """How long the worker may sleep: until the next retry, or until woken (None)."""
         return None if self._retry is None else max(0.0, self._retry[1] - time.monotonic())

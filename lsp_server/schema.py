@@ -157,22 +157,33 @@ class Choice(Kind):
 
 @dataclass(frozen=True)
 class OptionalPath(Kind):
-    """A file path; ``null`` or an empty string means the default (editors send "" for "not set")."""
+    """A file path, or one of `names` (a model catalogue's, matched case-insensitively and returned
+    as spelled there); ``null`` or an empty string means the default (editors send "" for "not set")."""
+
+    names: tuple[str, ...] = ()
 
     def check(self, value: Any) -> str | None:
         if not isinstance(value, str):
-            raise Invalid("expected a path to a .gguf file")
+            raise Invalid(f"expected {self._what()}")
+        named = {name.lower(): name for name in self.names}.get(value.strip().lower())
+        if named is not None:
+            return named
         try:  # here, not at load time: "~nobody/x.gguf" would raise out of every later reload
             Path(value.strip()).expanduser()
         except RuntimeError:
             raise Invalid("expected a path to a .gguf file whose ~ names a known home folder") from None
         return value.strip() or None
 
+    def _what(self) -> str:
+        names = f" or a model name ({', '.join(self.names)})" if self.names else ""
+        return f"a path to a .gguf file{names}"
+
     def json_schema(self) -> dict[str, Any]:
-        return {"type": "string"}
+        return {"type": "string", "examples": list(self.names)} if self.names else {"type": "string"}
 
     def allowed(self) -> str:
-        return "a path, or empty"
+        names = ", ".join(f"`{name}`" for name in self.names)
+        return f"{names}, a path, or empty" if self.names else "a path, or empty"
 
     def to_json(self, value: Any) -> Any:
         return "" if value is None else value

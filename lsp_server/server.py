@@ -137,7 +137,9 @@ class CpcServer(LanguageServer):
         """Log a load's outcome; a failure is shown to the user, a retry's only when its cause is
         new (a server that stays down says so once, not every few seconds)."""
         if result.ok:
-            self.log(types.MessageType.Info, f"loaded {name} in {result.seconds:.1f} s")
+            model = self.scheduler.model_id
+            named = f"{name} ({model})" if model and model != name else name
+            self.log(types.MessageType.Info, f"loaded {named} in {result.seconds:.1f} s")
             return
         message = f"cpc-lsp: {result.error}"
         if result.kept is not None:
@@ -358,6 +360,7 @@ class CpcServer(LanguageServer):
         numbers = {camel(k): v for k, v in asdict(last.stats).items()}
         return {
             **numbers,
+            "model": self.scheduler.model_id,
             "stopReason": last.stop_reason,
             "requiredSatisfied": last.required_satisfied,
             "requests": self.requests,

@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from engine import CompletionRequest, EngineConfig, SamplingConfig
+from engine import CompletionRequest, EngineConfig, SamplingConfig, catalogue
 from lsp_server import schema
 from lsp_server.schema import (
     SECTION, Bool, Choice, Int, Invalid, Number, OptionalPath, Secret, Spec, Strings, Url, setting, specs,
@@ -50,11 +50,12 @@ class Settings:
     """Every knob the server reads: its default, its kind and what it does (the schema)."""
 
     model: str | None = setting(
-        None, OptionalPath(),
-        "Path to a GGUF model file. Empty: the server's default model, which is the one given with "
-        "`--model` on the server's command line if any, else the two installed with the server: "
-        "code files go to Qwen2.5-Coder 0.5B, prose (plain text, Markdown, commit messages...) to "
-        "Gemma 3 270M. Changing it reloads the model.",
+        None, OptionalPath(tuple(catalogue.CATALOGUE)),
+        "The model: a name from the catalogue (the README's model table; `make model MODEL=NAME` "
+        "installs one) or the path to a GGUF file. Empty: the server's default, which is the one "
+        "given with `--model` on the server's command line if any, else the two installed with the "
+        "server: code files go to qwen2.5-coder-0.5b, prose (plain text, Markdown, commit messages...) "
+        "to gemma-3-270m. Changing it reloads the model.",
         scope="machine-overridable",
     )
     max_tokens: int = setting(
@@ -202,9 +203,8 @@ class Settings:
 
     def engine_config(self) -> EngineConfig:
         """What loading the engine needs; a change here means a reload."""
-        path = None if self.model is None else Path(self.model).expanduser()
         return EngineConfig(
-            model_path=path,
+            model_path=self.model_ref(),
             context_tokens=self.context_tokens,
             threads=self.threads or None,
             memory_budget_mib=self.memory_budget_mib,
@@ -214,6 +214,13 @@ class Settings:
             model_server_timeout_s=self.model_server_timeout_ms / 1000
             if self.model_server else _ENGINE.model_server_timeout_s,
         )
+
+    def model_ref(self) -> str | Path | None:
+        """`model` for the engine: a catalogue name as it is (engine.model_files resolves it), a
+        path expanded; None: the default."""
+        if self.model is None or catalogue.by_name(self.model) is not None:
+            return self.model
+        return Path(self.model).expanduser()
 
     def line_mode(self) -> str:
         """`multiLine`, with the older `singleLine: false` meaning "always"."""
