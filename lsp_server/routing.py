@@ -52,10 +52,9 @@ class RoutedEngine:
     """
 
     def __init__(self, config: EngineConfig, load: Callable[[EngineConfig], Any]) -> None:
-        self._configs = {
-            "code": replace(config, model_path=resolve_model(CODE_MODEL)),
-            "prose": replace(config, model_path=resolve_model(PROSE_MODEL)),
-        }
+        for name in (CODE_MODEL, PROSE_MODEL):
+            resolve_model(name)  # joined and verified once; later calls read the stamp
+        self._configs = {"code": replace(config, model_path=CODE_MODEL), "prose": replace(config, model_path=PROSE_MODEL)}
         self._load = load
         self._engines: dict[str, Any] = {}
         self._lock = threading.Lock()  # close() may come from another thread while a load runs

@@ -34,8 +34,8 @@ def _routed(monkeypatch):
 
     def load(config: EngineConfig) -> FakeEngine:
         engine = FakeEngine(words=("yesterday",))
-        engine.model_id = config.model_path.stem
-        loaded[config.model_path.stem] = engine
+        engine.model_id = config.model_path
+        loaded[config.model_path] = engine
         return engine
 
     return routing.RoutedEngine(EngineConfig(), load), loaded
