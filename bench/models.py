@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import report
-from bench.cases import Case
+from bench.cases import Case, fingerprint
 from bench.latency import _type_word
 from bench.lsp_client import Editor, LspClient, insert_text, peak_rss_mb
 from bench.prompts import documents
@@ -175,7 +175,8 @@ def run(args, cases: list[Case], say: Callable[[str], None], out: Path) -> dict[
         "threads": threads or os.cpu_count(),
         "machine": {"cpus": os.cpu_count(), "note": "shared with other processes: compare the models side by side"},
         "cases": {"count": len(cases), "code": sum(c.kind in CODE_KINDS for c in cases),
-                  "prose": sum(c.kind == "prose" for c in cases), "seed": args.seed},  # fmt: skip
+                  "prose": sum(c.kind == "prose" for c in cases), "seed": args.seed, "per_kind": args.per_kind,
+                  "fingerprint": fingerprint(cases), "files": [c.file for c in cases]},  # fmt: skip
     }
     counter = LlamaModel(default_model_path(), vocab_only=True)  # one tokenizer sizes every model's documents
 
@@ -189,10 +190,11 @@ def run(args, cases: list[Case], say: Callable[[str], None], out: Path) -> dict[
             started = time.perf_counter()
             editors[name] = _start(name, threads, args.max_tokens)
             results.setdefault("start_s", {})[name] = time.perf_counter() - started
-        say(f"models: cold/warm latency, {', '.join(names)} taking turns")
-        keys = 4 if args.quick else 6
-        results["latency"] = latency(editors, count_tokens, 1 if args.quick else 3, keys, args.max_tokens)
-        report.write_json(out, results)
+        if not args.no_latency:
+            say(f"models: cold/warm latency, {', '.join(names)} taking turns")
+            keys = 4 if args.quick else 6
+            results["latency"] = latency(editors, count_tokens, 1 if args.quick else 3, keys, args.max_tokens)
+            report.write_json(out, results)
         for name, editor in editors.items():
             say(f"models: quality of {name} ({len(cases)} cases)")
             results.setdefault("quality", {})[name] = quality(editor, cases, args.quality_max_tokens)
