@@ -8,7 +8,7 @@ started with `--model NAME` (so the name is resolved, the file joined and checke
   model's choice, not the gate's) and no alternatives (they are computed after the suggestion and
   never change it). Deterministic at temperature 0, so machine load does not move it;
 - **cold and warm request latency**: a word typed letter by letter into fresh documents of about
-  214 and 838 tokens (bench.prompts, bench.latency's typing): the first keystroke on a document is
+  214 and 838 tokens (bench.prompts; 2 per size, 5 letters each): the first keystroke on a document is
   cold; "typing" is the median of the others, as a user types the real word (some are answered
   from the suggestion already shown, at no engine cost); "warm" is the median of letters typed off
   the suggestion, each a request the engine computes with the prompt in its KV cache. The servers
@@ -31,8 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import report
-from bench.cases import Case
-from bench.latency import _type_word
+from bench.cases import Case, fingerprint
 from bench.lsp_client import Editor, LspClient, insert_text, peak_rss_mb
 from bench.prompts import documents
 from bench.quality import run_server
@@ -42,6 +41,7 @@ from engine import catalogue
 CODE_KINDS = ("python", "javascript", "c")
 LATENCY_SIZES = (214, 838)
 OFF_KEYS = 3
+REQUEST_TIMEOUT_S = 900.0  # a 1.5B cold request on a crowded 2-core machine took over 120 s
 
 
 def names_of(value: str | None) -> list[str]:
@@ -60,7 +60,7 @@ def _start(name: str, threads: int, max_tokens: int) -> Editor:
     editor = Editor(client)
     warmup = f"file:///bench/models/warmup-{name}.txt"
     editor.open(warmup, "The server is ready when this sentence gets an ans")
-    editor.inline(warmup)
+    editor.inline(warmup, timeout=REQUEST_TIMEOUT_S)
     editor.close(warmup)
     return editor
 
@@ -90,41 +90,70 @@ def _off_keystrokes(editor: Editor, uri: str, word: str, count: int) -> list[dic
     suggestion did not expect: the prompt is in the KV cache (the word-boundary split keeps it),
     so each is a warm request the engine computes."""
     steps = []
-    shown = insert_text(editor.inline(uri)) or ""
+    shown = insert_text(editor.inline(uri, timeout=REQUEST_TIMEOUT_S)) or ""
     for _ in range(count):
         expected = shown[len(word) : len(word) + 1]
         letter = next(c for c in UNLIKELY if c != expected)
         editor.type(uri, letter)
         word += letter
-        reply = editor.inline(uri)
+        reply = editor.inline(uri, timeout=REQUEST_TIMEOUT_S)
         shown = insert_text(reply) or ""
         stats = editor.stats() or {}
         steps.append({"ms": reply.ms, "decoded_tokens": stats.get("decodedTokens"), "engine_ms": stats.get("ms")})
     return steps
 
 
-def latency(editors: dict[str, Editor], count_tokens: Callable[[str], int], docs_per_size: int, keys: int, max_tokens: int) -> dict[str, Any]:
+def _typed_keystrokes(editor: Editor, uri: str, base: str, word: str, keys: int) -> list[dict[str, Any]]:
+    """The first `keys` letters of `word` typed after `base` in a fresh document, one request each."""
+    editor.open(uri, base)
+    steps = []
+    carried = (editor.stats() or {}).get("carried", 0)
+    for ch in word[:keys]:
+        editor.type(uri, ch)
+        reply = editor.inline(uri, timeout=REQUEST_TIMEOUT_S)
+        stats = editor.stats() or {}
+        was_carried = stats.get("carried", 0) > carried  # answered from the suggestion shown (lsp_server.carry)
+        carried = stats.get("carried", carried)
+        steps.append({
+            "ms": reply.ms, "carried": was_carried, "suggestion": insert_text(reply),
+            "prompt_tokens": stats.get("promptTokens"), "decoded_tokens": 0 if was_carried else stats.get("decodedTokens"),
+        })  # fmt: skip
+    return steps
+
+
+def latency(
+    editors: dict[str, Editor], count_tokens: Callable[[str], int], docs_per_size: int, keys: int,
+    save: Callable[[dict[str, Any]], None] = lambda found: None,
+) -> dict[str, Any]:
     """Per document: its word typed letter by letter (the first keystroke cold, the rest warm: as
     a user types, so some are answered from the suggestion already shown), then `OFF_KEYS` letters
     off the suggestion (warm requests the engine computes). The models take turns document by
-    document, the order rotating."""
+    document, the order rotating; `save` gets the summary after every document."""
     steps: dict[str, dict[int, list[dict[str, Any]]]] = {n: {s: [] for s in LATENCY_SIZES} for n in editors}
     names = list(editors)
+    found: dict[str, Any] = {}
     for size in LATENCY_SIZES:
         docs = documents(count_tokens, size, docs_per_size, min_word=7, first_line=40 + size // 4)
         for d, doc in enumerate(docs):
             for name in names[d % len(names):] + names[: d % len(names)]:
                 uri = f"file:///bench/models/{size}-{d}.py"
                 editor = editors[name]
-                typed = _type_word(editor, None, uri, doc, max_tokens, keys)
-                editor.open(uri, doc.base + doc.word[:keys])  # _type_word closed it: the same text again
+                typed = _typed_keystrokes(editor, uri, doc.base, doc.word, keys)
                 off = _off_keystrokes(editor, uri, doc.word[:keys], OFF_KEYS)
                 editor.close(uri)
                 steps[name][size].append({"typed": typed, "off": off})
+            found = _summary(steps)
+            save(found)
+    return found
+
+
+def _summary(steps: dict[str, dict[int, list[dict[str, Any]]]]) -> dict[str, Any]:
     found: dict[str, Any] = {}
     for name, by_size in steps.items():
         rows = []
         for size, docs in by_size.items():
+            if not docs:
+                continue
             rest = [k for s in docs for k in s["typed"][1:]]
             off = [k for s in docs for k in s["off"]]
             rows.append({
@@ -175,7 +204,8 @@ def run(args, cases: list[Case], say: Callable[[str], None], out: Path) -> dict[
         "threads": threads or os.cpu_count(),
         "machine": {"cpus": os.cpu_count(), "note": "shared with other processes: compare the models side by side"},
         "cases": {"count": len(cases), "code": sum(c.kind in CODE_KINDS for c in cases),
-                  "prose": sum(c.kind == "prose" for c in cases), "seed": args.seed},  # fmt: skip
+                  "prose": sum(c.kind == "prose" for c in cases), "seed": args.seed, "per_kind": args.per_kind,
+                  "fingerprint": fingerprint(cases), "files": [c.file for c in cases]},  # fmt: skip
     }
     counter = LlamaModel(default_model_path(), vocab_only=True)  # one tokenizer sizes every model's documents
 
@@ -189,11 +219,15 @@ def run(args, cases: list[Case], say: Callable[[str], None], out: Path) -> dict[
             started = time.perf_counter()
             editors[name] = _start(name, threads, args.max_tokens)
             results.setdefault("start_s", {})[name] = time.perf_counter() - started
-        say(f"models: cold/warm latency, {', '.join(names)} taking turns")
-        keys = 4 if args.quick else 6
-        results["latency"] = latency(editors, count_tokens, 1 if args.quick else 3, keys, args.max_tokens)
-        report.write_json(out, results)
-        for name, editor in editors.items():
+        if not args.no_latency:
+            say(f"models: cold/warm latency, {', '.join(names)} taking turns")
+            keys = 4 if args.quick else 5
+            def save(found: dict[str, Any]) -> None:
+                results["latency"] = found
+                report.write_json(out, results)
+
+            latency(editors, count_tokens, 1 if args.quick else 2, keys, save)
+        for name, editor in editors.items() if not args.no_quality else ():
             say(f"models: quality of {name} ({len(cases)} cases)")
             results.setdefault("quality", {})[name] = quality(editor, cases, args.quality_max_tokens)
             report.write_json(out, results)
