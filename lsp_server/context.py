@@ -52,7 +52,7 @@ class ContextChooser:
         self.chunker = Chunker()
         self._chosen: dict[str, Choice] = {}
         self._defined: dict[str, tuple[str, frozenset[str]]] = {}
-        self.choices = 0  # new choices adopted (a new layout each: for stats)
+        self.choices = 0  # contexts adopted (a new layout each: for stats)
 
     def forget(self, key: str | None = None) -> None:
         """Drop the kept choice of one document (all when None), e.g. when a setting changed."""
@@ -81,7 +81,7 @@ class ContextChooser:
             path, _ = self.workspace.describe(doc.uri)
             context = RepoContext(as_files(chosen), path=path, name=self.workspace.name, max_tokens=max_tokens)
         self._chosen[key] = Choice(keys, context)
-        self.choices += 1
+        self.choices += context is not None
         return context
 
     def choose(
