@@ -115,11 +115,11 @@ def cross_identifiers(project: Project, target: str) -> frozenset[str]:
     return frozenset(n for n in others - own if len(n) >= 4 and n not in STOP)
 
 
-def passages(project: Project, per_target: int, chars: int = PASSAGE_CHARS) -> list[Passage]:
-    """`per_target` passages per target: whole lines from a line using a cross-file identifier,
-    spread evenly over the file after its first 20 lines."""
+def passages(project: Project, per_target: int, chars: int = PASSAGE_CHARS, targets: int | None = None) -> list[Passage]:
+    """`per_target` passages per target (the first `targets` of them): whole lines from a line
+    using a cross-file identifier, spread evenly over the file after its first 20 lines."""
     out = []
-    for target in project.targets:
+    for target in project.targets[:targets]:
         text = (project.root / target).read_text()
         cross = cross_identifiers(project, target)
         pattern = re.compile(r"\b(" + "|".join(sorted(map(re.escape, cross))) + r")\b") if cross else None
@@ -335,7 +335,10 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m bench.context`: the multi-file replay; results in bench/results/context.json."""
     parser = argparse.ArgumentParser(prog="python -m bench.context", description=main.__doc__.split(":")[0])
     parser.add_argument("--models", default="default", help="comma-separated: 'default' (the server's own) or a path or catalogue name")
-    parser.add_argument("--limit", type=int, default=2, help="passages per target file")
+    parser.add_argument("--limit", type=int, default=1, help="passages per target file")
+    parser.add_argument("--targets", type=int, default=1, help="target files per project (of two)")
+    parser.add_argument("--chars", type=int, default=PASSAGE_CHARS, help="about this many characters a passage")
+    parser.add_argument("--window", type=int, default=2048, help="contextTokens (the model's context window)")
     parser.add_argument("--kinds", default="python,javascript,c")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--max-tokens", type=int, default=16)
@@ -346,9 +349,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     say = lambda m: print(f"[context] {m}", file=sys.stderr, flush=True)  # noqa: E731
     kinds = set(args.kinds.split(","))
-    items = [p for project in projects(args.work, say) if project.kind in kinds for p in passages(project, args.limit)]
+    items = [p for project in projects(args.work, say) if project.kind in kinds for p in passages(project, args.limit, args.chars, args.targets)]
     say(f"{len(items)} passages")
-    base = {"maxTokens": args.max_tokens, "minConfidence": 0, "alternatives": 0, "memoryBudgetMib": 0}
+    base = {"maxTokens": args.max_tokens, "minConfidence": 0, "alternatives": 0, "memoryBudgetMib": 0,
+            "contextTokens": args.window}
     variants = {"context off": {"extraContext": False},
                 "context on": {"extraContext": True, "extraContextTokens": args.context_tokens}}  # fmt: skip
     runs: list[dict[str, Any]] = []
@@ -385,7 +389,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = summarize(runs)
     print(report.render(table(rows)))
     report.write_json(args.out, {"settings": {**base, "threads": args.threads, "context_tokens": args.context_tokens,
-                                              "models": args.models, "limit": args.limit}, "table": rows, "runs": runs})
+                                              "models": args.models, "limit": args.limit,
+                                              "targets": args.targets, "chars": args.chars}, "table": rows, "runs": runs})
     return 0
 
 

@@ -120,3 +120,15 @@ def test_nothing_outside_the_workspace_folder_reaches_the_prompt(tmp_path: Path)
         assert editor.stats()["contextChoices"] == 0  # nothing was chosen: the only other file is outside
     finally:
         assert client.shutdown() == 0
+
+
+def test_the_context_goes_to_a_model_server_in_the_same_prompt(workspace: Path, llama_server):
+    """Through `modelServer` the engine sends the same token prompt, context first: the identifier
+    is spelled, and a keystroke inside the word decodes no prompt token there either."""
+    shown, keystrokes, client = suggestion_after_typing(workspace, True, {"modelServer": llama_server.url})
+    try:
+        assert shown is not None and shown.startswith("frobnicate_widget"), shown
+        engine_keys = [key for key in keystrokes if key["engine"]]
+        assert engine_keys and all(key["decodedTokens"] == 0 for key in engine_keys), keystrokes
+    finally:
+        assert client.shutdown() == 0
