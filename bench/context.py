@@ -200,7 +200,7 @@ def start_server(model: str | None, root: Path, threads: int, settings: dict[str
 def _ask(client: LspClient, doc: Document) -> tuple[str | None, float, dict[str, Any]]:
     before = client.call("cpcLsp/stats", None) or {}
     params = {"textDocument": {"uri": doc.uri}, "position": doc.position(), "context": {"triggerKind": 2}}
-    reply = client.request("textDocument/inlineCompletion", params)
+    reply = client.request("textDocument/inlineCompletion", params, timeout=900)  # a cold one on a loaded machine
     after = client.call("cpcLsp/stats", None) or {}
     engine = after.get("engineAnswers", 0) > before.get("engineAnswers", 0)
     return insert_text(reply), reply.ms, {"decoded": after.get("decodedTokens", 0) if engine else 0,

@@ -25,6 +25,7 @@ NEAR_BEFORE, NEAR_AFTER = 24, 8  # lines around the cursor whose identifiers are
 DEFINES_WEIGHT = 1.0  # a chunk defining every wanted identifier scores one Jaccard point more
 EDITED_BONUS = 0.05
 MIN_SCORE = 0.02
+MIN_TYPED = 3  # a partial word this long that a chunk's definition begins with counts as wanted
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]+")
 _DEFINES = (
@@ -132,17 +133,26 @@ def near_cursor(text: str, cursor: int) -> str:
     return text[start:end]
 
 
-def score(chunk: Chunk, near: frozenset[str], wanted: frozenset[str]) -> float:
+def score(chunk: Chunk, near: frozenset[str], wanted: frozenset[str], typed: str = "") -> float:
+    """Jaccard with the cursor's neighbourhood, plus the share of the wanted identifiers the chunk
+    defines (the word being typed counts as defined by a definition it begins)."""
     union = len(near | chunk.ids)
     jaccard = len(near & chunk.ids) / union if union else 0.0
-    defines = len(chunk.defines & wanted) / len(wanted) if wanted else 0.0
+    hits = len(chunk.defines & wanted)
+    if typed and typed not in chunk.defines and any(d.startswith(typed) for d in chunk.defines):
+        hits += 1
+    defines = hits / len(wanted) if wanted else 0.0
     return jaccard + DEFINES_WEIGHT * defines + (EDITED_BONUS if chunk.edited else 0.0)
 
 
-def choose(chunks: list[Chunk], near: frozenset[str], defined_here: frozenset[str], budget: int) -> list[Chunk]:
-    """The best chunks within `budget` tokens, in a stable order (path, then line)."""
+def choose(
+    chunks: list[Chunk], near: frozenset[str], defined_here: frozenset[str], budget: int, typed: str = ""
+) -> list[Chunk]:
+    """The best chunks within `budget` tokens, in a stable order (path, then line). `typed`: the
+    partial word at the cursor (at least MIN_TYPED characters to count)."""
+    typed = typed if len(typed) >= MIN_TYPED and typed not in defined_here else ""
     wanted = near - defined_here
-    ranked = sorted(((score(c, near, wanted), c) for c in chunks), key=lambda sc: (-sc[0], sc[1].path, sc[1].start))
+    ranked = sorted(((score(c, near, wanted, typed), c) for c in chunks), key=lambda sc: (-sc[0], sc[1].path, sc[1].start))
     chosen: list[Chunk] = []
     left = budget
     for value, chunk in ranked:

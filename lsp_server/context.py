@@ -21,6 +21,7 @@ from lsp_server.documents import Document
 from lsp_server.workspace import Source, Workspace
 
 CHANGE_SHARE = 0.5  # a new choice is adopted when more than this share of its chunks are new
+MAX_TYPED = 64  # the partial word at the cursor is looked for this far back
 DEFINITIONS_SCAN_CHARS = 262_144  # the current file's definitions are looked for this far (bounded work)
 
 
@@ -90,7 +91,10 @@ class ContextChooser:
         """The chunks that fit `max_tokens`, best first by lsp_server.chunks, in a stable order."""
         chunks = [c for source in self.sources(key, doc, documents) for c in self.chunker.chunks(source)]
         near = identifiers(near_cursor(doc.text, cursor))
-        return choose(chunks, near, self._defined_in(key, doc.text), max_tokens)
+        start = cursor
+        while start > 0 and cursor - start < MAX_TYPED and (doc.text[start - 1].isalnum() or doc.text[start - 1] == "_"):
+            start -= 1
+        return choose(chunks, near, self._defined_in(key, doc.text), max_tokens, doc.text[start:cursor])
 
     def sources(self, key: str, doc: Document, documents: Iterable[tuple[str, Document]]) -> list[Source]:
         """The open documents (not this one), the files this one imports, regions of closed ones."""

@@ -250,12 +250,11 @@ class CpcServer(LanguageServer):
     def context_for(self, uri: str, doc: Document, cursor: int) -> RepoContext | None:
         """Other files' chunks for `doc`'s prompt (lsp_server.context); None when the setting is
         off. A failure there costs the context, never the suggestion."""
-        if not self.settings.extra_context or self.settings.extra_context_tokens <= 0:
+        budget = min(self.settings.extra_context_tokens, self.settings.context_tokens // 2)  # the engine's cap
+        if not self.settings.extra_context or budget <= 0:
             return None
         try:
-            return self.context.context_for(
-                unquote(uri), doc, cursor, self.documents.items(), self.settings.extra_context_tokens
-            )
+            return self.context.context_for(unquote(uri), doc, cursor, self.documents.items(), budget)
         except Exception as exc:
             logger.error("choosing context failed: %s", frames(exc))
             return None

@@ -141,9 +141,9 @@ class Workspace:
 
     def place(self, path: Path) -> tuple[Path, str] | None:
         """(its workspace folder, its path relative to it, POSIX) for a path under one after
-        resolving symlinks; None outside every folder, inside ``.git``, or unresolvable."""
+        resolving symlinks; None outside every folder, inside ``.git``, or unresolvable (a symlink loop)."""
         try:
-            resolved = path.resolve(strict=True)
+            resolved = path.resolve()  # symlinks followed; a file not saved yet keeps its name
         except (OSError, RuntimeError):
             return None
         for root in self.roots:

@@ -136,3 +136,42 @@ def test_regions_edited_in_a_closed_document_stay_in_a_ring(project: Path):
     ws.edited("k", 1)
     ws.closed("k", uri(path), path.read_text())
     assert [(s.path, s.edited) for s in ws.ring()] == [("pkg/helpers.py", (1,))]
+
+
+def test_the_server_sends_the_chosen_chunks_with_each_request_and_none_when_off(project: Path):
+    """Through the real server (fake engine): the sibling's chunk rides on the request, the same
+    value on a keystroke inside the line, capped at half the context; the setting turns it off."""
+    from bench.lsp_client import Editor
+    from tests.fixtures import InProcessServer
+
+    server = InProcessServer()
+    try:
+        client = server.client
+        capabilities = {"general": {"positionEncodings": ["utf-16"]}, "textDocument": {"inlineCompletion": {}}}
+        client.call("initialize", {
+            "processId": None, "rootUri": None, "capabilities": capabilities,
+            "workspaceFolders": [{"uri": uri(project), "name": "proj"}],
+            "initializationOptions": {"cpcLsp": {"contextTokens": 512, "extraContextTokens": 4096, "extraContext": True}},
+        })  # fmt: skip
+        client.notify("initialized", {})
+        client.wait_loaded(timeout=30)
+        editor = Editor(client)
+        helpers = project / "pkg" / "helpers.py"
+        editor.open(uri(helpers), helpers.read_text(), "python")
+        current = uri(project / "pkg" / "new.py")
+        editor.open(current, "def go(x):\n    return frob", "python")
+        editor.suggestion(current)
+        editor.type(current, "n")
+        editor.suggestion(current)
+        engine = server.loader.engine
+        first, second = engine.requests[-2:]
+        assert first.context is not None and first.context is second.context
+        assert [f.path for f in first.context.files] == ["pkg/helpers.py"]
+        assert first.context.path == "pkg/new.py" and first.context.name == "proj"
+        assert first.context.max_tokens == 256  # extraContextTokens, capped at half of contextTokens
+        client.notify("workspace/didChangeConfiguration", {"settings": {"cpcLsp": {"extraContext": False}}})
+        editor.type(current, "i")
+        editor.suggestion(current)
+        assert engine.requests[-1].context is None
+    finally:
+        server.close()
