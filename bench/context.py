@@ -1,6 +1,7 @@
 """Multi-file replay: type a file of a real project with its siblings open, with and without context.
 
-Projects (none of them this one): Python, the standard library's ``json`` and ``email`` packages;
+Projects (none of them this one): Python, the standard library's ``json`` and ``email`` packages
+(copied into the work folder);
 JavaScript, the npm package ``semver`` (installed with npm into the work folder); C, the ``ujson``
 sdist from PyPI (its ``lib/`` and ``python/`` C files). Each project's folder is the workspace
 folder; every file of the project's set is opened (didOpen) and then passages of a target file
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -74,7 +76,13 @@ class Passage:
 
 
 def projects(work: Path, say) -> list[Project]:
-    stdlib = Path(sysconfig.get_paths()["stdlib"])  # the workspace folder: `from email import utils` resolves
+    # The standard library's packages, copied into a plain folder: where Python is installed may be
+    # in a git work tree that ignores it (pyenv's), and the server rightly reads nothing git ignores.
+    stdlib = work / "python"
+    for package in ("json", "email"):
+        if not (stdlib / package).is_dir():
+            shutil.copytree(Path(sysconfig.get_paths()["stdlib"]) / package, stdlib / package,
+                            ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
     json_files = tuple(f"json/{n}" for n in ("__init__.py", "decoder.py", "encoder.py", "scanner.py"))
     email_files = tuple(f"email/{n}" for n in ("message.py", "_policybase.py", "charset.py", "utils.py", "errors.py",
                                                "_encoded_words.py", "iterators.py", "generator.py"))  # fmt: skip
@@ -125,7 +133,7 @@ def passages(project: Project, per_target: int, chars: int = PASSAGE_CHARS, targ
         pattern = re.compile(r"\b(" + "|".join(sorted(map(re.escape, cross))) + r")\b") if cross else None
         lines = text.splitlines(keepends=True)
         starts = [sum(map(len, lines[:i])) for i in range(len(lines))]
-        candidates = [i for i in range(20, len(lines) - 3) if pattern and pattern.search(lines[i]) and lines[i].strip()]
+        candidates = [i for i in range(20, len(lines) - 3) if pattern and pattern.search(lines[i]) and _is_code(lines[i])]
         if not candidates:
             continue
         step = max(1, len(candidates) // per_target)
@@ -144,6 +152,12 @@ def passages(project: Project, per_target: int, chars: int = PASSAGE_CHARS, targ
                 break
         out += picked
     return out
+
+
+def _is_code(line: str) -> bool:
+    """Not blank and not a comment line (docstrings are let through: they are hard to tell by line)."""
+    body = line.strip()
+    return bool(body) and not body.startswith(("#", "//", "/*", "*"))
 
 
 def cursor_class(before: str, rest: str, cross: frozenset[str]) -> str:
@@ -344,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--context-tokens", type=int, default=1024, help="extraContextTokens of the 'on' variant")
     parser.add_argument("--peer", action="store_true", help="also the llama.vim-style peer (llama-server, /infill, input_extra)")
+    parser.add_argument("--peer-only", action="store_true", help="the peer alone (its rows join an earlier run's with --merge)")
+    parser.add_argument("--merge", type=Path, nargs="*", default=[], help="earlier results whose runs join this table")
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "cpc-lsp-bench-context")
     parser.add_argument("--out", type=Path, default=report.output_root() / "bench" / "results" / "context.json")
     args = parser.parse_args(argv)
@@ -356,8 +372,13 @@ def main(argv: list[str] | None = None) -> int:
     variants = {"context off": {"extraContext": False},
                 "context on": {"extraContext": True, "extraContextTokens": args.context_tokens}}  # fmt: skip
     runs: list[dict[str, Any]] = []
+    for earlier in args.merge:
+        runs += json.loads(earlier.read_text())["runs"]
     for model in args.models.split(","):
         model_path = None if model == "default" else model
+        if args.peer_only:
+            runs += peer_runs(model_path, items, args, say, Path(model).name) if model_path else []
+            continue
         label = Path(model).name if model_path else "default (Gemma 3 270M)"
         by_project: dict[str, list[Passage]] = {}
         for p in items:
@@ -398,12 +419,14 @@ def peer_runs(model: str, items: list[Passage], args, say, label: str) -> list[d
     from bench.llama_server import start_llama_server
 
     runs = []
-    server = start_llama_server(slots=1, model=model, threads=args.threads)
+    server = start_llama_server(slots=1, ctx=args.window, model=model, threads=args.threads)
     try:
         peer = RingPeer(server, args.max_tokens)
         for n, passage in enumerate(items):
+            peer.ring = []  # the project's siblings only (never the file being typed)
             for rel in passage.project.files:
-                peer.opened(rel, (passage.project.root / rel).read_text())
+                if rel != passage.target:
+                    peer.opened(rel, (passage.project.root / rel).read_text())
             for variant, extra in (("peer, no ring", False), ("peer, ring (input_extra)", True)):
                 result = peer.replay(passage, extra)
                 runs.append({"model": label, "variant": variant, "kind": passage.project.kind, "project": passage.project.name,
