@@ -354,9 +354,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chars", type=int, default=PASSAGE_CHARS, help="about this many characters a passage")
     parser.add_argument("--window", type=int, default=2048, help="contextTokens (the model's context window)")
     parser.add_argument("--kinds", default="python,javascript,c")
+    parser.add_argument("--projects", default=None, help="comma-separated project names' first words (json,email,semver,ujson)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--max-tokens", type=int, default=16)
-    parser.add_argument("--context-tokens", type=int, default=1024, help="extraContextTokens of the 'on' variant")
+    parser.add_argument("--context-tokens", type=int, default=512, help="extraContextTokens of the 'on' variant")
     parser.add_argument("--peer", action="store_true", help="also the llama.vim-style peer (llama-server, /infill, input_extra)")
     parser.add_argument("--peer-only", action="store_true", help="the peer alone (its rows join an earlier run's with --merge)")
     parser.add_argument("--merge", type=Path, nargs="*", default=[], help="earlier results whose runs join this table")
@@ -365,7 +366,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     say = lambda m: print(f"[context] {m}", file=sys.stderr, flush=True)  # noqa: E731
     kinds = set(args.kinds.split(","))
-    items = [p for project in projects(args.work, say) if project.kind in kinds for p in passages(project, args.limit, args.chars, args.targets)]
+    wanted = None if args.projects is None else set(args.projects.split(","))
+    items = [p for project in projects(args.work, say) if project.kind in kinds
+             and (wanted is None or project.name.split()[0] in wanted)
+             for p in passages(project, args.limit, args.chars, args.targets)]  # fmt: skip
     say(f"{len(items)} passages")
     base = {"maxTokens": args.max_tokens, "minConfidence": 0, "alternatives": 0, "memoryBudgetMib": 0,
             "contextTokens": args.window}
@@ -401,6 +405,7 @@ def main(argv: list[str] | None = None) -> int:
                         result = replay(client, passage, uri, {**base, **settings})
                         runs.append({"model": label, "variant": variant, "kind": project.kind, "project": name,
                                      "target": passage.target, "passage": n, **result})  # fmt: skip
+                        report.write_json(args.out.with_suffix(".partial.json"), {"runs": runs})  # survives a stop
                         say(f"{label} {name} {passage.target} #{n} {variant}: "
                             f"{sum(q['right'] for q in result['requests'])}/{len(result['requests'])} right, cold {result['cold_ms']:.0f} ms")
             finally:

@@ -1,6 +1,6 @@
 """Choosing chunks of other files for the prompt: split, rank by identifier overlap, fill a budget.
 
-Files are split into chunks of about CHUNK_LINES lines on line boundaries (fewer when the lines
+Files are split into chunks of CHUNK_LINES lines on line boundaries (fewer when the lines
 are long: at most CHUNK_CHARS characters). A chunk's score is its Jaccard similarity with the
 identifiers around the cursor (what Copilot and llama.vim use), plus a bonus for defining
 identifiers used near the cursor that the current file does not define (the names a model cannot
@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from engine import ContextFile
 from lsp_server.workspace import Source
 
-CHUNK_LINES = 64
-CHUNK_CHARS = 2_048  # about 600 tokens of code
+CHUNK_LINES = 32  # llama.vim takes 64 with contexts of 8k+; a 2k context holds two of these beside the file
+CHUNK_CHARS = 1_024  # about 300 tokens of code
 CHARS_PER_TOKEN = 3  # a cautious estimate for code (the engine enforces the real budget)
 NEAR_BEFORE, NEAR_AFTER = 24, 8  # lines around the cursor whose identifiers are compared
 DEFINES_WEIGHT = 1.0  # a chunk defining every wanted identifier scores one Jaccard point more
 EDITED_BONUS = 0.05
-MIN_SCORE = 0.02
+MIN_SCORE = 0.05  # below this a chunk is noise that only displaces the current file
 MIN_TYPED = 3  # a partial word this long that a chunk's definition begins with counts as wanted
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]+")

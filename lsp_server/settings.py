@@ -202,8 +202,8 @@ class Settings:
         "text is sent to the server too. Qwen2.5-Coder gets its repository layout (`<|file_sep|>`).",
     )
     extra_context_tokens: int = setting(
-        1024, Int(0, 65_536),
-        "Most prompt tokens the other files' chunks take (with `extraContext`); at most half of "
+        512, Int(0, 65_536),
+        "Most prompt tokens the other files' chunks take (with `extraContext`); at most a quarter of "
         "`contextTokens` is used. They are chosen again only at the start of a line, so typing "
         "inside a word still reuses the whole prompt.",
     )

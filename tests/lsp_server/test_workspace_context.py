@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lsp_server.chunks import CHUNK_LINES, Chunker, choose, identifiers, split_lines
+from lsp_server.chunks import CHUNK_CHARS, CHUNK_LINES, Chunker, choose, identifiers, split_lines
 from lsp_server.context import ContextChooser, at_line_start, substantial
 from lsp_server.documents import Document
 from lsp_server.workspace import MAX_FILE_BYTES, Source, Workspace
@@ -89,13 +89,13 @@ def test_git_ignored_files_and_open_documents_stay_out(project: Path):
     assert ws.read(project / ".git" / "HEAD") is None
 
 
-def test_chunks_are_about_64_lines_on_line_boundaries():
-    text = "".join(f"line_{i} = {i}\n" for i in range(150))
+def test_chunks_are_whole_lines_at_most_chunk_lines_long():
+    text = "".join(f"line_{i} = {i}\n" for i in range(2 * CHUNK_LINES + 22))
     parts = split_lines(text)
     assert [start for start, _ in parts] == [0, CHUNK_LINES, 2 * CHUNK_LINES]
     assert "".join(body for _, body in parts) == text
     long = "".join(f"{'x' * 100}_{i}\n" for i in range(64))
-    assert all(len(body) <= 2048 and body.endswith("\n") for _, body in split_lines(long))
+    assert all(len(body) <= CHUNK_CHARS and body.endswith("\n") for _, body in split_lines(long))
 
 
 def test_the_chunk_defining_what_the_cursor_uses_wins_and_the_order_is_stable():
@@ -168,7 +168,7 @@ def test_the_server_sends_the_chosen_chunks_with_each_request_and_none_when_off(
         assert first.context is not None and first.context is second.context
         assert [f.path for f in first.context.files] == ["pkg/helpers.py"]
         assert first.context.path == "pkg/new.py" and first.context.name == "proj"
-        assert first.context.max_tokens == 256  # extraContextTokens, capped at half of contextTokens
+        assert first.context.max_tokens == 128  # extraContextTokens, capped at a quarter of contextTokens
         client.notify("workspace/didChangeConfiguration", {"settings": {"cpcLsp": {"extraContext": False}}})
         editor.type(current, "i")
         editor.suggestion(current)
