@@ -195,7 +195,8 @@ class Settings:
         "that the text after the cursor already closes; it leaves no bracket it opened unclosed.",
     )
     extra_context: bool = setting(
-        True, Bool(),
+        False, Bool(),
+        "Off by default: on the multi-file replay it did not yet lift the first word (docs/context.md). "
         "Put chunks of your other files in the prompt, before the current file: the open documents, "
         "regions you edited lately, and the files this one imports (resolved under the workspace "
         "folders only; binary, large and git-ignored files are skipped). With `modelServer` that "
