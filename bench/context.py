@@ -378,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[dict[str, Any]] = []
     for earlier in args.merge:
         runs += json.loads(earlier.read_text())["runs"]
-    for model in args.models.split(","):
+    for model in filter(None, args.models.split(",")):  # --models "" with --merge: the table of earlier runs
         model_path = None if model == "default" else model
         if args.peer_only:
             runs += peer_runs(model_path, items, args, say, Path(model).name) if model_path else []
@@ -436,6 +436,7 @@ def peer_runs(model: str, items: list[Passage], args, say, label: str) -> list[d
                 result = peer.replay(passage, extra)
                 runs.append({"model": label, "variant": variant, "kind": passage.project.kind, "project": passage.project.name,
                              "target": passage.target, "passage": n, **result})  # fmt: skip
+                report.write_json(args.out.with_suffix(".partial.json"), {"runs": runs})  # survives a stop
                 say(f"peer {passage.project.name} #{n} {variant}: {sum(q['right'] for q in result['requests'])}/{len(result['requests'])} right")
     finally:
         server.stop()
