@@ -22,7 +22,7 @@ from engine.kv import Cancelled, KvCache
 from engine.lexicon import WordScorer, choose, first_word, is_word_char
 from engine.llama_backend import LlamaContext, LlamaModel, allocated_tokens
 from engine.model_files import resolve
-from engine.prompt import FIM_EXTRA_TOKENS, FimTokens, fim_prompt
+from engine.prompt import FIM_EXTRA_TOKENS, FimTokens, RepoTokens, context_tokens, layout
 from engine.kv import PathRows
 from engine.sequence import Sequence
 from engine.signals import compute as compute_signals
@@ -47,6 +47,7 @@ LINE_BREAKS = ("\n", "\r")
 MIB = 1024 * 1024
 MAX_REMEMBERED = 15  # sequences beyond the live one, whatever the budget
 RIVALS = 16  # most probable coverings looked at for the margin (engine.signals)
+CONTEXT_SHARE = 4  # other files' chunks take at most 1/CONTEXT_SHARE of the context window
 
 
 @dataclass
@@ -117,6 +118,8 @@ class Engine:
         self._last_prompt = _TokenizedPrompt()
         self._last_suffix = _TokenizedPrompt()
         self.fim = FimTokens.of(*model.fim_ids())  # None: the model has no FIM tokens
+        self.repo = RepoTokens.of(*model.repo_ids())  # None: no repository-level tokens (plain layout)
+        self._last_context: tuple[object, tuple[int, ...]] = (None, ())  # (RepoContext, budget) -> tokens
 
     @classmethod
     def load(cls, config: EngineConfig = EngineConfig()) -> Engine:
@@ -194,10 +197,15 @@ class Engine:
 
     def prompt_tokens(self, request: CompletionRequest, reserve: int) -> tuple[int, ...]:
         """The tokens to decode: the plain prompt, or (when the model has FIM tokens and the request
-        carries a suffix) the FIM layout of engine.prompt with the suffix's first tokens."""
+        carries a suffix) the FIM layout of engine.prompt with the suffix's first tokens; other
+        files' text (`request.context`) first, in the layout of engine.prompt."""
+        context = self.context_tokens(request)
+        reserve += len(context)
         plain = self.tokenize(self.clip(request.prompt))
+        head = len(self._bos)
         if self.fim is None or request.suffix is None:
-            return self.window(plain, reserve)
+            kept = self.window(plain, reserve)
+            return layout(kept[:head], context, kept[head:], None, None, self.repo)
         if request.suffix != self._last_suffix.text or not self._last_suffix.tokens:
             self._last_suffix = _TokenizedPrompt(request.suffix, self.suffix_tokens(request.suffix))
         # The suffix never takes the room the text before the cursor needs: at most half of what
@@ -207,8 +215,26 @@ class Engine:
         fits = max(0, min(room // 2, room - MIN_PROMPT_TOKENS))
         suffix = self._last_suffix.tokens[: min(request.suffix_tokens, fits)]
         kept = self.window(plain, reserve + len(suffix) + FIM_EXTRA_TOKENS)
-        head = len(self._bos)
-        return fim_prompt(kept[:head], kept[head:], suffix, self.fim, request.fim_order)
+        return layout(kept[:head], context, kept[head:], suffix, self.fim, self.repo, request.fim_order)
+
+    def context_tokens(self, request: CompletionRequest) -> tuple[int, ...]:
+        """The tokens of the other files' text (engine.prompt.context_tokens), remembered for an
+        unchanged context. The budget does not depend on the keystroke (the reserve grows with
+        each letter typed): `maxTokens` of the context, and at most a quarter of the context window
+        (CONTEXT_SHARE), so the current file keeps three quarters: chunks that displace the file's
+        own lines cost more than they bring (measured: bench.context, docs/context.md)."""
+        context = request.context
+        if context is None:
+            return ()
+        budget = min(context.max_tokens, self.n_ctx // CONTEXT_SHARE)
+        key = (context, budget)
+        if self._last_context[0] != key:
+            self._last_context = (key, context_tokens(context, self._context_text_tokens, self.repo, budget))
+        return self._last_context[1]
+
+    def _context_text_tokens(self, text: str) -> tuple[int, ...]:
+        """Tokens of a piece of context text, spelling exactly it (no BOS, no space prefix)."""
+        return self.suffix_tokens(text)
 
     def suffix_tokens(self, text: str) -> tuple[int, ...]:
         """The tokens of the text after the cursor, spelling exactly it. A SentencePiece tokenizer

@@ -154,6 +154,12 @@ class LlamaModel:
         v = self._vocab
         return (llama_cpp.llama_vocab_fim_pre(v), llama_cpp.llama_vocab_fim_suf(v), llama_cpp.llama_vocab_fim_mid(v))
 
+    def repo_ids(self) -> tuple[int, int]:
+        """(fim_rep, fim_sep): the repository-level tokens (Qwen2.5-Coder's <|repo_name|> and
+        <|file_sep|>), which llama.cpp finds in the vocabulary by their text; -1 when absent."""
+        v = self._vocab
+        return (llama_cpp.llama_vocab_fim_rep(v), llama_cpp.llama_vocab_fim_sep(v))
+
     def close(self) -> None:
         if self._model:
             llama_cpp.llama_model_free(self._model)

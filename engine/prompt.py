@@ -12,11 +12,28 @@ a plain prompt's continuation does. Two orders exist:
 
 Either way, typing inside a word changes nothing here (the word-boundary split keeps the prefix
 and the suffix as they are), so the whole prompt's KV is reused on every such keystroke.
+
+Other files' text (a `RepoContext`) goes first, before the current file, so it is a prefix that
+the KV cache keeps while the user types. Two layouts:
+
+- *repo-level*, for a model with repository tokens (Qwen2.5-Coder: ``<|repo_name|>`` and
+  ``<|file_sep|>``, found by llama.cpp from the vocabulary by their text, as the FIM tokens are),
+  the layout it was trained on::
+
+      <|repo_name|>name\n<|file_sep|>path\ntext\n ... <|file_sep|>current path\n
+      <|fim_prefix|>prefix<|fim_suffix|>suffix<|fim_middle|>
+
+- *plain*, for any other model: each file's text after a comment line naming its path (in the
+  file's own comment syntax), then the current file's path the same way, inside the FIM prefix.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+from engine.types import RepoContext
 
 PSM, SPM = "psm", "spm"
 ORDERS = (PSM, SPM)
@@ -50,3 +67,81 @@ def fim_prompt(
 
 
 FIM_EXTRA_TOKENS = 3  # PRE, SUF and MID
+
+
+@dataclass(frozen=True)
+class RepoTokens:
+    """A model's repository-level token ids (llama.cpp's fim_rep / fim_sep)."""
+
+    name: int  # <|repo_name|>
+    sep: int  # <|file_sep|>
+
+    @classmethod
+    def of(cls, name: int, sep: int) -> RepoTokens | None:
+        if min(name, sep) < 0:
+            return None
+        return cls(name, sep)
+
+
+HASH_COMMENT = frozenset("py pyi sh bash zsh rb pl r yaml yml toml cfg ini mk cmake make".split())
+DASH_COMMENT = frozenset("sql lua hs elm ada".split())
+
+
+def comment_line(path: str) -> str:
+    """A line naming `path` in its file's comment syntax (`//` for C-like files and unknown ones)."""
+    name = PurePosixPath(path)
+    ext = name.suffix.lstrip(".").lower()
+    if ext in HASH_COMMENT or name.name in ("Makefile", "Dockerfile"):
+        return f"# {path}\n"
+    if ext in DASH_COMMENT:
+        return f"-- {path}\n"
+    return f"// {path}\n"
+
+
+def _with_newline(text: str) -> str:
+    return text if text.endswith("\n") else text + "\n"
+
+
+def context_tokens(
+    context: RepoContext, tokenize: Callable[[str], tuple[int, ...]], repo: RepoTokens | None, budget: int
+) -> tuple[int, ...]:
+    """The tokens that go before the current file's text: the files in their given order, as many
+    as fit in `budget` tokens (whole files; the first that does not fit ends the list, so the
+    kept ones stay a prefix of what a larger budget keeps), then the current file's header."""
+    if repo is not None:
+        head = (repo.name, *tokenize(f"{context.name or 'repo'}\n"))
+        tail = (repo.sep, *tokenize(f"{context.path}\n"))
+        parts = [(repo.sep, *tokenize(f"{f.path}\n{_with_newline(f.text)}")) for f in context.files]
+    else:
+        head = ()
+        tail = tokenize(comment_line(context.path)) if context.path else ()
+        parts = [tokenize(f"{comment_line(f.path)}{_with_newline(f.text)}\n") for f in context.files]
+    out = head
+    for part in parts:
+        if len(out) + len(part) + len(tail) > budget:
+            break
+        out += tuple(part)
+    if len(out) + len(tail) > budget:
+        return ()
+    return out + tuple(tail)
+
+
+def layout(
+    head: tuple[int, ...],
+    context: tuple[int, ...],
+    prefix: tuple[int, ...],
+    suffix: tuple[int, ...] | None,
+    fim: FimTokens | None,
+    repo: RepoTokens | None,
+    order: str = PSM,
+) -> tuple[int, ...]:
+    """The whole prompt: `context` (from `context_tokens`) before the current file. In the
+    repo-level layout it precedes the FIM tokens (the current file is the last file of the
+    repository); in the plain one it is the start of the FIM prefix. `suffix` None: no FIM."""
+    if fim is None or suffix is None:
+        return head + context + prefix
+    if repo is not None:
+        return fim_prompt(head + context, prefix, suffix, fim, order)
+    if order == SPM:
+        return head + (fim.suf,) + suffix + (fim.pre,) + context + prefix + (fim.mid,)
+    return fim_prompt(head, context + prefix, suffix, fim, order)

@@ -43,6 +43,30 @@ class SamplingConfig:
 
 
 @dataclass(frozen=True)
+class ContextFile:
+    """Text from another file of the workspace that goes before the current file in the prompt:
+    a whole file or a chunk of one. `path` is relative to the workspace root (what the model sees)."""
+
+    path: str
+    text: str
+
+
+@dataclass(frozen=True)
+class RepoContext:
+    """Other files' text for the prompt, and the names the layout needs (see engine.prompt).
+
+    The caller chooses `files` and keeps the same value from keystroke to keystroke (their order
+    is the prompt's order, so a stable choice keeps the KV cache); the engine lays them out before
+    the current file, within `max_tokens` (and half the context), dropping the files at the end
+    that do not fit."""
+
+    files: tuple[ContextFile, ...]
+    path: str = ""  # the current file's path, relative to the root ("" when it has none)
+    name: str = ""  # the repository's name (the root folder's)
+    max_tokens: int = 1024
+
+
+@dataclass(frozen=True)
 class CompletionRequest:
     """One completion: `prompt` ends at a word boundary; the output must begin with `required`.
 
@@ -71,6 +95,9 @@ class CompletionRequest:
     # The document's language (an LSP languageId such as "python"): a hint for whoever picks the
     # model (lsp_server.routing); the engine itself does not read it.
     language: str | None = None
+    # Text from other files of the workspace, laid out before the current file; None: the current
+    # file alone (the prompt is then exactly what it was without this feature).
+    context: RepoContext | None = None
 
 
 @dataclass(frozen=True)

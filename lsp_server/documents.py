@@ -252,5 +252,9 @@ class Documents:
         """(key, text) of every open document."""
         return ((key, doc.text) for key, doc in self._docs.items())
 
+    def items(self) -> Iterator[tuple[str, Document]]:
+        """(key, document) of every open document."""
+        return iter(list(self._docs.items()))
+
     def get(self, uri: str) -> Document | None:
         return self._docs.get(unquote(uri))

@@ -21,10 +21,11 @@ from lsprotocol import types
 from pygls.exceptions import FeatureRequestError
 from pygls.lsp.server import LanguageServer
 
-from engine import EngineConfig, Signals
+from engine import EngineConfig, RepoContext, Signals
 from lsp_server import __version__, block as blocks, status
 from lsp_server.documents import UTF16, Document, Documents, Range
 from lsp_server.carry import Carry
+from lsp_server.context import ContextChooser
 from lsp_server.lexicon import Lexicon
 from lsp_server.logs import TextGuard, frames, installed
 from lsp_server.protocol import CpcProtocol, serve_stdio, serve_tcp
@@ -61,6 +62,7 @@ class CpcServer(LanguageServer):
         self.settings = self.defaults
         self.lexicon = Lexicon(self.settings.lexicon)  # the words of the open documents, kept by `documents`
         self.documents = Documents(self.lexicon)
+        self.context = ContextChooser()  # other files' chunks per document (lsp_server.context)
         self.scheduler = Scheduler(load, on_event=self._engine_event)
         self._loop: asyncio.AbstractEventLoop | None = None  # the server's loop, set at initialize
         self._told: dict[str, float] = {}  # failure cause -> when it was last shown (monotonic)
@@ -244,7 +246,20 @@ class CpcServer(LanguageServer):
         if edit is not None:
             cursor = doc.offset_at(edit[0].start_line, edit[0].start_character, self.encoding) + edit[1]
         parts = split(doc.text, cursor, self.settings.fim_suffix_lines or None)
-        self.scheduler.prefetch(request_for(parts, self.settings, language=doc.language_id), tag=unquote(uri))
+        context = self.context_for(uri, doc, cursor)
+        self.scheduler.prefetch(request_for(parts, self.settings, context=context, language=doc.language_id), tag=unquote(uri))
+
+    def context_for(self, uri: str, doc: Document, cursor: int) -> RepoContext | None:
+        """Other files' chunks for `doc`'s prompt (lsp_server.context); None when the setting is
+        off. A failure there costs the context, never the suggestion."""
+        budget = min(self.settings.extra_context_tokens, self.settings.context_tokens // 4)  # the engine's cap (CONTEXT_SHARE)
+        if not self.settings.extra_context or budget <= 0:
+            return None
+        try:
+            return self.context.context_for(unquote(uri), doc, cursor, self.documents.items(), budget)
+        except Exception as exc:
+            logger.error("choosing context failed: %s", frames(exc))
+            return None
 
     async def suggest(
         self, uri: str, position: types.Position, selected: types.SelectedCompletionInfo | None = None
@@ -271,8 +286,10 @@ class CpcServer(LanguageServer):
         self.carry.forget(uri)
         block = blocks.at(text, at, settings.line_mode())
         candidates = self.lexicon.candidates(parts.word) if settings.lexicon else ()
+        context = self.context_for(uri, doc, cursor)
         request = request_for(
-            parts, settings, candidates, block, alternatives=settings.alternatives, language=doc.language_id
+            parts, settings, candidates, block, alternatives=settings.alternatives, context=context,
+            language=doc.language_id,
         )
         job = self.scheduler.submit(request, tag=unquote(uri))
         try:
@@ -366,6 +383,7 @@ class CpcServer(LanguageServer):
             "requests": self.requests,
             "engineAnswers": self.engine_answers,
             "carried": self.carried,
+            "contextChoices": self.context.choices,
             "signals": signals_json(last.signals),
         }
 
@@ -400,6 +418,10 @@ def build_server(
     def initialize(ls: CpcServer, params: types.InitializeParams) -> None:
         ls._loop = asyncio.get_running_loop()
         ls.encoding = str(getattr(ls.workspace.position_encoding, "value", ls.workspace.position_encoding))
+        folders = [f.uri for f in params.workspace_folders or ()]
+        if not folders and (params.root_uri or params.root_path):
+            folders = [params.root_uri or params.root_path]
+        ls.context.workspace.set_roots(folders)
         ls.apply_settings(params.initialization_options)
         logger.info("position encoding %s", ls.encoding)
 
@@ -440,12 +462,18 @@ def build_server(
             logger.warning("didChange for a document that is not open")
         elif changes:
             last_range, last_text = changes[-1]
+            if last_range is not None:
+                ls.context.workspace.edited(unquote(uri), last_range.start_line)
             ls.prefetch(uri, None if last_range is None else (last_range, len(last_text)))
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: CpcServer, params: types.DidCloseTextDocumentParams) -> None:
         ls.scheduler.cancel_tag(unquote(params.text_document.uri))
         ls.carry.forget(params.text_document.uri)
+        key = unquote(params.text_document.uri)
+        if (doc := ls.documents.get(params.text_document.uri)) is not None:
+            ls.context.workspace.closed(key, doc.uri, doc.text)
+        ls.context.forget(key)
         ls.documents.close(params.text_document.uri)
 
     @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())

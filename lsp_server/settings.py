@@ -196,6 +196,20 @@ class Settings:
         "(a line indented less), before a line that is already after the cursor, and before a bracket "
         "that the text after the cursor already closes; it leaves no bracket it opened unclosed.",
     )
+    extra_context: bool = setting(
+        False, Bool(),
+        "Off by default: on the multi-file replay it did not yet lift the first word (docs/context.md). "
+        "Put chunks of your other files in the prompt, before the current file: the open documents, "
+        "regions you edited lately, and the files this one imports (resolved under the workspace "
+        "folders only; binary, large and git-ignored files are skipped). With `modelServer` that "
+        "text is sent to the server too. Qwen2.5-Coder gets its repository layout (`<|file_sep|>`).",
+    )
+    extra_context_tokens: int = setting(
+        512, Int(0, 65_536),
+        "Most prompt tokens the other files' chunks take (with `extraContext`); at most a quarter of "
+        "`contextTokens` is used. They are chosen again only at the start of a line, so typing "
+        "inside a word still reuses the whole prompt.",
+    )
     multi_line_tokens: int = setting(
         48, Int(1, 512),
         "Most tokens of a multi-line suggestion (instead of `maxTokens`); half of `contextTokens` at most is used.",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from engine import Completion, CompletionRequest
+from engine import Completion, CompletionRequest, RepoContext
 from lsp_server import block as blocks
 from lsp_server.block import Block
 from lsp_server.gate import CALIBRATION, Calibration, confident_length, cursor_class
@@ -28,13 +28,14 @@ class Suggestion:
 
 def request_for(
     split: Split, settings: Settings, candidates: tuple[str, ...] = (), block: Block | None = None,
-    alternatives: int = 0, language: str | None = None,
+    alternatives: int = 0, context: RepoContext | None = None, language: str | None = None,
 ) -> CompletionRequest:
     """The engine request for `settings.method`: "exact" (the covering search), "mask" (per-step
     masking, seed 001) or "naive" (the partial word left in the prompt, no constraint).
     `candidates` (document words beginning with the typed word) go with "exact" and `lexicon` only.
     With `block` the suggestion may span lines (`multiLineTokens`), ending where the block does.
     `alternatives`: other first words to ask for (engine.alternatives; they may cost decodes).
+    `context`: other files' chunks (lsp_server.context) laid out before the current file.
     `language`: the document's languageId, which picks the default model (lsp_server.routing)."""
     naive = settings.method == "naive"
     sampling = settings.sampling()
@@ -59,6 +60,7 @@ def request_for(
         indent_floor=None if block is None else block.floor,
         alternatives=alternatives,
         language=language,
+        context=context,
     )
 
 

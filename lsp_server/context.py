@@ -1,0 +1,128 @@
+"""Which other files' text goes in a document's prompt, kept stable so the KV cache survives.
+
+The choice (lsp_server.chunks over lsp_server.workspace's sources) is made per document and
+kept: it is made again only when the cursor is at the start of a line (the user has finished a
+line: a new one begins), and the new choice replaces the old only when more than CHANGE_SHARE of
+its chunks are new. Between those moments every request of the document carries the very same
+`RepoContext` value (texts as they were when chosen), so the prompt's start never moves while
+the user types: a keystroke inside a word decodes no prompt token, context or not. A new choice
+is first sent by the prefetch that follows the edit (lsp_server.server), so its layout is decoded
+while the user reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from engine import RepoContext
+from lsp_server.chunks import Chunk, Chunker, as_files, choose, definitions, identifiers, near_cursor
+from lsp_server.documents import Document
+from lsp_server.workspace import Source, Workspace
+
+CHANGE_SHARE = 0.5  # a new choice is adopted when more than this share of its chunks are new
+MAX_TYPED = 64  # the partial word at the cursor is looked for this far back
+DEFINITIONS_SCAN_CHARS = 262_144  # the current file's definitions are looked for this far (bounded work)
+
+
+@dataclass(frozen=True)
+class Choice:
+    keys: frozenset[str]
+    context: RepoContext | None
+
+
+def at_line_start(text: str, cursor: int) -> bool:
+    """Only horizontal whitespace between the line's start and the cursor."""
+    start = max(text.rfind("\n", 0, cursor), text.rfind("\r", 0, cursor)) + 1
+    return not text[start:cursor].strip(" \t")
+
+
+def substantial(old: frozenset[str], new: frozenset[str]) -> bool:
+    """True when `new` should replace `old`: something where there was nothing, or at least
+    more than CHANGE_SHARE of its chunks new (a choice that loses everything is not worth a cold decode)."""
+    if not new or new == old:
+        return False
+    if not old:
+        return True
+    return len(new - old) / len(new) > CHANGE_SHARE
+
+
+class ContextChooser:
+    def __init__(self, workspace: Workspace | None = None) -> None:
+        self.workspace = workspace or Workspace()
+        self.chunker = Chunker()
+        self._chosen: dict[str, Choice] = {}
+        self._defined: dict[str, tuple[str, frozenset[str]]] = {}
+        self.choices = 0  # contexts adopted (a new layout each: for stats)
+
+    def forget(self, key: str | None = None) -> None:
+        """Drop the kept choice of one document (all when None), e.g. when a setting changed."""
+        if key is None:
+            self._chosen.clear()
+            self._defined.clear()
+        else:
+            self._chosen.pop(key, None)
+            self._defined.pop(key, None)
+
+    def context_for(
+        self, key: str, doc: Document, cursor: int, documents: Iterable[tuple[str, Document]], max_tokens: int
+    ) -> RepoContext | None:
+        """The context of `doc`'s prompt at `cursor` (see the module docstring)."""
+        previous = self._chosen.get(key)
+        if previous is not None and previous.context is not None and previous.context.max_tokens != max_tokens:
+            previous = None  # the budget changed: choose afresh
+        if previous is not None and not at_line_start(doc.text, cursor):
+            return previous.context
+        chosen = self.choose(key, doc, cursor, documents, max_tokens)
+        keys = frozenset(c.key for c in chosen)
+        if previous is not None and not substantial(previous.keys, keys):
+            return previous.context
+        context = None
+        if chosen:
+            path, _ = self.workspace.describe(doc.uri)
+            context = RepoContext(as_files(chosen), path=path, name=self.workspace.name, max_tokens=max_tokens)
+        self._chosen[key] = Choice(keys, context)
+        self.choices += context is not None
+        return context
+
+    def choose(
+        self, key: str, doc: Document, cursor: int, documents: Iterable[tuple[str, Document]], max_tokens: int
+    ) -> list[Chunk]:
+        """The chunks that fit `max_tokens`, best first by lsp_server.chunks, in a stable order."""
+        chunks = [c for source in self.sources(key, doc, documents) for c in self.chunker.chunks(source)]
+        near = identifiers(near_cursor(doc.text, cursor))
+        start = cursor
+        while start > 0 and cursor - start < MAX_TYPED and (doc.text[start - 1].isalnum() or doc.text[start - 1] == "_"):
+            start -= 1
+        return choose(chunks, near, self._defined_in(key, doc.text), max_tokens, doc.text[start:cursor])
+
+    def sources(self, key: str, doc: Document, documents: Iterable[tuple[str, Document]]) -> list[Source]:
+        """The open documents (not this one), the files this one imports, regions of closed ones."""
+        ws = self.workspace
+        found: list[Source] = []
+        paths: set[str] = set()
+        open_keys = set()
+        own_path, _ = ws.describe(doc.uri)
+        for other_key, other in documents:
+            open_keys.add(other_key)
+            if other_key == key or other.stale:
+                continue
+            path, usable = ws.describe(other.uri)
+            if usable and path not in paths:
+                paths.add(path)
+                found.append(Source(other_key, path, other.text, ws.edits(other_key)))
+        for imported in ws.imports(doc.uri, doc.text):
+            if imported.path not in paths and imported.path != own_path:
+                paths.add(imported.path)
+                found.append(imported)
+        for region in ws.ring():
+            if region.key.rsplit("#", 1)[0] not in open_keys:
+                found.append(region)
+        return found
+
+    def _defined_in(self, key: str, text: str) -> frozenset[str]:
+        cached = self._defined.get(key)
+        if cached is None or cached[0] is not text:
+            cached = (text, definitions(text[:DEFINITIONS_SCAN_CHARS]))
+            self._defined[key] = cached
+        return cached[1]

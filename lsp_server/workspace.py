@@ -1,0 +1,314 @@
+"""Where context from the rest of the project may come from: only text the user already has here.
+
+Three sources, and nothing else:
+
+- the editor's open documents (the server's documents store), when they lie under a workspace
+  folder (or have no file at all: an untitled buffer);
+- recently edited regions of documents since closed (a small ring, as llama.vim keeps);
+- the files the current one imports (Python ``import``/``from``, JavaScript ``import``/``require``
+  of a relative path, C ``#include "..."``), resolved under the workspace folders only.
+
+A file is read from disk only when its resolved path (symlinks followed) lies under a resolved
+workspace folder, it is a regular file of at most MAX_FILE_BYTES, it looks like text (no NUL byte,
+valid UTF-8), it is not inside ``.git`` and, when its folder is in a git work tree, git does not
+ignore it (``git check-ignore``, asked once per path). Open documents pass the same folder and
+ignore checks (an open ``.env`` stays out). With no workspace folder, no file is read.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import subprocess
+from collections import OrderedDict, deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from urllib.parse import unquote, urlparse
+
+logger = logging.getLogger(__name__)
+
+MAX_FILE_BYTES = 256 * 1024  # a bigger file is generated or data, not something the user wrote
+SNIFF_BYTES = 8192  # a NUL byte in these means binary
+MAX_IMPORTS = 16  # imported files read per document
+IMPORT_SCAN_CHARS = 32_768  # imports are looked for in the document's start only (O(1) per keystroke)
+EDITS_KEPT = 8  # edited lines remembered per document
+RING = 16  # regions of closed documents kept
+REGION_LINES = 64  # the lines kept around an edit of a document that closes
+GIT_TIMEOUT_S = 2.0
+
+PYTHON = frozenset({".py", ".pyi"})
+JAVASCRIPT = frozenset({".js", ".mjs", ".cjs", ".jsx", ".ts", ".tsx", ".mts", ".cts"})
+C_LIKE = frozenset({".c", ".h", ".cc", ".cpp", ".cxx", ".hpp", ".hh", ".hxx", ".m"})
+JS_RESOLVE = ("", ".js", ".mjs", ".cjs", ".ts", ".tsx", ".jsx", "/index.js", "/index.ts", "/index.mjs")
+
+_PY_FROM = re.compile(r"^[ \t]*from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]+\(?([^)#\n]*)", re.M)
+_PY_IMPORT = re.compile(r"^[ \t]*import[ \t]+([\w. \t,]+)", re.M)
+_JS_SPEC = re.compile(r"""(?:\bfrom|\bimport|\brequire[ \t]*\(|\bimport[ \t]*\()[ \t]*['"](\.{1,2}/[^'"\n]*)['"]""")
+_C_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"\n]+)"', re.M)
+
+
+@dataclass(frozen=True)
+class Source:
+    """A text that may give context: `key` identifies it (stable across keystrokes), `path` is
+    what the model is shown (relative to its workspace folder), `edited` the lines edited lately."""
+
+    key: str
+    path: str
+    text: str
+    edited: tuple[int, ...] = ()
+
+
+def uri_path(uri: str) -> Path | None:
+    """The local path of a ``file:`` URI; None for any other scheme (an untitled buffer)."""
+    parsed = urlparse(uri)
+    if parsed.scheme != "file":
+        return None
+    path = unquote(parsed.path)
+    if re.match(r"^/[A-Za-z]:", path):  # file:///C:/x on Windows
+        path = path[1:]
+    return Path(path)
+
+
+def language_of(path: str) -> str | None:
+    suffix = PurePosixPath(path).suffix.lower()
+    if suffix in PYTHON:
+        return "python"
+    if suffix in JAVASCRIPT:
+        return "javascript"
+    if suffix in C_LIKE:
+        return "c"
+    return None
+
+
+class GitIgnore:
+    """`git check-ignore` per path, asked once; only in folders that are in a git work tree."""
+
+    def __init__(self) -> None:
+        self._repos: dict[Path, bool] = {}
+        self._paths: dict[Path, bool] = {}
+
+    def _is_repo(self, root: Path) -> bool:
+        if root not in self._repos:
+            self._repos[root] = self._git(root, "rev-parse", "--is-inside-work-tree") == 0
+        return self._repos[root]
+
+    def ignored(self, path: Path, root: Path) -> bool:
+        if path not in self._paths:
+            self._paths[path] = self._is_repo(root) and self._git(root, "check-ignore", "-q", "--", str(path)) == 0
+        return self._paths[path]
+
+    @staticmethod
+    def _git(root: Path, *args: str) -> int:
+        try:
+            done = subprocess.run(
+                ["git", "-C", str(root), *args], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL, timeout=GIT_TIMEOUT_S, check=False,
+            )  # fmt: skip
+            return done.returncode
+        except (OSError, subprocess.SubprocessError):
+            return -1  # no git, or it hung: not a repo, nothing ignored by it (the other checks remain)
+
+
+class Workspace:
+    """The workspace folders and the reading rules above; remembers what it read by mtime."""
+
+    def __init__(self, ignore: GitIgnore | None = None) -> None:
+        self.roots: tuple[Path, ...] = ()
+        self.ignore = ignore or GitIgnore()
+        self._files: dict[Path, tuple[int, int, str | None]] = {}  # path -> (mtime_ns, size, text)
+        self._edits: dict[str, deque[int]] = {}  # document key -> lines edited lately
+        self._ring: OrderedDict[str, Source] = OrderedDict()  # regions of closed documents
+
+    def set_roots(self, folders: Iterable[str]) -> None:
+        """The workspace folders, as URIs or paths; resolved once (a folder that is gone is skipped)."""
+        roots = []
+        for folder in folders:
+            path = uri_path(folder) if "://" in folder else Path(folder)
+            if path is None:
+                continue
+            try:
+                resolved = path.resolve(strict=True)
+            except (OSError, RuntimeError):
+                continue
+            if resolved.is_dir() and resolved not in roots:
+                roots.append(resolved)
+        self.roots = tuple(roots)
+
+    @property
+    def name(self) -> str:
+        return self.roots[0].name if self.roots else ""
+
+    def place(self, path: Path) -> tuple[Path, str] | None:
+        """(its workspace folder, its path relative to it, POSIX) for a path under one after
+        resolving symlinks; None outside every folder, inside ``.git``, or unresolvable (a symlink loop)."""
+        try:
+            resolved = path.resolve()  # symlinks followed; a file not saved yet keeps its name
+        except (OSError, RuntimeError):
+            return None
+        for root in self.roots:
+            if resolved == root or not resolved.is_relative_to(root):
+                continue
+            rel = resolved.relative_to(root)
+            if ".git" in rel.parts:
+                return None
+            return root, rel.as_posix()
+        return None
+
+    def allowed(self, path: Path) -> str | None:
+        """The relative path of `path` when its text may be used (under a folder, not ignored)."""
+        placed = self.place(path)
+        if placed is None or self.ignore.ignored(path.resolve(), placed[0]):
+            return None
+        return placed[1]
+
+    def read(self, path: Path) -> tuple[str, str] | None:
+        """(relative path, text) of a workspace file that passes every rule; None otherwise."""
+        rel = self.allowed(path)
+        if rel is None:
+            return None
+        resolved = path.resolve()
+        try:
+            info = resolved.stat()
+        except OSError:
+            return None
+        if not resolved.is_file() or info.st_size > MAX_FILE_BYTES:
+            return None
+        cached = self._files.get(resolved)
+        if cached is None or cached[:2] != (info.st_mtime_ns, info.st_size):
+            cached = (info.st_mtime_ns, info.st_size, _text_of(resolved))
+            self._files[resolved] = cached
+        return None if cached[2] is None else (rel, cached[2])
+
+    def describe(self, uri: str) -> tuple[str, bool]:
+        """(the path a document is shown as, whether its text may be used as context)."""
+        path = uri_path(uri)
+        if path is None:
+            return PurePosixPath(urlparse(uri).path or uri).name or "untitled", True
+        rel = self.allowed(path) if self.roots else None
+        return (rel, True) if rel is not None else (path.name, False)
+
+    # --- edits ---------------------------------------------------------------------------------
+
+    def edited(self, key: str, line: int) -> None:
+        lines = self._edits.setdefault(key, deque(maxlen=EDITS_KEPT))
+        if not lines or lines[-1] != line:
+            lines.append(line)
+
+    def edits(self, key: str) -> tuple[int, ...]:
+        return tuple(self._edits.get(key, ()))
+
+    def closed(self, key: str, uri: str, text: str) -> None:
+        """Keep the regions around the lines edited in a document that closes (newest last)."""
+        lines = self._edits.pop(key, None)
+        if not lines:
+            return
+        path, usable = self.describe(uri)
+        if not usable:
+            return
+        all_lines = text.splitlines(keepends=True)
+        for line in lines:
+            start = (line // REGION_LINES) * REGION_LINES
+            region = "".join(all_lines[start : start + REGION_LINES])
+            if not region.strip():
+                continue
+            name = f"{key}#{start}"
+            self._ring.pop(name, None)
+            self._ring[name] = Source(name, path, region, (line - start,))
+            while len(self._ring) > RING:
+                self._ring.popitem(last=False)
+
+    def ring(self) -> tuple[Source, ...]:
+        return tuple(self._ring.values())
+
+    # --- imports -------------------------------------------------------------------------------
+
+    def imports(self, uri: str, text: str) -> list[Source]:
+        """The files `text` (the document at `uri`) imports, that pass the reading rules."""
+        path = uri_path(uri)
+        if path is None or not self.roots or self.place(path) is None:
+            return []
+        language = language_of(path.name)
+        head = text[:IMPORT_SCAN_CHARS]
+        if language == "python":
+            candidates = python_imports(head, path.parent, self._python_bases(path))
+        elif language == "javascript":
+            candidates = [c for spec in _JS_SPEC.findall(head) for c in js_candidates(path.parent, spec)]
+        elif language == "c":
+            candidates = [base / name for name in _C_INCLUDE.findall(head) for base in (path.parent, *self.roots)]
+        else:
+            return []
+        found: list[Source] = []
+        seen: set[str] = set()
+        for candidate in candidates:
+            if len(found) >= MAX_IMPORTS:
+                break
+            read = self.read(candidate)
+            if read is None or read[0] in seen or candidate.resolve() == path.resolve():
+                continue
+            seen.add(read[0])
+            found.append(Source(read[0], read[0], read[1]))
+        return found
+
+    def _python_bases(self, path: Path) -> list[Path]:
+        """Where an absolute import may start: the file's folder and its parents up to a
+        workspace folder, then the workspace folders."""
+        bases = []
+        here = path.parent
+        root = self.place(path)
+        top = root[0] if root else None
+        while top is not None and here.resolve().is_relative_to(top):
+            bases.append(here)
+            if here.resolve() == top:
+                break
+            here = here.parent
+        return bases + [r for r in self.roots if r not in bases]
+
+
+def python_imports(text: str, folder: Path, bases: list[Path]) -> list[Path]:
+    """Candidate files for the imports in `text`, in order of appearance."""
+    out: list[Path] = []
+    for dots, module, names in _PY_FROM.findall(text):
+        parts = [p for p in module.split(".") if p]
+        if dots:
+            base = folder
+            for _ in range(len(dots) - 1):
+                base = base.parent
+            starts = [base]
+        else:
+            starts = bases
+        for start in starts:
+            target = start.joinpath(*parts)
+            out += [target.with_suffix(".py") if parts else start / "__init__.py", target / "__init__.py"]
+            for name in names.split(","):
+                name = name.split(" as ")[0].strip()
+                if name.isidentifier():
+                    out.append(target / f"{name}.py")
+    for modules in _PY_IMPORT.findall(text):
+        for module in modules.split(","):
+            parts = [p for p in module.split(" as ")[0].strip().split(".") if p]
+            if not parts or not all(p.isidentifier() for p in parts):
+                continue
+            for start in bases:
+                target = start.joinpath(*parts)
+                out += [target.with_suffix(".py"), target / "__init__.py"]
+    return out
+
+
+def js_candidates(folder: Path, spec: str) -> list[Path]:
+    """The files a relative JavaScript/TypeScript import may name (Node's and bundlers' endings)."""
+    return [Path(str(folder / spec) + ending) for ending in JS_RESOLVE]
+
+
+def _text_of(path: Path) -> str | None:
+    """The file's text, or None when it looks binary or is not UTF-8."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    if b"\0" in data[:SNIFF_BYTES]:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None

@@ -1,0 +1,137 @@
+"""Context from other files, through the real server on the real model.
+
+The claims: an identifier only another open file defines is spelled with the context and not
+without it, and a keystroke inside a word still decodes no prompt token with the context on (the
+choice is kept inside a line, so the prompt's start never moves).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench.lsp_client import Editor, LspClient
+from tests.fixtures import FAST
+
+pytestmark = pytest.mark.model
+
+HELPERS = '''"""Widgets."""
+
+
+def frobnicate_widget(count):
+    """Frobnicate `count` widgets."""
+    return count * 2
+
+
+def unrelated_helper():
+    return None
+'''
+MAIN = "import os\n\n\ndef main(count):\n    total = frob"
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    (tmp_path / "helpers.py").write_text(HELPERS)
+    return tmp_path
+
+
+def start(root: Path, settings: dict) -> LspClient:
+    client = LspClient(["--log-level", "info"])
+    capabilities = {"general": {"positionEncodings": ["utf-16"]}, "textDocument": {"inlineCompletion": {}}}
+    client.call("initialize", {
+        "processId": None, "rootUri": root.as_uri(), "capabilities": capabilities,
+        "workspaceFolders": [{"uri": root.as_uri(), "name": root.name}],
+        "initializationOptions": {"cpcLsp": settings},
+    })  # fmt: skip
+    client.notify("initialized", {})
+    assert client.wait_loaded().startswith("loaded"), client.stderr()
+    return client
+
+
+CODE_MODEL = "qwen2.5-coder-0.5b"  # the repo-level layout (<|file_sep|>)
+
+
+def code_model() -> dict:
+    """The code model by its catalogue name; skipped until the server resolves model names."""
+    from engine.model_files import resolve_model
+
+    try:
+        resolve_model(CODE_MODEL)
+    except Exception as exc:
+        pytest.skip(f"{CODE_MODEL} does not resolve by name yet ({type(exc).__name__})")
+    return {"model": CODE_MODEL}
+
+
+@pytest.fixture(params=["default", CODE_MODEL])
+def model(request: pytest.FixtureRequest) -> dict:
+    return {} if request.param == "default" else code_model()
+
+
+def suggestion_after_typing(root: Path, extra_context: bool, model: dict) -> tuple[str | None, list[dict], LspClient]:
+    settings = {**FAST, **model, "maxTokens": 8, "minConfidence": 0, "alternatives": 0, "extraContext": extra_context}
+    client = start(root, settings)
+    editor = Editor(client)
+    editor.open((root / "helpers.py").as_uri(), HELPERS, "python")
+    uri = (root / "main.py").as_uri()
+    editor.open(uri, MAIN, "python")
+    first = editor.suggestion(uri)
+    keystrokes = []
+    for letter in "ul":  # off the suggestion, so the engine answers each one (nothing carried)
+        editor.type(uri, letter)
+        before = editor.stats()
+        editor.suggestion(uri)
+        after = editor.stats()
+        keystrokes.append({**after, "engine": after["engineAnswers"] > before["engineAnswers"], "prompt_before": before["promptTokens"]})
+    return first, keystrokes, client
+
+
+def test_an_identifier_only_an_open_file_defines_is_spelled_with_the_context(workspace: Path, model: dict):
+    with_context, keystrokes, client = suggestion_after_typing(workspace, True, model)
+    try:
+        assert with_context is not None and with_context.startswith("frobnicate_widget"), with_context
+        for key in keystrokes:  # inside the word: the prompt (context included) is reused whole
+            assert key["engine"] and key["decodedTokens"] == 0, key
+            assert key["promptTokens"] == key["prompt_before"], key
+        assert keystrokes[0]["contextChoices"] == keystrokes[-1]["contextChoices"]  # not chosen again mid-line
+    finally:
+        assert client.shutdown() == 0
+    without, _, client = suggestion_after_typing(workspace, False, model)
+    try:
+        assert without is None or not without.startswith("frobnicate_widget"), without
+    finally:
+        assert client.shutdown() == 0
+
+
+def test_nothing_outside_the_workspace_folder_reaches_the_prompt(tmp_path: Path):
+    """The same identifier, defined in an open document outside the workspace folder: not used."""
+    root = tmp_path / "root"
+    root.mkdir()
+    outside = tmp_path / "outside.py"
+    outside.write_text(HELPERS)
+    client = start(root, {**FAST, "maxTokens": 8, "minConfidence": 0, "alternatives": 0, "extraContext": True})
+    try:
+        editor = Editor(client)
+        editor.open(outside.as_uri(), HELPERS, "python")
+        uri = (root / "main.py").as_uri()
+        editor.open(uri, MAIN, "python")
+        shown = editor.suggestion(uri)
+        assert shown is None or not shown.startswith("frobnicate_widget"), shown
+        assert editor.stats()["contextChoices"] == 0  # nothing was chosen: the only other file is outside
+    finally:
+        assert client.shutdown() == 0
+
+
+def test_the_context_goes_to_a_model_server_in_the_same_prompt(workspace: Path, llama_server):
+    """Through `modelServer` the engine sends the same token prompt, context first: the identifier
+    is spelled, and a keystroke inside the word reuses the whole prompt there too (llama-server
+    always evaluates the last prompt token again to produce its row: its `prompt_n` is 1 then)."""
+    remote = {"modelServer": llama_server.url, "modelServerTimeoutMs": 60_000}  # a shared, loaded machine
+    shown, keystrokes, client = suggestion_after_typing(workspace, True, remote)
+    try:
+        assert shown is not None and shown.startswith("frobnicate_widget"), shown
+        engine_keys = [key for key in keystrokes if key["engine"]]
+        assert engine_keys and all(key["decodedTokens"] <= 1 for key in engine_keys), keystrokes
+        assert all(key["reusedTokens"] >= key["promptTokens"] - 1 for key in engine_keys), keystrokes
+    finally:
+        assert client.shutdown() == 0

@@ -1,0 +1,177 @@
+"""Gathering and choosing context from other files (fast: no model, real files and real git)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from lsp_server.chunks import CHUNK_CHARS, CHUNK_LINES, Chunker, choose, identifiers, split_lines
+from lsp_server.context import ContextChooser, at_line_start, substantial
+from lsp_server.documents import Document
+from lsp_server.workspace import MAX_FILE_BYTES, Source, Workspace
+
+
+def uri(path: Path) -> str:
+    return path.as_uri()
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "proj"
+    (root / "pkg").mkdir(parents=True)
+    (root / "pkg" / "__init__.py").write_text("from .helpers import frobnicate_widget\n")
+    (root / "pkg" / "helpers.py").write_text("def frobnicate_widget(x):\n    return x * 2\n")
+    (root / "pkg" / "main.py").write_text("from .helpers import frobnicate_widget\nimport pkg.other\n")
+    (root / "pkg" / "other.py").write_text("OTHER_CONSTANT = 3\n")
+    (root / "web").mkdir()
+    (root / "web" / "util.js").write_text("export function makeGadget() { return 1 }\n")
+    (root / "web" / "index.js").write_text("import { makeGadget } from './util'\nconst lib = require('./lib/core.js')\n")
+    (root / "web" / "lib").mkdir()
+    (root / "web" / "lib" / "core.js").write_text("module.exports.coreThing = 1\n")
+    (root / "c").mkdir()
+    (root / "c" / "point.h").write_text("struct point { int x, y; };\nint point_norm(struct point *p);\n")
+    (root / "c" / "main.c").write_text('#include <stdio.h>\n#include "point.h"\n')
+    return root
+
+
+def workspace(root: Path) -> Workspace:
+    ws = Workspace()
+    ws.set_roots([uri(root)])
+    return ws
+
+
+def test_imports_resolve_for_python_javascript_and_c(project: Path):
+    ws = workspace(project)
+    py = ws.imports(uri(project / "pkg" / "main.py"), (project / "pkg" / "main.py").read_text())
+    assert {s.path for s in py} >= {"pkg/helpers.py", "pkg/other.py"}
+    js = ws.imports(uri(project / "web" / "index.js"), (project / "web" / "index.js").read_text())
+    assert [s.path for s in js] == ["web/util.js", "web/lib/core.js"]
+    c = ws.imports(uri(project / "c" / "main.c"), (project / "c" / "main.c").read_text())
+    assert [s.path for s in c] == ["c/point.h"]
+
+
+def test_nothing_outside_the_workspace_is_read_even_through_a_symlink(project: Path, tmp_path: Path):
+    secret = tmp_path / "secret.py"
+    secret.write_text("API_TOKEN = 'x'\n")
+    os.symlink(secret, project / "pkg" / "leak.py")
+    ws = workspace(project)
+    text = "from . import leak\nfrom .. import secret\nimport secret\n"
+    assert [s.path for s in ws.imports(uri(project / "pkg" / "main.py"), text)] == ["pkg/__init__.py"]
+    assert ws.read(project / "pkg" / "leak.py") is None
+    assert ws.read(secret) is None
+    assert Workspace().read(project / "pkg" / "helpers.py") is None  # no folder: nothing is read
+
+
+def test_binary_large_and_git_internal_files_are_skipped(project: Path):
+    (project / "pkg" / "blob.py").write_bytes(b"x = 1\n\0\0\0")
+    (project / "pkg" / "big.py").write_text("x = 1\n" * (MAX_FILE_BYTES // 6 + 10))
+    (project / "pkg" / "latin.py").write_bytes("caf\xe9 = 1\n".encode("latin-1"))
+    ws = workspace(project)
+    for name in ("blob.py", "big.py", "latin.py"):
+        assert ws.read(project / "pkg" / name) is None, name
+    assert ws.read(project / "pkg" / "helpers.py") == ("pkg/helpers.py", "def frobnicate_widget(x):\n    return x * 2\n")
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_git_ignored_files_and_open_documents_stay_out(project: Path):
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    (project / ".gitignore").write_text("pkg/other.py\n.env\n")
+    (project / ".env").write_text("PASSWORD=hunter2\n")
+    ws = workspace(project)
+    assert ws.read(project / "pkg" / "other.py") is None
+    assert ws.read(project / "pkg" / "helpers.py") is not None
+    assert ws.describe(uri(project / ".env")) == (".env", False)
+    assert ws.describe(uri(project / "pkg" / "helpers.py")) == ("pkg/helpers.py", True)
+    assert ws.read(project / ".git" / "HEAD") is None
+
+
+def test_chunks_are_whole_lines_at_most_chunk_lines_long():
+    text = "".join(f"line_{i} = {i}\n" for i in range(2 * CHUNK_LINES + 22))
+    parts = split_lines(text)
+    assert [start for start, _ in parts] == [0, CHUNK_LINES, 2 * CHUNK_LINES]
+    assert "".join(body for _, body in parts) == text
+    long = "".join(f"{'x' * 100}_{i}\n" for i in range(64))
+    assert all(len(body) <= CHUNK_CHARS and body.endswith("\n") for _, body in split_lines(long))
+
+
+def test_the_chunk_defining_what_the_cursor_uses_wins_and_the_order_is_stable():
+    chunker = Chunker()
+    helper = Source("h", "pkg/helpers.py", "def frobnicate_widget(x):\n    return x\n")
+    noise = Source("n", "pkg/noise.py", "def unrelated_thing():\n    return value\n")
+    chunks = chunker.chunks(helper) + chunker.chunks(noise)
+    near = identifiers("result = frobnicate_widget(value)\n")
+    picked = choose(chunks, near, frozenset({"result"}), budget=30)
+    assert [c.path for c in picked] == ["pkg/helpers.py"]
+    both = choose(chunks, near, frozenset({"result"}), budget=10_000)
+    assert [c.path for c in both] == ["pkg/helpers.py", "pkg/noise.py"]  # by path, not by score
+
+
+def test_the_choice_is_kept_inside_a_line_and_replaced_only_when_it_changes_substantially(project: Path):
+    chooser = ContextChooser(workspace(project))
+    helpers = Document(uri(project / "pkg" / "helpers.py"), (project / "pkg" / "helpers.py").read_text())
+    other = Document(uri(project / "pkg" / "other.py"), (project / "pkg" / "other.py").read_text())
+    text = "import os\n\nvalue = frobnicate_widget(3)\n"
+    doc = Document(uri(project / "scratch.py"), text)
+    docs = [("h", helpers), ("o", other), ("me", doc)]
+    first = chooser.context_for("me", doc, len(text), docs, 1024)
+    assert first is not None and first.path == "scratch.py" and first.name == "proj"
+    assert [f.path for f in first.files] == ["pkg/helpers.py"]
+    typed = Document(doc.uri, text + "x = OTHER_CONST")  # mid-line: the same value, whatever is typed
+    assert chooser.context_for("me", typed, len(typed.text), docs, 1024) is first
+    line = Document(doc.uri, text + "x = OTHER_CONSTANT + OTHER_CONSTANT\n")  # a new line: chosen again
+    again = chooser.context_for("me", line, len(line.text), docs, 1024)
+    assert again is first  # helpers.py is still in the new choice: not a substantial change
+    assert not substantial(frozenset({"a", "b"}), frozenset({"a", "b", "c"}))
+    assert substantial(frozenset({"a"}), frozenset({"b", "c"}))
+    assert at_line_start("x\n   ", 5) and not at_line_start("x\n  y", 5)
+
+
+def test_regions_edited_in_a_closed_document_stay_in_a_ring(project: Path):
+    ws = workspace(project)
+    path = project / "pkg" / "helpers.py"
+    ws.edited("k", 1)
+    ws.closed("k", uri(path), path.read_text())
+    assert [(s.path, s.edited) for s in ws.ring()] == [("pkg/helpers.py", (1,))]
+
+
+def test_the_server_sends_the_chosen_chunks_with_each_request_and_none_when_off(project: Path):
+    """Through the real server (fake engine): the sibling's chunk rides on the request, the same
+    value on a keystroke inside the line, capped at half the context; the setting turns it off."""
+    from bench.lsp_client import Editor
+    from tests.fixtures import InProcessServer
+
+    server = InProcessServer()
+    try:
+        client = server.client
+        capabilities = {"general": {"positionEncodings": ["utf-16"]}, "textDocument": {"inlineCompletion": {}}}
+        client.call("initialize", {
+            "processId": None, "rootUri": None, "capabilities": capabilities,
+            "workspaceFolders": [{"uri": uri(project), "name": "proj"}],
+            "initializationOptions": {"cpcLsp": {"contextTokens": 512, "extraContextTokens": 4096, "extraContext": True}},
+        })  # fmt: skip
+        client.notify("initialized", {})
+        client.wait_loaded(timeout=30)
+        editor = Editor(client)
+        helpers = project / "pkg" / "helpers.py"
+        editor.open(uri(helpers), helpers.read_text(), "python")
+        current = uri(project / "pkg" / "new.py")
+        editor.open(current, "def go(x):\n    return frob", "python")
+        editor.suggestion(current)
+        editor.type(current, "n")
+        editor.suggestion(current)
+        engine = server.loader.engine
+        first, second = engine.requests[-2:]
+        assert first.context is not None and first.context is second.context
+        assert [f.path for f in first.context.files] == ["pkg/helpers.py"]
+        assert first.context.path == "pkg/new.py" and first.context.name == "proj"
+        assert first.context.max_tokens == 128  # extraContextTokens, capped at a quarter of contextTokens
+        client.notify("workspace/didChangeConfiguration", {"settings": {"cpcLsp": {"extraContext": False}}})
+        editor.type(current, "i")
+        editor.suggestion(current)
+        assert engine.requests[-1].context is None
+    finally:
+        server.close()
