@@ -44,9 +44,18 @@ from lsp_server.split import is_word_char, split
 from lsp_server.suggestion import suggestion_for
 
 RESULTS = report.output_root() / "bench" / "results"
-RECORDS = RESULTS / "gate_records_{set}.json"  # one file per set
+RECORDS = RESULTS / "gate_records_{set}.json"  # one file per set (the default model's: Gemma 3 270M)
+MODEL_RECORDS = RESULTS / "gate_records_{model}_{set}.json"  # another model's, by its identity
 OUT = RESULTS / "gate.json"
+MODEL_OUT = RESULTS / "gate-{model}.json"
 PLOT = report.output_root() / "docs" / "gate.png"
+MODEL_PLOT = report.output_root() / "docs" / "gate-{model}.png"
+DEFAULT_MODEL = "gemma-3-270m"
+# SHA-256 of the catalogue's files (engine.catalogue), so a path to one of them is named as it is
+KNOWN_FILES = {
+    "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32": "qwen2.5-coder-0.5b",
+    "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046": "qwen2.5-coder-1.5b",
+}
 TAIL = 400  # characters of the document kept around the cursor in a record (the split needs the line)
 SETS = {"tune": 1, "check": 2}  # passage seeds
 THRESHOLDS = tuple(round(t, 3) for t in np.arange(0.0, 0.951, 0.025))
@@ -106,6 +115,34 @@ def word_done(added: str) -> bool:
     return bool(chunk) and len(added) > len(chunk)
 
 
+def model_identity(model: str | None) -> str:
+    """The identity a calibration is stored under (lsp_server.gate): a catalogue name as given,
+    a path to a catalogue file by that file's name, any other file as "sha256:<hex>"."""
+    import hashlib
+
+    if model in (None, "", DEFAULT_MODEL):
+        return DEFAULT_MODEL
+    path = Path(model).expanduser()
+    if not path.is_file():
+        return model  # a catalogue name
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    hexed = digest.hexdigest()
+    return KNOWN_FILES.get(hexed, f"sha256:{hexed}")
+
+
+def paths_for(args) -> tuple[str, str, Path, Path]:
+    """(the model's identity, the records' pattern, the results file, the plot) for `--model`."""
+    ident = args.model_id or model_identity(args.model)
+    if ident == DEFAULT_MODEL:
+        return ident, args.records or str(RECORDS), args.out or OUT, PLOT
+    safe = ident.replace(":", "-")
+    records = args.records or str(MODEL_RECORDS).replace("{model}", safe)
+    return ident, records, args.out or Path(str(MODEL_OUT).format(model=safe)), Path(str(MODEL_PLOT).format(model=safe))
+
+
 def record(args) -> int:
     from bench.cases import build_cases, check_cases
     from bench.latency import Peer
@@ -124,10 +161,13 @@ def record(args) -> int:
         per_kind = args.check_per_kind if name == "check" and args.check_per_kind else args.per_kind
         sets[name] = [p for p in passages(per_kind, used, seed=seed) if p.kind in args.kinds.split(",")]
         used |= {p.file for p in sets[name]}  # the check set shares no file with the tune set
+    ident, records, _, _ = paths_for(args)
     base = {"maxTokens": args.max_tokens, "threads": args.threads, "minConfidence": 0.0}
+    if args.model not in (None, "", DEFAULT_MODEL):
+        base["model"] = args.model
     watch = CpuWatch.start()
     started = time.perf_counter()
-    peer = None if args.no_peer else Peer(str(resolve_model(None)), threads=args.threads)
+    peer = None if args.no_peer else Peer(str(resolve_model(base.get("model"))), threads=args.threads)
     wanted = args.sets.split(",")
     try:
         with LspClient(["--log-level", "warning"]) as client:
@@ -136,6 +176,9 @@ def record(args) -> int:
                 if name not in wanted:
                     continue
                 runs = []
+                items = interleaved(items)  # kinds in turn: a run cut short still has every kind
+                path = Path(records.format(set=name))
+                path.parent.mkdir(parents=True, exist_ok=True)
                 for n, passage in enumerate(items):
                     for in_place in [w == "in place" for w in args.places.split(",")]:
                         where = "in place" if in_place else "end"
@@ -144,18 +187,30 @@ def record(args) -> int:
                     if peer is not None:
                         runs.append({"passage": n, "where": "peer", "steps": record_peer(peer, passage, args.max_tokens)})
                     say(f"{name}: passage {n + 1}/{len(items)} ({passage.kind}) recorded")
-                server_cpu = process_cpu_seconds(client.pid) or 0.0
-                saved = {"settings": base, "passages": [_passage_json(p) for p in items], "runs": runs,
-                         "other_processes_cpu_share": watch.others_share(server_cpu),
-                         "seconds": round(time.perf_counter() - started, 1)}  # fmt: skip
-                path = Path(str(args.records).format(set=name))
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(json.dumps(saved, ensure_ascii=False) + "\n")
-                say(f"{name}: records in {path} ({saved['seconds']} s)")
+                    server_cpu = process_cpu_seconds(client.pid) or 0.0
+                    saved = {"model": ident, "settings": base, "passages": [_passage_json(p) for p in items[: n + 1]],
+                             "runs": runs, "complete": n + 1 == len(items),
+                             "other_processes_cpu_share": watch.others_share(server_cpu),
+                             "seconds": round(time.perf_counter() - started, 1)}  # fmt: skip
+                    path.write_text(json.dumps(saved, ensure_ascii=False) + "\n")  # after each passage
+                say(f"{name}: records in {path} ({time.perf_counter() - started:.0f} s)")
     finally:
         if peer is not None:
             peer.close()
     return 0
+
+
+def interleaved(items: list[Passage]) -> list[Passage]:
+    """The passages with their kinds in turn (python, javascript, c, prose, python, ...)."""
+    by_kind: dict[str, list[Passage]] = {}
+    for p in items:
+        by_kind.setdefault(p.kind, []).append(p)
+    out = []
+    while any(by_kind.values()):
+        for group in by_kind.values():
+            if group:
+                out.append(group.pop(0))
+    return out
 
 
 def _passage_json(p: Passage) -> dict[str, Any]:
@@ -375,8 +430,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kinds", default="python,javascript,c,prose")
     parser.add_argument("--places", default="in place", help="where the passage is typed: end, in place or both (end,in place)")
     parser.add_argument("--sets", default="tune,check", help="which sets to record")
-    parser.add_argument("--records", default=str(RECORDS), help="record files ({set} is the set's name)")
-    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--model", default=None, help="a catalogue name or a GGUF path (default: gemma-3-270m)")
+    parser.add_argument("--model-id", default=None, help="the identity to store the calibration under (default: from --model)")
+    parser.add_argument("--records", default=None, help="record files ({set} is the set's name; default: per model)")
+    parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     if args.what == "record":
         return record(args)
