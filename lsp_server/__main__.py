@@ -119,7 +119,7 @@ def _setup_logging(level: str) -> None:
 def complete(args: argparse.Namespace, settings: Settings) -> int:
     """One suggestion through split → request → scheduler → engine → suggestion, like the server."""
     from lsp_server.scheduler import Scheduler
-    from lsp_server import block as blocks
+    from lsp_server import block as blocks, gate as gates
     from lsp_server.split import split
     from lsp_server.suggestion import request_for, suggestion_for
 
@@ -132,14 +132,17 @@ def complete(args: argparse.Namespace, settings: Settings) -> int:
             print(f"cpc-lsp: {loaded.error}", file=sys.stderr)
             return 2
         answer = scheduler.submit(request_for(parts, settings, block=block)).future.result()
+        model_id = scheduler.model_id
     finally:
         scheduler.close()
     if answer.completion is None:
         print(f"cpc-lsp: no completion ({answer.detail or answer.reason})", file=sys.stderr)
         return 1
+    gate = gates.gate_for(gates.identity(model_id, settings.model, settings.model_server))
     found = suggestion_for(
-        parts, answer.completion, block=block, naive=settings.method == "naive", min_confidence=settings.min_confidence
-    )
+        parts, answer.completion, block=block, naive=settings.method == "naive",
+        min_confidence=gates.threshold(gate, settings.min_confidence), calibration=gate.calibration,
+    )  # fmt: skip
     insert_text = found.insert_text if found else parts.word
     if args.json:
         print(json.dumps({

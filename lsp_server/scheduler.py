@@ -139,6 +139,12 @@ class Scheduler:
 
     # --- called from any thread -----------------------------------------------------------
 
+    @property
+    def model_id(self) -> str | None:
+        """The loaded model's identity (`Engine.model_id`: its catalogue name, or "sha256:<hex>"
+        of its file); None with no model, or an engine that does not say."""
+        return getattr(self._engine, "model_id", None)
+
     def load(self, config: EngineConfig) -> Future[LoadResult]:
         """Replace the engine. Running work stops; waiting work runs on the new model."""
         future: Future[LoadResult] = Future()

@@ -22,9 +22,9 @@ from pygls.exceptions import FeatureRequestError
 from pygls.lsp.server import LanguageServer
 
 from engine import EngineConfig, Signals
-from lsp_server import __version__, block as blocks, status
+from lsp_server import __version__, block as blocks, gate as gates, rejudge, status
 from lsp_server.documents import UTF16, Document, Documents, Range
-from lsp_server.carry import Carry
+from lsp_server.carry import Carry, Computed
 from lsp_server.lexicon import Lexicon
 from lsp_server.logs import TextGuard, frames, installed
 from lsp_server.protocol import CpcProtocol, serve_stdio, serve_tcp
@@ -33,7 +33,7 @@ from lsp_server.scheduler import Answer, EngineLike, Event, Job, LoadResult, Sch
 from lsp_server.schema import camel
 from lsp_server.settings import API_KEY_ENV, SECTION, Settings, apply
 from lsp_server.split import Split, split
-from lsp_server.suggestion import Suggestion, request_for, suggestions_for
+from lsp_server.suggestion import Suggestion, request_for, suggestion_for, suggestions_for
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +69,7 @@ class CpcServer(LanguageServer):
         self.requests = 0  # completion requests seen, for log lines and stats
         self.carry = Carry()  # the last suggestions shown per document, for what is left after an accept
         self.carried = 0  # requests answered from a shown suggestion, with no engine work
+        self.judged_again = 0  # requests answered from a suggestion the gate cut, judged again (no engine work)
         self.engine_answers = 0  # requests the engine answered
         self._tasks: set[asyncio.Future] = set()
         self._budget_warned: Settings | None = None  # the settings a budget problem was shown for
@@ -266,6 +267,10 @@ class CpcServer(LanguageServer):
             logger.info("#%d shown: the rest of the suggestion already shown (no engine work)", number)
             self.carry.remember(uri, text, cursor, rest, self.carry.complete(uri))
             return doc, [Suggestion(parts.word_start, cursor, parts.word + added) for added in rest]
+        if selected is None and (again := self._judge_again(uri, text, cursor, parts, settings)) is not None:
+            logger.info("#%d %s: typed along a suggestion the gate cut, judged again (no engine work)",
+                        number, "shown" if again else "hidden")  # fmt: skip
+            return (doc, again) if again else None
         self.carry.forget(uri)
         block = blocks.at(text, at, settings.line_mode())
         candidates = self.lexicon.candidates(parts.word) if settings.lexicon else ()
@@ -282,10 +287,14 @@ class CpcServer(LanguageServer):
         found: list[Suggestion] = []
         if answer.completion is not None:
             self.engine_answers += 1
+            gate, min_confidence = self.gate(settings)
+            naive = settings.method == "naive"
             found = suggestions_for(
-                parts, answer.completion, block=block, naive=settings.method == "naive",
-                min_confidence=settings.min_confidence,
+                parts, answer.completion, block=block, naive=naive,
+                min_confidence=min_confidence, calibration=gate.calibration,
             )  # fmt: skip
+            if start is None and min_confidence > 0 and not naive:
+                self._keep_if_cut(uri, text, cursor, parts, answer.completion, block, found)
         elif answer.reason == "budget" and self._budget_warned is not settings:
             self._budget_warned = settings  # once per settings, not on every keystroke
             self.tell(types.MessageType.Warning, f"cpc-lsp: {answer.detail}")
@@ -300,6 +309,41 @@ class CpcServer(LanguageServer):
         complete = answer.completion is not None and answer.completion.stop_reason != "length"
         self.carry.remember(uri, text, cursor, tuple(f.insert_text[len(parts.word) :] for f in found), complete)
         return doc, found
+
+    def gate(self, settings: Settings) -> tuple[gates.ModelGate, float]:
+        """The loaded model's gate (lsp_server.gate) and the threshold in force."""
+        model = gates.identity(self.scheduler.model_id, settings.model, settings.model_server)
+        gate = gates.gate_for(model)
+        return gate, gates.threshold(gate, settings.min_confidence)
+
+    def _keep_if_cut(
+        self, uri: str, text: str, cursor: int, parts: Split, completion: Any, block: Any, found: list[Suggestion]
+    ) -> None:
+        """Keep the whole completion when the gate hid it or part of it (carry.Computed)."""
+        whole = suggestion_for(parts, completion, block=block)
+        cut = whole is not None and (not found or found[0].insert_text != whole.insert_text)
+        self.carry.keep(uri, Computed(text, cursor, parts.required, completion) if cut else None)
+
+    def _judge_again(self, uri: str, text: str, cursor: int, parts: Split, settings: Settings) -> list[Suggestion] | None:
+        """What to show when the user typed along a completion the gate cut, judged again from
+        what was computed (lsp_server.rejudge): the items ([] when the gate still hides it), or
+        None when there is no such completion or nothing of it is left (the engine answers)."""
+        found = self.carry.typed_along(uri, text, cursor)
+        if found is None:
+            return None
+        kept, typed = found
+        completion = rejudge.along(kept.completion, kept.required, typed, parts)
+        if completion is None:
+            return None
+        block = blocks.at(text, cursor, settings.line_mode())
+        if suggestion_for(parts, completion, block=block) is None:
+            return None  # nothing left of it to show: the engine goes on from here
+        gate, min_confidence = self.gate(settings)
+        shown = suggestions_for(parts, completion, block=block, min_confidence=min_confidence, calibration=gate.calibration)
+        self.judged_again += 1
+        added = tuple(f.insert_text[len(parts.word) :] for f in shown)
+        self.carry.remember(uri, text, cursor, added, completion.stop_reason != "length")
+        return shown
 
     def _with_selected(
         self, doc: Document, selected: types.SelectedCompletionInfo, cursor: int
@@ -361,8 +405,15 @@ class CpcServer(LanguageServer):
             "requests": self.requests,
             "engineAnswers": self.engine_answers,
             "carried": self.carried,
+            "judgedAgain": self.judged_again,
             "signals": signals_json(last.signals),
+            "gate": self.gate_json(),
         }
+
+    def gate_json(self) -> dict[str, Any]:
+        """Which calibration the gate uses and the threshold in force."""
+        gate, min_confidence = self.gate(self.settings)
+        return {"model": gate.model, "fitted": gate.fitted, "minConfidence": min_confidence}
 
 
 def signals_json(signals: Signals | None) -> dict[str, Any] | None:
