@@ -67,6 +67,9 @@ class CompletionRequest:
     # Multi-line only (sampling.single_line False): generation ends before the first later line
     # indented less than this many spaces/tabs (the end of the block being written); None: no such end.
     indent_floor: int | None = None
+    # The document's language (an LSP languageId such as "python"): a hint for whoever picks the
+    # model (lsp_server.routing); the engine itself does not read it.
+    language: str | None = None
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     complete.add_argument("--text", required=True, help="text before the cursor")
     complete.add_argument("--suffix", default="", help="text after the cursor")
+    complete.add_argument(
+        "--language", default="plaintext",
+        help="the text's LSP languageId (python, c, markdown...): with no --model it picks the model, "
+        "code languages going to the code model and prose to the prose model (default: plaintext)",
+    )
     complete.add_argument("--json", action="store_true", help="print details as JSON")
     return parser
 
@@ -131,14 +136,13 @@ def complete(args: argparse.Namespace, settings: Settings) -> int:
         if not loaded.ok:
             print(f"cpc-lsp: {loaded.error}", file=sys.stderr)
             return 2
-        answer = scheduler.submit(request_for(parts, settings, block=block)).future.result()
-        model_id = scheduler.model_id
+        answer = scheduler.submit(request_for(parts, settings, block=block, language=args.language)).future.result()
     finally:
         scheduler.close()
     if answer.completion is None:
         print(f"cpc-lsp: no completion ({answer.detail or answer.reason})", file=sys.stderr)
         return 1
-    gate = gates.gate_for(gates.identity(model_id, settings.model, settings.model_server))
+    gate = gates.gate_for(gates.identity(answer.model_id, settings, args.language))
     found = suggestion_for(
         parts, answer.completion, block=block, naive=settings.method == "naive",
         min_confidence=gates.threshold(gate, settings.min_confidence), calibration=gate.calibration,

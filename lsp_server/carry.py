@@ -44,6 +44,7 @@ class Computed:
     cursor: int
     required: str
     completion: Completion
+    model: str | None = None  # the identity of the model that made it (its gate judges it again)
 
 
 class Carry:

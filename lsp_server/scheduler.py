@@ -53,9 +53,13 @@ class EngineLike(Protocol):
 
 
 def load_engine(config: EngineConfig) -> EngineLike:
-    """The real engine (llama.cpp loads here, on the worker thread, not at import)."""
+    """The real engine (llama.cpp loads here, on the worker thread, not at import); with no model
+    chosen, the routed default (lsp_server.routing: code and prose models)."""
     from engine import Engine
+    from lsp_server import routing
 
+    if routing.routes(config):
+        return routing.RoutedEngine(config, Engine.load)
     return Engine.load(config)
 
 
@@ -66,6 +70,7 @@ class Answer:
     completion: Completion | None
     reason: str  # "done" | "superseded" | "cancelled" | "no-model" | "budget" | "server" | "failed" | "closed"
     detail: str | None = None  # for "budget" and "server": what went wrong and what to do (no text)
+    model_id: str | None = None  # the identity of the model that made `completion` (Engine.model_id)
 
 
 @dataclass(frozen=True)
@@ -139,11 +144,6 @@ class Scheduler:
 
     # --- called from any thread -----------------------------------------------------------
 
-    @property
-    def model_id(self) -> str | None:
-        """The loaded model's identity (`Engine.model_id`: its catalogue name, or "sha256:<hex>"
-        of its file); None with no model, or an engine that does not say."""
-        return getattr(self._engine, "model_id", None)
 
     def load(self, config: EngineConfig) -> Future[LoadResult]:
         """Replace the engine. Running work stops; waiting work runs on the new model."""
@@ -363,4 +363,5 @@ class Scheduler:
             return
         if self.server_trouble is not None:
             self._server_health(None)
-        _resolve(job.future, Answer(completion, "done"))
+        # read right after the call, on this thread: a routed engine says which of its models answered
+        _resolve(job.future, Answer(completion, "done", model_id=getattr(self._engine, "model_id", None)))

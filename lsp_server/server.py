@@ -69,6 +69,7 @@ class CpcServer(LanguageServer):
         self.requests = 0  # completion requests seen, for log lines and stats
         self.carry = Carry()  # the last suggestions shown per document, for what is left after an accept
         self.carried = 0  # requests answered from a shown suggestion, with no engine work
+        self.last_gate: tuple[gates.ModelGate, float] | None = None  # the gate and threshold used last, for stats
         self.judged_again = 0  # requests answered from a suggestion the gate cut, judged again (no engine work)
         self.engine_answers = 0  # requests the engine answered
         self._tasks: set[asyncio.Future] = set()
@@ -243,7 +244,7 @@ class CpcServer(LanguageServer):
         if edit is not None:
             cursor = doc.offset_at(edit[0].start_line, edit[0].start_character, self.encoding) + edit[1]
         parts = split(doc.text, cursor, self.settings.fim_suffix_lines or None)
-        self.scheduler.prefetch(request_for(parts, self.settings), tag=unquote(uri))
+        self.scheduler.prefetch(request_for(parts, self.settings, language=doc.language_id), tag=unquote(uri))
 
     async def suggest(
         self, uri: str, position: types.Position, selected: types.SelectedCompletionInfo | None = None
@@ -274,7 +275,9 @@ class CpcServer(LanguageServer):
         self.carry.forget(uri)
         block = blocks.at(text, at, settings.line_mode())
         candidates = self.lexicon.candidates(parts.word) if settings.lexicon else ()
-        request = request_for(parts, settings, candidates, block, alternatives=settings.alternatives)
+        request = request_for(
+            parts, settings, candidates, block, alternatives=settings.alternatives, language=doc.language_id
+        )
         job = self.scheduler.submit(request, tag=unquote(uri))
         try:
             answer = await self._wait(job)
@@ -287,14 +290,15 @@ class CpcServer(LanguageServer):
         found: list[Suggestion] = []
         if answer.completion is not None:
             self.engine_answers += 1
-            gate, min_confidence = self.gate(settings)
+            model = gates.identity(answer.model_id, settings, doc.language_id)
+            gate, min_confidence = self.gate(settings, model)
             naive = settings.method == "naive"
             found = suggestions_for(
                 parts, answer.completion, block=block, naive=naive,
                 min_confidence=min_confidence, calibration=gate.calibration,
             )  # fmt: skip
             if start is None and min_confidence > 0 and not naive:
-                self._keep_if_cut(uri, text, cursor, parts, answer.completion, block, found)
+                self._keep_if_cut(uri, text, cursor, parts, answer.completion, block, found, model)
         elif answer.reason == "budget" and self._budget_warned is not settings:
             self._budget_warned = settings  # once per settings, not on every keystroke
             self.tell(types.MessageType.Warning, f"cpc-lsp: {answer.detail}")
@@ -310,19 +314,20 @@ class CpcServer(LanguageServer):
         self.carry.remember(uri, text, cursor, tuple(f.insert_text[len(parts.word) :] for f in found), complete)
         return doc, found
 
-    def gate(self, settings: Settings) -> tuple[gates.ModelGate, float]:
-        """The loaded model's gate (lsp_server.gate) and the threshold in force."""
-        model = gates.identity(self.scheduler.model_id, settings.model, settings.model_server)
+    def gate(self, settings: Settings, model: str | None) -> tuple[gates.ModelGate, float]:
+        """The gate of the model with identity `model` (lsp_server.gate) and the threshold in force."""
         gate = gates.gate_for(model)
-        return gate, gates.threshold(gate, settings.min_confidence)
+        self.last_gate = (gate, gates.threshold(gate, settings.min_confidence))
+        return self.last_gate
 
     def _keep_if_cut(
-        self, uri: str, text: str, cursor: int, parts: Split, completion: Any, block: Any, found: list[Suggestion]
+        self, uri: str, text: str, cursor: int, parts: Split, completion: Any, block: Any, found: list[Suggestion],
+        model: str | None,
     ) -> None:
         """Keep the whole completion when the gate hid it or part of it (carry.Computed)."""
         whole = suggestion_for(parts, completion, block=block)
         cut = whole is not None and (not found or found[0].insert_text != whole.insert_text)
-        self.carry.keep(uri, Computed(text, cursor, parts.required, completion) if cut else None)
+        self.carry.keep(uri, Computed(text, cursor, parts.required, completion, model) if cut else None)
 
     def _judge_again(self, uri: str, text: str, cursor: int, parts: Split, settings: Settings) -> list[Suggestion] | None:
         """What to show when the user typed along a completion the gate cut, judged again from
@@ -338,7 +343,7 @@ class CpcServer(LanguageServer):
         block = blocks.at(text, cursor, settings.line_mode())
         if suggestion_for(parts, completion, block=block) is None:
             return None  # nothing left of it to show: the engine goes on from here
-        gate, min_confidence = self.gate(settings)
+        gate, min_confidence = self.gate(settings, kept.model)
         shown = suggestions_for(parts, completion, block=block, min_confidence=min_confidence, calibration=gate.calibration)
         self.judged_again += 1
         added = tuple(f.insert_text[len(parts.word) :] for f in shown)
@@ -410,9 +415,11 @@ class CpcServer(LanguageServer):
             "gate": self.gate_json(),
         }
 
-    def gate_json(self) -> dict[str, Any]:
-        """Which calibration the gate uses and the threshold in force."""
-        gate, min_confidence = self.gate(self.settings)
+    def gate_json(self) -> dict[str, Any] | None:
+        """Which calibration the gate used last and the threshold in force then."""
+        if self.last_gate is None:
+            return None
+        gate, min_confidence = self.last_gate
         return {"model": gate.model, "fitted": gate.fitted, "minConfidence": min_confidence}
 
 
@@ -474,7 +481,7 @@ def build_server(
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls: CpcServer, params: types.DidOpenTextDocumentParams) -> None:
         doc = params.text_document
-        ls.documents.open(doc.uri, doc.text, doc.version)
+        ls.documents.open(doc.uri, doc.text, doc.version, doc.language_id or "")
         ls.prefetch(doc.uri, None)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)

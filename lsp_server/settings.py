@@ -52,8 +52,9 @@ class Settings:
     model: str | None = setting(
         None, OptionalPath(),
         "Path to a GGUF model file. Empty: the server's default model, which is the one given with "
-        "`--model` on the server's command line if any, else the one installed with the server "
-        "(Gemma 3 270M). Changing it reloads the model.",
+        "`--model` on the server's command line if any, else the two installed with the server: "
+        "code files go to Qwen2.5-Coder 0.5B, prose (plain text, Markdown, commit messages...) to "
+        "Gemma 3 270M. Changing it reloads the model.",
         scope="machine-overridable",
     )
     max_tokens: int = setting(

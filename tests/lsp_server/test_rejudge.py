@@ -128,5 +128,5 @@ def test_without_a_set_threshold_the_models_own_applies(server):
     editor.open(uri, DRAFT)
     editor.suggestion(uri)
     gate = editor.stats()["gate"]
-    # a fake engine does not say which model it is: no path and no server is the installed default
-    assert gate == {"model": "gemma-3-270m", "fitted": True, "minConfidence": gate_for("gemma-3-270m").threshold}
+    # a fake engine does not say which model it is: no path and no server is the routed default
+    assert gate == {"model": "gemma-3-270m", "fitted": True, "minConfidence": gate_for("gemma-3-270m").threshold}  # a .txt: prose
