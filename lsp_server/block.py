@@ -216,7 +216,10 @@ def shape(added: str, block: Block, kept: int | None = None) -> str:
         first = _first_content_end(text)
         whole = text.rfind("\n", first, kept + 1)
         text = text[:kept] if kept < first or whole < 0 else text[:whole]
-    return _closed(text.rstrip())
+    text = text.rstrip()
+    while (closed := _closed(text)) != text:  # dropping a line may leave a bracket open: balance again
+        text = _balanced(closed, block).rstrip()
+    return text
 
 
 def _closed(text: str) -> str:
