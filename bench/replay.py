@@ -365,6 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prior", type=float, default=None, help="lexiconPrior for the 'on' variant")
     parser.add_argument("--gate", default="off,default", help="minConfidence variants: off, default, a number, or several")
     parser.add_argument("--no-peer", action="store_true")
+    parser.add_argument("--model", default=None, help="a catalogue name or a GGUF path for the server and the peer (default: the server's)")
     parser.add_argument("--out", type=Path, default=report.output_root() / "bench" / "results" / "replay.json")
     args = parser.parse_args(argv)
 
@@ -372,14 +373,14 @@ def main(argv: list[str] | None = None) -> int:
     used = used_files(tuning, check_cases(50, tuning))
     kinds = tuple(args.kinds.split(","))
     items = [p for p in passages(args.per_kind, used, chars=args.chars) if p.kind in kinds]
-    base = {"maxTokens": args.max_tokens, "threads": args.threads}
+    base = {"maxTokens": args.max_tokens, "threads": args.threads, **({"model": args.model} if args.model else {})}
     variants = {}
     for v in args.lexicon.split(","):
         lexicon = {"lexicon": v == "on", **({"lexiconPrior": args.prior} if args.prior is not None else {})}
         for gate, settings in gate_variants(args.gate).items():
             variants[f"lexicon {v}, {gate}"] = {**lexicon, **settings}
     watch = CpuWatch.start()
-    peer = None if args.no_peer else Peer(str(resolve_model(None)), threads=args.threads)
+    peer = None if args.no_peer else Peer(str(resolve_model(args.model)), threads=args.threads)
     try:
         with LspClient(["--log-level", "warning"]) as client:
             editor = ready_editor(client, base)
