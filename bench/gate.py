@@ -235,7 +235,8 @@ def signals_from(raw: dict[str, Any] | None) -> Signals | None:
         return None
     margin = NO_RIVAL if raw["margin"] is None else raw["margin"]
     ends = tuple(WordEnd(int(c), float(lp)) for c, lp in raw["wordEnds"])
-    return Signals(raw["wordLogProb"], margin, ends, raw.get("typedLogProb", 0.0))
+    steps = tuple(WordEnd(int(c), float(lp)) for c, lp in raw.get("stepEnds", ()))
+    return Signals(raw["wordLogProb"], margin, ends, raw.get("typedLogProb", 0.0), step_ends=steps)
 
 
 def points(passage: dict[str, Any], run: dict[str, Any]) -> list[Point]:

@@ -10,7 +10,7 @@ calibrated probability that the text up to a word end is exactly right:
                          + W_WORD · [has a word character] + W_TYPED · log p(typed | prompt))
 
 A suggestion is shown up to the last word end at which the confidence is still at least
-`minConfidence`; nothing when its first word is below. It is arithmetic on numbers the engine
+`minConfidence` (null: the model's own threshold); nothing when its first word is below. It is arithmetic on numbers the engine
 returned with the completion: typing along a suggestion stays free.
 
 The coefficients are fitted per model by `python -m bench.gate fit --model NAME` (a logistic

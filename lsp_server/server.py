@@ -433,6 +433,7 @@ def signals_json(signals: Signals | None) -> dict[str, Any] | None:
         "margin": None if math.isinf(signals.margin) else signals.margin,
         "typedLogProb": signals.typed_log_prob,
         "wordEnds": [[end.chars, end.log_prob] for end in signals.word_ends],
+        "stepEnds": [[end.chars, end.log_prob] for end in signals.step_ends],
     }
 
 
