@@ -421,7 +421,9 @@ def tables(data: dict[str, Any], reps, threshold: float, calibration: Calibratio
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.gate", description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=("record", "fit", "check", "render"))
+    parser.add_argument("what", choices=("record", "fit", "check", "render", "hidden"))
+    parser.add_argument("--before", type=Path, help="hidden: the replay results (bench.replay --out) of the code before")
+    parser.add_argument("--after", type=Path, help="hidden: ... and after")
     parser.add_argument("--per-kind", type=int, default=4, help="passages per kind of text in each set")
     parser.add_argument("--check-per-kind", type=int, default=2, help="passages per kind in the check set (0: as --per-kind)")
     parser.add_argument("--max-tokens", type=int, default=16)
@@ -437,6 +439,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.what == "record":
         return record(args)
+    if args.what == "hidden":
+        print(report.render(_hidden_table(hidden(args.before, args.after))))
+        summary()
+        return 0
     if args.what in ("fit", "check"):
         return fit_and_check(args)
     ident, _, out, plot = paths_for(args)
@@ -508,6 +514,42 @@ def store(ident: str, calibration: Calibration, default: float, results: dict[st
     print(f"[gate] {ident}: calibration and minConfidence {default:g} written to {CALIBRATIONS}", file=sys.stderr)
 
 
+HIDDEN = RESULTS / "gate_hidden_replay.json"
+
+
+def hidden(before: Path, after: Path, out: Path = HIDDEN) -> dict[str, Any]:
+    """The typing replay (bench.replay) before and after hidden suggestions were carried, run side
+    by side: per code version and gate variant, the keystroke median, characters saved, requests."""
+    from statistics import median
+
+    rows = []
+    for version, path in (("before", before), ("after", after)):
+        data = json.loads(Path(path).read_text())
+        by_who: dict[str, list[dict[str, Any]]] = {}
+        for run in data["runs"]:
+            by_who.setdefault(run["who"], []).append(run)
+        for who, runs in sorted(by_who.items()):
+            ms = [m for r in runs for m in r["ms"]]
+            rows.append({"version": version, "who": who, "requests": len(ms), "median_ms": median(ms),
+                         "mean_ms": sum(ms) / len(ms), "saved": sum(r["accepted"] for r in runs) / sum(r["chars"] for r in runs),
+                         "other_processes_cpu_share": data.get("other_processes_cpu_share")})  # fmt: skip
+    off = {r["version"]: r["median_ms"] for r in rows if r["who"].endswith("gate off")}
+    for r in rows:
+        r["median_over_gate_off"] = r["median_ms"] / off[r["version"]] if off.get(r["version"]) else None
+    result = {"before": str(before), "after": str(after), "rows": rows}
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+def _hidden_table(result: dict[str, Any]):
+    from bench.report import num, pct, times
+
+    header = ["code", "server", "requests", "median ms", "mean ms", "median / gate off (target <= 1.5x)", "chars saved"]
+    body = [[r["version"], r["who"], num(r["requests"]), f"{r['median_ms']:.1f}", f"{r['mean_ms']:.0f}",
+             times(r["median_over_gate_off"]), pct(r["saved"])] for r in result["rows"]]  # fmt: skip
+    return "typing replay on qwen2.5-coder-0.5b, before and after hidden suggestions are judged again (side by side, one machine)", header, body
+
+
 def render(results: dict[str, Any], plot: Path = PLOT) -> int:
     """Print the tables, write the model's plot and its tables (docs/gate-<model>.md), and the
     summary of every model fitted (docs/gate.md)."""
@@ -562,11 +604,22 @@ def summary() -> None:
     header = ["model", "set", "default minConfidence", "passages / chars", "chars saved, gate off", "at the default",
               "ratio (target >= 0.9x on check)", "precision, gate off", "at the default", "ratio (target >= 1.5x on check)"]  # fmt: skip
     table = report.markdown(("confidence gate per model: the default threshold against the gate off", header, rows))
+    if HIDDEN.exists():
+        table += "\n\n" + HIDDEN_DOC + "\n\n" + report.markdown(_hidden_table(json.loads(HIDDEN.read_text())))
     text = GATE_DOC.format(
         table=table, unfitted=unfitted.threshold, keep=KEEP_SAVED, base=json.loads(CALIBRATIONS.read_text())["unfitted"]["calibration_of"],
         models=", ".join(f"`{m}`" for m in fitted), plots="\n".join(f"- `{m}`: ![{m}](gate-{m.replace(':', '-')}.png) (tables: [gate-{m.replace(':', '-')}.md](gate-{m.replace(':', '-')}.md))" for m in fitted),
     )  # fmt: skip
     SUMMARY.write_text(text)
+
+
+HIDDEN_DOC = """**A hidden suggestion is still known.** When the gate hides a suggestion or part of it, the
+server keeps the whole completion and its signals; a keystroke that types along it is judged again
+from what was computed (lsp_server.rejudge: the rest's confidence given what is now typed), with no
+engine call. Measured with `python -m bench.replay --model PATH --per-kind 1 --chars 120 --gate
+off,0.625 --no-peer`, the code before (main) and after, run at the same time on the shared machine,
+then `python -m bench.gate hidden --before A --after B`. The same threshold and calibration on both
+sides (Gemma's at 0.625, what the 0.5B got before this change), so only the carrying differs."""
 
 
 GATE_DOC = """# The confidence gate, per model
