@@ -391,7 +391,8 @@ def main(argv: list[str] | None = None) -> int:
         ]
         links = [str(p.relative_to(ROOT)) for p in made]
         updates = [run["parts"] for run in results["runs"][1:]]
-        report.write_markdown(DOCS / "results.md", tables, command, links, notes, updates)
+        # links relative to docs/results.md itself, so the page shows its plots where it is
+        report.write_markdown(DOCS / "results.md", tables, command, [p.name for p in made], notes, updates)
         print(f"plots: {', '.join(links)}; README snippet: docs/results.md")
     return 0
 

