@@ -559,6 +559,19 @@ def render(results: dict[str, Any], plot: Path = PLOT) -> int:
     ident = results.get("model", DEFAULT_MODEL)
     print(f"{ident}: calibration ({results.get('mode', 'fit')}, fitted on the tune set): {json.dumps({k: v for k, v in c.items() if k != 'fit'})}  fit {c['fit']}")
     print(f"default minConfidence (chosen on tune): {results['default']}")
+    tabs = _tabs(results)
+    for t in tabs:
+        print(report.render(t))
+    gate_plot(results["curves"], results["default"], plot, ident)
+    per_model = plot.parent / f"gate-{ident.replace(':', '-')}.png"
+    if per_model != plot:
+        gate_plot(results["curves"], results["default"], per_model, ident)
+    summary()
+    print(f"plots: {plot}, {per_model}; tables: {SUMMARY}")
+    return 0
+
+
+def _tabs(results: dict[str, Any]) -> list:
     tabs = [_targets_table(results)]
     for name, rows in results["tables"].items():
         tabs.append(cursor_table(rows, f"confidence gate, {name} set (simulated from the records)"))
@@ -566,17 +579,7 @@ def render(results: dict[str, Any], plot: Path = PLOT) -> int:
         tabs.append(_curve_table(name, curve))
     for name, rows in results["reliability"].items():
         tabs.append(_reliability_table(name, rows))
-    for t in tabs:
-        print(report.render(t))
-    gate_plot(results["curves"], results["default"], plot, ident)
-    per_model = plot.parent / f"gate-{ident.replace(':', '-')}.png"
-    if per_model != plot:
-        gate_plot(results["curves"], results["default"], per_model, ident)
-    per_model.with_suffix(".md").write_text(f"# The confidence gate on {ident}\n\n![curve]({per_model.name})\n\n"
-                                            + "\n\n".join(report.markdown(t) for t in tabs) + "\n")  # fmt: skip
-    summary()
-    print(f"plot: {per_model}; tables: {per_model.with_suffix('.md')}; summary: {SUMMARY}")
-    return 0
+    return tabs
 
 
 SUMMARY = report.output_root() / "docs" / "gate.md"
@@ -587,11 +590,14 @@ def summary() -> None:
     bench/results/gate*.json; and what a model without a fit gets."""
     from bench.report import pct, times
 
-    rows = []
+    rows, sections = [], []
     for path in sorted(RESULTS.glob("gate*.json")):
-        if path.name.startswith("gate_records"):
+        if path.name.startswith(("gate_records", "gate_hidden")):
             continue
         r = json.loads(path.read_text())
+        m = r.get("model", DEFAULT_MODEL)
+        sections.append(f"## {m}\n\n![the gate's curve on {m}](gate-{m.replace(':', '-')}.png)\n\n"
+                        + "\n\n".join(report.markdown(t) for t in _tabs(r)))  # fmt: skip
         ident = r.get("model", DEFAULT_MODEL)
         t = r.get("targets") or targets(r)
         recs = r["records"]
@@ -608,9 +614,9 @@ def summary() -> None:
         table += "\n\n" + HIDDEN_DOC + "\n\n" + report.markdown(_hidden_table(json.loads(HIDDEN.read_text())))
     text = GATE_DOC.format(
         table=table, unfitted=unfitted.threshold, keep=KEEP_SAVED, base=json.loads(CALIBRATIONS.read_text())["unfitted"]["calibration_of"],
-        models=", ".join(f"`{m}`" for m in fitted), plots="\n".join(f"- `{m}`: ![{m}](gate-{m.replace(':', '-')}.png) (tables: [gate-{m.replace(':', '-')}.md](gate-{m.replace(':', '-')}.md))" for m in fitted),
+        models=", ".join(f"`{m}`" for m in fitted),
     )  # fmt: skip
-    SUMMARY.write_text(text)
+    SUMMARY.write_text(text + "\n\n".join(sections) + "\n")
 
 
 HIDDEN_DOC = """**A hidden suggestion is still known.** When the gate hides a suggestion or part of it, the
@@ -645,9 +651,9 @@ then `python -m bench.gate fit --model PATH`.
 
 {table}
 
-Curves (characters saved against precision over minConfidence 0-0.95, both sets; star: the default):
+Per model below: the curve (characters saved against precision over minConfidence 0-0.95, both
+sets; star: the default), then the tables.
 
-{plots}
 """
 def constants(c: dict[str, Any]) -> str:
     """The fitted calibration as the line that goes in lsp_server/gate.py."""
