@@ -13,12 +13,17 @@ else types one character (bench.replay's rule), and the gate is the server's own
 (`lsp_server.suggestion.suggestion_for` with `min_confidence`). So thresholds and calibrations are
 compared without a new model run.
 
+Each model has its own records and calibration (`--model NAME_OR_PATH`; the default model's records
+keep their old names): `fit` writes the calibration and the model's default threshold into
+lsp_server/calibrations.json under the model's identity (a catalogue name or "sha256:<hex>").
+
 fit: the logistic calibration of lsp_server.gate on the tune set's records only (every word end
 of every suggestion shown, labelled right when the passage goes on exactly so and a word ends
 there); then the sweep of thresholds on both sets, the default chosen on tune (see `choose`), the
 tables per language and per cursor class (gate off, at the default, the peer) and the plot.
-check: the same with what lsp_server ships (its rounded constants and `minConfidence` default).
-render: the tables and the plot again from the saved results.
+check: the same with what lsp_server ships for the model (lsp_server.gate.gate_for).
+render: the tables and the plot again from the saved results; docs/gate.md sums up every model.
+hidden: the typing replay (bench.replay) before and after hidden suggestions were carried.
 """
 
 from __future__ import annotations
@@ -82,8 +87,11 @@ def record_server(editor, passage: Passage, uri: str, in_place: bool, say=None) 
             items = reply.result or []
             shown = items[0]["insertText"] if items else None
             stats = editor.client.call("cpcLsp/stats") or {}
+            # a carried answer (no engine call) leaves the stats of the last engine call: `carried`
+            # says so (bench.gate.points judges those positions again)
             out.append({"shown": shown, "signals": stats.get("signals"), "ms": round(reply.ms, 2),
-                        "decoded": stats.get("decodedTokens"), "cover": stats.get("coverDecodes")})  # fmt: skip
+                        "decoded": stats.get("decodedTokens"), "cover": stats.get("coverDecodes"),
+                        "carried": stats.get("carried")})  # fmt: skip
             cursor.insert(passage.text[pos])
             if say is not None and pos % 60 == 59:
                 say(f"  {pos + 1}/{len(passage.text)} positions, {sum(r['ms'] for r in out[-60:]) / 60:.0f} ms a request")
