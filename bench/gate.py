@@ -653,10 +653,12 @@ def summary() -> None:
 HIDDEN_DOC = """**A hidden suggestion is still known.** When the gate hides a suggestion or part of it, the
 server keeps the whole completion and its signals; a keystroke that types along it is judged again
 from what was computed (lsp_server.rejudge: the rest's confidence given what is now typed), with no
-engine call. Measured with `python -m bench.replay --model PATH --per-kind 1 --chars 120 --gate
-off,0.625 --no-peer`, the code before (main) and after, run at the same time on the shared machine,
-then `python -m bench.gate hidden --before A --after B`. The same threshold and calibration on both
-sides (Gemma's at 0.625, what the 0.5B got before this change), so only the carrying differs."""
+engine call. Measured with `python -m bench.replay --model PATH --per-kind 1 --chars 120 --kinds
+python,javascript,prose --places "in place" --gate off,0.625 --no-peer` (bounded: a busy shared
+2-core machine), the code before (main) and after, run at the same time, then `python -m bench.gate
+hidden --before A --after B`. The same threshold and calibration on both sides (Gemma's at 0.625,
+what the 0.5B got before this change), so only the carrying differs. Medians are of every request;
+the machine was shared (load average about 16 on 2 cores), so compare within a version."""
 
 
 GATE_DOC = """# The confidence gate, per model
