@@ -454,6 +454,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("what", choices=("record", "fit", "check", "render", "hidden"))
     parser.add_argument("--before", type=Path, help="hidden: the replay results (bench.replay --out) of the code before")
     parser.add_argument("--after", type=Path, help="hidden: ... and after")
+    parser.add_argument("--own", type=Path, help="hidden: ... and after, with the model's own gate (--gate off,default)")
     parser.add_argument("--per-kind", type=int, default=4, help="passages per kind of text in each set")
     parser.add_argument("--check-per-kind", type=int, default=2, help="passages per kind in the check set (0: as --per-kind)")
     parser.add_argument("--max-tokens", type=int, default=16)
@@ -470,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.what == "record":
         return record(args)
     if args.what == "hidden":
-        print(report.render(_hidden_table(hidden(args.before, args.after))))
+        print(report.render(_hidden_table(hidden(args.before, args.after, own=args.own))))
         summary()
         return 0
     if args.what in ("fit", "check"):
@@ -548,13 +549,14 @@ def store(ident: str, calibration: Calibration, default: float, results: dict[st
 HIDDEN = RESULTS / "gate_hidden_replay.json"
 
 
-def hidden(before: Path, after: Path, out: Path = HIDDEN) -> dict[str, Any]:
+def hidden(before: Path, after: Path, out: Path = HIDDEN, own: Path | None = None) -> dict[str, Any]:
     """The typing replay (bench.replay) before and after hidden suggestions were carried, run side
     by side: per code version and gate variant, the keystroke median, characters saved, requests."""
     from statistics import median
 
     rows = []
-    for version, path in (("before", before), ("after", after)):
+    versions = [("before", before), ("after", after)] + ([("after, the model's own gate", own)] if own else [])
+    for version, path in versions:
         data = json.loads(Path(path).read_text())
         by_who: dict[str, list[dict[str, Any]]] = {}
         for run in data["runs"]:
@@ -567,7 +569,7 @@ def hidden(before: Path, after: Path, out: Path = HIDDEN) -> dict[str, Any]:
     off = {r["version"]: r["median_ms"] for r in rows if r["who"].endswith("gate off")}
     for r in rows:
         r["median_over_gate_off"] = r["median_ms"] / off[r["version"]] if off.get(r["version"]) else None
-    result = {"before": str(before), "after": str(after), "rows": rows}
+    result = {"before": str(before), "after": str(after), "own": str(own) if own else None, "rows": rows}
     out.write_text(json.dumps(result, indent=1) + "\n")
     return result
 
@@ -657,7 +659,8 @@ engine call. Measured with `python -m bench.replay --model PATH --per-kind 1 --c
 python,javascript,prose --places "in place" --gate off,0.625 --no-peer` (bounded: a busy shared
 2-core machine), the code before (main) and after, run at the same time, then `python -m bench.gate
 hidden --before A --after B`. The same threshold and calibration on both sides (Gemma's at 0.625,
-what the 0.5B got before this change), so only the carrying differs. Medians are of every request;
+what the 0.5B got before this change), so only the carrying differs; the third run (the same python and javascript passages)
+is the 0.5B at its own calibrated default. Medians are of every request;
 the machine was shared (load average about 16 on 2 cores), so compare within a version."""
 
 
