@@ -556,11 +556,14 @@ def hidden(before: Path, after: Path, out: Path = HIDDEN, own: Path | None = Non
 
     rows = []
     versions = [("before", before), ("after", after)] + ([("after, the model's own gate", own)] if own else [])
-    for version, path in versions:
-        data = json.loads(Path(path).read_text())
+    loaded = {version: json.loads(Path(path).read_text()) for version, path in versions}
+    # the passages every run has (a run cut short has fewer): the comparison stays side by side
+    common = set.intersection(*({r["passage"] for r in d["runs"]} for d in loaded.values()))
+    for version, data in loaded.items():
         by_who: dict[str, list[dict[str, Any]]] = {}
         for run in data["runs"]:
-            by_who.setdefault(run["who"], []).append(run)
+            if run["passage"] in common:
+                by_who.setdefault(run["who"], []).append(run)
         for who, runs in sorted(by_who.items()):
             ms = [m for r in runs for m in r["ms"]]
             rows.append({"version": version, "who": who, "requests": len(ms), "median_ms": median(ms),
@@ -569,7 +572,7 @@ def hidden(before: Path, after: Path, out: Path = HIDDEN, own: Path | None = Non
     off = {r["version"]: r["median_ms"] for r in rows if r["who"].endswith("gate off")}
     for r in rows:
         r["median_over_gate_off"] = r["median_ms"] / off[r["version"]] if off.get(r["version"]) else None
-    result = {"before": str(before), "after": str(after), "own": str(own) if own else None, "rows": rows}
+    result = {"before": str(before), "after": str(after), "own": str(own) if own else None, "passages": sorted(common), "rows": rows}
     out.write_text(json.dumps(result, indent=1) + "\n")
     return result
 
