@@ -690,6 +690,13 @@ unknown model shows less rather than more. `qwen2.5-coder-1.5b` has no fit yet (
 shared 2-core machine takes hours), so it gets this default too. Fit one with
 `python -m bench.gate record --model NAME_OR_PATH` then `python -m bench.gate fit --model NAME_OR_PATH`.
 
+**The records.** Gemma's: 16 tune and 8 check passages. The 0.5B's were bounded to 4 and 4 (one
+per kind: Python, JavaScript, C, prose; `record --per-kind 2 --no-peer`, stopped after the fourth
+passage of each set, on a shared 2-core machine at about 2.5 s a request), so its figures are
+rougher. A position the server answered by carrying a shown suggestion (no engine call; three
+quarters of the 0.5B's, whose line-long FIM suggestions end on their own) reports the last engine
+call's signals; the replay judges those positions again from that engine answer, as the server does.
+
 {table}
 
 Per model below: the curve (characters saved against precision over minConfidence 0-0.95, both
