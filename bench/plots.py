@@ -64,7 +64,7 @@ def accuracy_plot(quality: dict[str, Any], path: Path) -> Path:
     return _save(fig, path)
 
 
-def gate_plot(curves: dict[str, list[dict[str, Any]]], default: float, path: Path) -> Path:
+def gate_plot(curves: dict[str, list[dict[str, Any]]], default: float, path: Path, model: str = "") -> Path:
     """Characters saved against precision over the gate's thresholds, one line per replay set."""
     fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120)
     for (name, curve), color in zip(curves.items(), ("tab:blue", "tab:orange")):
@@ -76,7 +76,7 @@ def gate_plot(curves: dict[str, list[dict[str, Any]]], default: float, path: Pat
         ax.annotate("gate off", (100 * off["saved"], 100 * off["precision"]), fontsize=7, xytext=(4, -10), textcoords="offset points")
     ax.set_xlabel("characters saved (%)")
     ax.set_ylabel("precision of shown suggestions (%)")
-    ax.set_title(f"Confidence gate over minConfidence 0-0.95 (star: default {default:g})")
+    ax.set_title(f"Confidence gate{' on ' + model if model else ''}: minConfidence 0-0.95 (star: default {default:g})", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return _save(fig, path)

@@ -275,13 +275,15 @@ def by_cursor(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def run(editor: Editor, peer, items: list[Passage], max_tokens: int, variants: dict[str, dict[str, Any]], say=print) -> dict[str, Any]:
-    """Every passage, for every server variant ({name: settings}) at the end and in place, and the peer."""
+def run(editor: Editor, peer, items: list[Passage], max_tokens: int, variants: dict[str, dict[str, Any]], say=print,
+        places: tuple[bool, ...] = (False, True), save=None) -> dict[str, Any]:
+    """Every passage, for every server variant ({name: settings}) at the end and in place
+    (`places`: in place or not), and the peer; `save(results so far)` after each passage."""
     runs = []
     for n, passage in enumerate(items):
         for name, settings in variants.items():
             editor.client.notify("workspace/didChangeConfiguration", {"settings": {"cpcLsp": settings}})
-            for in_place in (False, True):
+            for in_place in places:
                 where = "in place" if in_place else "end"
                 uri = f"file:///bench/replay/{n}-{name}-{'place' if in_place else 'end'}{Path(passage.file).suffix}"
                 result = replay_server(editor, passage, uri, in_place)
@@ -290,6 +292,8 @@ def run(editor: Editor, peer, items: list[Passage], max_tokens: int, variants: d
             result = replay_peer(peer, passage, max_tokens)
             runs.append({"passage": n, "kind": passage.kind, "who": "peer", "where": "before cursor", **result})
         say(f"replay: passage {n + 1}/{len(items)} ({passage.kind}) done")
+        if save is not None:
+            save({"passages": [_passage_json(p) for p in items[: n + 1]], "runs": runs, "complete": n + 1 == len(items)})
     return {"passages": [_passage_json(p) for p in items], "runs": runs, "table": summarize(runs),
             "positions": by_position(runs), "cursors": by_cursor(runs)}  # fmt: skip
 
@@ -365,6 +369,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prior", type=float, default=None, help="lexiconPrior for the 'on' variant")
     parser.add_argument("--gate", default="off,default", help="minConfidence variants: off, default, a number, or several")
     parser.add_argument("--no-peer", action="store_true")
+    parser.add_argument("--places", default="end,in place", help="where passages are typed: end, in place or both")
+    parser.add_argument("--model", default=None, help="a catalogue name or a GGUF path for the server and the peer (default: the server's)")
     parser.add_argument("--out", type=Path, default=report.output_root() / "bench" / "results" / "replay.json")
     args = parser.parse_args(argv)
 
@@ -372,19 +378,22 @@ def main(argv: list[str] | None = None) -> int:
     used = used_files(tuning, check_cases(50, tuning))
     kinds = tuple(args.kinds.split(","))
     items = [p for p in passages(args.per_kind, used, chars=args.chars) if p.kind in kinds]
-    base = {"maxTokens": args.max_tokens, "threads": args.threads}
+    base = {"maxTokens": args.max_tokens, "threads": args.threads, **({"model": args.model} if args.model else {})}
     variants = {}
     for v in args.lexicon.split(","):
         lexicon = {"lexicon": v == "on", **({"lexiconPrior": args.prior} if args.prior is not None else {})}
         for gate, settings in gate_variants(args.gate).items():
             variants[f"lexicon {v}, {gate}"] = {**lexicon, **settings}
     watch = CpuWatch.start()
-    peer = None if args.no_peer else Peer(str(resolve_model(None)), threads=args.threads)
+    peer = None if args.no_peer else Peer(str(resolve_model(args.model)), threads=args.threads)
     try:
         with LspClient(["--log-level", "warning"]) as client:
             editor = ready_editor(client, base)
             say = lambda m: print(f"[replay] {m}", file=sys.stderr, flush=True)  # noqa: E731
-            results = run(editor, peer, items, args.max_tokens, {k: {**base, **v} for k, v in variants.items()}, say)
+            partial = args.out.with_suffix(".partial.json")
+            results = run(editor, peer, items, args.max_tokens, {k: {**base, **v} for k, v in variants.items()}, say,
+                          tuple(w == "in place" for w in args.places.split(",")),
+                          lambda r: partial.write_text(json.dumps(r, ensure_ascii=False) + "\n"))  # fmt: skip
             server_cpu = process_cpu_seconds(client.pid) or 0.0
     finally:
         if peer is not None:

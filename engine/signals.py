@@ -94,7 +94,8 @@ def compute(
     best_rival = max((lp for piece, lp in rivals if _other_word(piece, word)), default=None)
     if best_rival is not None:
         margin = word_lp - best_rival
-    return Signals(word_lp, margin, tuple(ends), typed_log_prob, token_log_probs)
+    steps_at = tuple(WordEnd(n, lp) for n, lp in zip(lengths, cumulative))
+    return Signals(word_lp, margin, tuple(ends), typed_log_prob, token_log_probs, steps_at)
 
 
 def _other_word(piece: bytes, word: str) -> bool:

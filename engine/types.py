@@ -150,6 +150,10 @@ class Signals:
     word_ends: tuple[WordEnd, ...]  # every confirmed word end after the typed prefix, in order
     typed_log_prob: float = 0.0  # log p(typed prefix | prompt): the normaliser (0: nothing typed)
     token_log_probs: tuple[float, ...] = ()  # the generated tokens', as the model gave them (raw)
+    # (code points decoded, log P(text so far | typed)) after each step (the covering, then each
+    # token): the probability of a longer typed prefix, so the text can be judged again, without
+    # the model, once some of it is typed (lsp_server.rejudge)
+    step_ends: tuple[WordEnd, ...] = ()
 
     @property
     def word_prob(self) -> float:

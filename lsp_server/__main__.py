@@ -124,7 +124,7 @@ def _setup_logging(level: str) -> None:
 def complete(args: argparse.Namespace, settings: Settings) -> int:
     """One suggestion through split → request → scheduler → engine → suggestion, like the server."""
     from lsp_server.scheduler import Scheduler
-    from lsp_server import block as blocks
+    from lsp_server import block as blocks, gate as gates
     from lsp_server.split import split
     from lsp_server.suggestion import request_for, suggestion_for
 
@@ -143,9 +143,11 @@ def complete(args: argparse.Namespace, settings: Settings) -> int:
     if answer.completion is None:
         print(f"cpc-lsp: no completion ({answer.detail or answer.reason})", file=sys.stderr)
         return 1
+    gate = gates.gate_for(gates.identity(answer.model_id, settings, args.language))
     found = suggestion_for(
-        parts, answer.completion, block=block, naive=settings.method == "naive", min_confidence=settings.min_confidence
-    )
+        parts, answer.completion, block=block, naive=settings.method == "naive",
+        min_confidence=gates.threshold(gate, settings.min_confidence), calibration=gate.calibration,
+    )  # fmt: skip
     insert_text = found.insert_text if found else parts.word
     if args.json:
         print(json.dumps({

@@ -16,6 +16,10 @@ written (Copilot's cue for going multi-line). `shape` cuts what the model added,
    it opened is closed again, preferring a line end.
 4. **Confidence** (the gate, per line): given how many characters the gate keeps, whole lines
    only; within the first line, what the gate keeps.
+5. **No block left open**: a suggestion of several lines never ends with a line that opens a
+   block (`if (!res.ok) {`, `if x:`, `foo(`): the block it opens has nothing in it yet, so the
+   suggestion ends before that line (a budget or the gate cut it there; the block, whole, would
+   have been kept by rule 3).
 
 Brackets inside string literals (a line's ``'``, ``"`` or backtick quotes) and after a line
 comment (``//``, or ``#`` followed by a space) do not count. Everything is measured in code points;
@@ -212,7 +216,32 @@ def shape(added: str, block: Block, kept: int | None = None) -> str:
         first = _first_content_end(text)
         whole = text.rfind("\n", first, kept + 1)
         text = text[:kept] if kept < first or whole < 0 else text[:whole]
-    return text.rstrip()
+    text = text.rstrip()
+    while (closed := _closed(text)) != text:  # dropping a line may leave a bracket open: balance again
+        text = _balanced(closed, block).rstrip()
+    return text
+
+
+def _closed(text: str) -> str:
+    """Rule 5: drop last lines that open a block. The cursor's own line is never dropped: a
+    suggestion of that line alone ending with `{` is what single-line mode shows too."""
+    while True:
+        cut = text.rfind("\n")
+        if cut < 0 or not opens_block(text[cut + 1 :]):
+            return text
+        text = text[:cut].rstrip()
+
+
+def opens_block(line: str) -> bool:
+    """The line's code (outside strings and line comments) ends with a block opener."""
+    scanner = _Scanner()
+    code = []
+    for ch in line:
+        was_code = not scanner.quote and not scanner.comment
+        scanner.step(ch)
+        if was_code and not scanner.comment and not (scanner.quote and ch in QUOTES):
+            code.append(ch)
+    return "".join(code).rstrip().endswith(BLOCK_OPENERS)
 
 
 def _first_content_end(text: str) -> int:

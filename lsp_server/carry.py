@@ -12,11 +12,17 @@ but not after one letter typed along it: the engine then answers (from rows it a
 nearly free) and the suggestion reaches further. Only the last answer of each document is kept.
 Anything else (another edit, a cursor moved, a
 different selected completion item, new settings) misses, and the engine answers as usual.
+
+A suggestion the confidence gate hid (all or part of it) is kept too, whole, with its signals
+(`Computed`): a keystroke that types along it is judged again from what was computed
+(lsp_server.rejudge), so typing along a hidden suggestion costs no engine work either.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from engine import Completion
 
 
 @dataclass(frozen=True)
@@ -29,9 +35,44 @@ class Shown:
     complete: bool = True  # False: cut by the token budget (the engine would go on)
 
 
+@dataclass(frozen=True)
+class Computed:
+    """A completion made at `cursor` of `text` for the required prefix `required`, that the gate
+    cut: the whole of it, with its signals."""
+
+    text: str
+    cursor: int
+    required: str
+    completion: Completion
+    model: str | None = None  # the identity of the model that made it (its gate judges it again)
+
+
 class Carry:
     def __init__(self) -> None:
         self._shown: dict[str, Shown] = {}
+        self._computed: dict[str, Computed] = {}
+
+    def keep(self, uri: str, computed: Computed | None) -> None:
+        """The completion the gate cut in `uri` (None: there is none now)."""
+        if computed is None:
+            self._computed.pop(uri, None)
+        else:
+            self._computed[uri] = computed
+
+    def typed_along(self, uri: str, text: str, cursor: int) -> tuple[Computed, str] | None:
+        """(the completion the gate cut in `uri`, what was typed along it since), if `text` is its
+        document with that typed at the old cursor and `cursor` right after it; None otherwise."""
+        kept = self._computed.get(uri)
+        if kept is None:
+            return None
+        inserted = cursor - kept.cursor
+        if inserted < 0 or len(text) != len(kept.text) + inserted:
+            return None
+        if not (text.startswith(kept.text[: kept.cursor]) and text.endswith(kept.text[kept.cursor :])):
+            return None
+        typed = text[kept.cursor : cursor]
+        rest = kept.completion.text[len(kept.required) :]
+        return (kept, typed) if rest.startswith(typed) else None
 
     def remember(self, uri: str, text: str, cursor: int, added: tuple[str, ...], complete: bool = True) -> None:
         if added:
@@ -45,11 +86,14 @@ class Carry:
         return shown is None or shown.complete
 
     def forget(self, uri: str | None = None) -> None:
-        """One document's (closed, stale), or every document's (new settings)."""
+        """One document's (closed, stale), or every document's (new settings, a new model): what
+        was shown and what the gate cut."""
         if uri is None:
             self._shown.clear()
+            self._computed.clear()
         else:
             self._shown.pop(uri, None)
+            self._computed.pop(uri, None)
 
     def rest(self, uri: str, text: str, cursor: int) -> tuple[str, ...] | None:
         """What is left of the suggestions shown in `uri` (each non-empty, order kept), if `text` is

@@ -10,17 +10,26 @@ calibrated probability that the text up to a word end is exactly right:
                          + W_WORD · [has a word character] + W_TYPED · log p(typed | prompt))
 
 A suggestion is shown up to the last word end at which the confidence is still at least
-`minConfidence`; nothing when its first word is below. It is arithmetic on numbers the engine
+`minConfidence` (null: the model's own threshold); nothing when its first word is below. It is arithmetic on numbers the engine
 returned with the completion: typing along a suggestion stays free.
 
-The coefficients are fitted by `python -m bench.gate fit` (a logistic regression, numpy only) on
-the tuning replay's saved records, and checked on a replay of other files (see bench.gate).
+The coefficients are fitted per model by `python -m bench.gate fit --model NAME` (a logistic
+regression, numpy only) on the tuning replay's saved records, and checked on a replay of other
+files (see bench.gate). They live in `calibrations.json` beside this module, keyed by the model's
+identity (its catalogue name, or "sha256:<hex>" of its file), with the model's default threshold;
+a small model's probabilities are miscalibrated each in its own way, so one fit does not carry to
+another (Gemma's coefficients kept 80% of the 0.5B's characters saved for 1.48x the precision).
+A model with no fit gets the `unfitted` entry: a conservative default (docs/gate.md).
 """
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
 
 from engine import Signals
 from lsp_server.split import LINE_BREAKS, Split, is_word_char
@@ -48,12 +57,78 @@ class Calibration:
 
 
 TYPED_FLOOR = 20.0
-# Fitted by `python -m bench.gate fit` (logistic regression, Newton's method, numpy) on the tune
-# set's records only: 17,024 word ends of suggestions shown with the gate off, 4,567 of them right
-# (log loss 0.277); checked on the check set (bench/results/gate.json, README).
-CALIBRATION = Calibration(
-    (-7.681, -8.411, -8.603), w_log_prob=1.392, w_margin=-0.061, w_first=0.758, w_word=9.963, w_typed=-0.006, margin_cap=10
-)
+CALIBRATIONS = Path(__file__).with_name("calibrations.json")  # written by `python -m bench.gate fit`
+DEFAULT_MODEL = "gemma-3-270m"  # the model installed with the server (engine.model_files)
+
+
+@dataclass(frozen=True)
+class ModelGate:
+    """One model's gate: its calibration and its default `minConfidence`."""
+
+    model: str | None  # the identity it was fitted for (None: the conservative default)
+    calibration: Calibration
+    threshold: float  # the model's default minConfidence
+
+    @property
+    def fitted(self) -> bool:
+        return self.model is not None
+
+
+def _calibration(raw: dict[str, Any]) -> Calibration:
+    return Calibration(**{**raw, "intercepts": tuple(raw["intercepts"])})
+
+
+@cache
+def calibrations(path: Path = CALIBRATIONS) -> tuple[dict[str, ModelGate], ModelGate]:
+    """(model identity -> its fitted gate, the gate for a model without one), read once."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    fitted = {
+        ident: ModelGate(ident, _calibration(entry["calibration"]), float(entry["min_confidence"]))
+        for ident, entry in data["models"].items()
+    }
+    default = data["unfitted"]
+    base = fitted[default["calibration_of"]].calibration
+    return fitted, ModelGate(None, base, float(default["min_confidence"]))
+
+
+def gate_for(model: str | None) -> ModelGate:
+    """The gate of the model with this identity (Engine.model_id: a catalogue name or
+    "sha256:<hex>"); a model with no fitted calibration gets the conservative default."""
+    fitted, default = calibrations()
+    return fitted.get(model or "", default)
+
+
+# Until every engine says its identity (Engine.model_id): the catalogue's files by name.
+_CATALOGUE_FILES = {
+    "gemma-3-270m-q4_k_m.gguf": "gemma-3-270m",
+    "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf": "qwen2.5-coder-0.5b",
+    "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf": "qwen2.5-coder-1.5b",
+}
+
+
+def identity(engine_model_id: str | None, settings: Any, language: str | None = None) -> str | None:
+    """The identity of the model that answered, for `gate_for`: the engine's own (Engine.model_id)
+    when it says. An engine that does not (before the catalogue): with no model and no model
+    server, the routed default's model for the document's language (lsp_server.routing); a
+    catalogue file by its name; else None (the unfitted default)."""
+    if engine_model_id:
+        return engine_model_id
+    if settings.model is None and not settings.model_server:
+        from lsp_server import routing
+
+        return routing.CODE_MODEL if routing.text_kind(language) == "code" else routing.PROSE_MODEL
+    if settings.model in _CATALOGUE_FILES.values():
+        return settings.model
+    return _CATALOGUE_FILES.get(Path(settings.model or "").name)
+
+
+def threshold(gate: ModelGate, min_confidence: float | None) -> float:
+    """`minConfidence` as set, else (null) the model's own threshold."""
+    return gate.threshold if min_confidence is None else min_confidence
+
+
+# The default model's, for callers that judge without a loaded engine (tests, the bench's replays).
+CALIBRATION = calibrations()[0][DEFAULT_MODEL].calibration
 
 
 def cursor_class(split: Split) -> str:

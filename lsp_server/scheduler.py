@@ -70,6 +70,7 @@ class Answer:
     completion: Completion | None
     reason: str  # "done" | "superseded" | "cancelled" | "no-model" | "budget" | "server" | "failed" | "closed"
     detail: str | None = None  # for "budget" and "server": what went wrong and what to do (no text)
+    model_id: str | None = None  # the identity of the model that made `completion` (Engine.model_id)
 
 
 @dataclass(frozen=True)
@@ -142,6 +143,7 @@ class Scheduler:
         self._thread.start()
 
     # --- called from any thread -----------------------------------------------------------
+
 
     def load(self, config: EngineConfig) -> Future[LoadResult]:
         """Replace the engine. Running work stops; waiting work runs on the new model."""
@@ -367,4 +369,5 @@ class Scheduler:
             return
         if self.server_trouble is not None:
             self._server_health(None)
-        _resolve(job.future, Answer(completion, "done"))
+        # read right after the call, on this thread: a routed engine says which of its models answered
+        _resolve(job.future, Answer(completion, "done", model_id=getattr(self._engine, "model_id", None)))

@@ -116,6 +116,25 @@ class Number(Kind):
         return _num(value)
 
 
+@dataclass(frozen=True)
+class OptionalNumber(Number):
+    """A number, or ``null``: the default, which something else decides (the model, for the gate)."""
+
+    unset: str = "the default"  # what null means, for the README
+
+    def check(self, value: Any) -> float | None:
+        return None if value is None else super().check(value)
+
+    def json_schema(self) -> dict[str, Any]:
+        return {**super().json_schema(), "type": ["number", "null"]}
+
+    def allowed(self) -> str:
+        return f"{super().allowed()}, or null ({self.unset})"
+
+    def to_json(self, value: Any) -> Any:
+        return None if value is None else _num(value)
+
+
 def _num(value: float) -> int | float:
     """1.0 as 1, like JSON editors write it."""
     return int(value) if float(value).is_integer() else value

@@ -22,9 +22,9 @@ from pygls.exceptions import FeatureRequestError
 from pygls.lsp.server import LanguageServer
 
 from engine import EngineConfig, RepoContext, Signals
-from lsp_server import __version__, block as blocks, status
+from lsp_server import __version__, block as blocks, gate as gates, rejudge, status
 from lsp_server.documents import UTF16, Document, Documents, Range
-from lsp_server.carry import Carry
+from lsp_server.carry import Carry, Computed
 from lsp_server.context import ContextChooser
 from lsp_server.lexicon import Lexicon
 from lsp_server.logs import TextGuard, frames, installed
@@ -34,7 +34,7 @@ from lsp_server.scheduler import Answer, EngineLike, Event, Job, LoadResult, Sch
 from lsp_server.schema import camel
 from lsp_server.settings import API_KEY_ENV, SECTION, Settings, apply
 from lsp_server.split import Split, split
-from lsp_server.suggestion import Suggestion, request_for, suggestions_for
+from lsp_server.suggestion import Suggestion, request_for, suggestion_for, suggestions_for
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +71,8 @@ class CpcServer(LanguageServer):
         self.requests = 0  # completion requests seen, for log lines and stats
         self.carry = Carry()  # the last suggestions shown per document, for what is left after an accept
         self.carried = 0  # requests answered from a shown suggestion, with no engine work
+        self.last_gate: tuple[gates.ModelGate, float] | None = None  # the gate and threshold used last, for stats
+        self.judged_again = 0  # requests answered from a suggestion the gate cut, judged again (no engine work)
         self.engine_answers = 0  # requests the engine answered
         self._tasks: set[asyncio.Future] = set()
         self._budget_warned: Settings | None = None  # the settings a budget problem was shown for
@@ -283,6 +285,10 @@ class CpcServer(LanguageServer):
             logger.info("#%d shown: the rest of the suggestion already shown (no engine work)", number)
             self.carry.remember(uri, text, cursor, rest, self.carry.complete(uri))
             return doc, [Suggestion(parts.word_start, cursor, parts.word + added) for added in rest]
+        if selected is None and (again := self._judge_again(uri, text, cursor, parts, settings)) is not None:
+            logger.info("#%d %s: typed along a suggestion the gate cut, judged again (no engine work)",
+                        number, "shown" if again else "hidden")  # fmt: skip
+            return (doc, again) if again else None
         self.carry.forget(uri)
         block = blocks.at(text, at, settings.line_mode())
         candidates = self.lexicon.candidates(parts.word) if settings.lexicon else ()
@@ -303,10 +309,15 @@ class CpcServer(LanguageServer):
         found: list[Suggestion] = []
         if answer.completion is not None:
             self.engine_answers += 1
+            model = gates.identity(answer.model_id, settings, doc.language_id)
+            gate, min_confidence = self.gate(settings, model)
+            naive = settings.method == "naive"
             found = suggestions_for(
-                parts, answer.completion, block=block, naive=settings.method == "naive",
-                min_confidence=settings.min_confidence,
+                parts, answer.completion, block=block, naive=naive,
+                min_confidence=min_confidence, calibration=gate.calibration,
             )  # fmt: skip
+            if start is None and min_confidence > 0 and not naive:
+                self._keep_if_cut(uri, text, cursor, parts, answer.completion, block, found, model)
         elif answer.reason == "budget" and self._budget_warned is not settings:
             self._budget_warned = settings  # once per settings, not on every keystroke
             self.tell(types.MessageType.Warning, f"cpc-lsp: {answer.detail}")
@@ -321,6 +332,42 @@ class CpcServer(LanguageServer):
         complete = answer.completion is not None and answer.completion.stop_reason != "length"
         self.carry.remember(uri, text, cursor, tuple(f.insert_text[len(parts.word) :] for f in found), complete)
         return doc, found
+
+    def gate(self, settings: Settings, model: str | None) -> tuple[gates.ModelGate, float]:
+        """The gate of the model with identity `model` (lsp_server.gate) and the threshold in force."""
+        gate = gates.gate_for(model)
+        self.last_gate = (gate, gates.threshold(gate, settings.min_confidence))
+        return self.last_gate
+
+    def _keep_if_cut(
+        self, uri: str, text: str, cursor: int, parts: Split, completion: Any, block: Any, found: list[Suggestion],
+        model: str | None,
+    ) -> None:
+        """Keep the whole completion when the gate hid it or part of it (carry.Computed)."""
+        whole = suggestion_for(parts, completion, block=block)
+        cut = whole is not None and (not found or found[0].insert_text != whole.insert_text)
+        self.carry.keep(uri, Computed(text, cursor, parts.required, completion, model) if cut else None)
+
+    def _judge_again(self, uri: str, text: str, cursor: int, parts: Split, settings: Settings) -> list[Suggestion] | None:
+        """What to show when the user typed along a completion the gate cut, judged again from
+        what was computed (lsp_server.rejudge): the items ([] when the gate still hides it), or
+        None when there is no such completion or nothing of it is left (the engine answers)."""
+        found = self.carry.typed_along(uri, text, cursor)
+        if found is None:
+            return None
+        kept, typed = found
+        completion = rejudge.along(kept.completion, kept.required, typed, parts)
+        if completion is None:
+            return None
+        block = blocks.at(text, cursor, settings.line_mode())
+        if suggestion_for(parts, completion, block=block) is None:
+            return None  # nothing left of it to show: the engine goes on from here
+        gate, min_confidence = self.gate(settings, kept.model)
+        shown = suggestions_for(parts, completion, block=block, min_confidence=min_confidence, calibration=gate.calibration)
+        self.judged_again += 1
+        added = tuple(f.insert_text[len(parts.word) :] for f in shown)
+        self.carry.remember(uri, text, cursor, added, completion.stop_reason != "length")
+        return shown
 
     def _with_selected(
         self, doc: Document, selected: types.SelectedCompletionInfo, cursor: int
@@ -384,8 +431,17 @@ class CpcServer(LanguageServer):
             "engineAnswers": self.engine_answers,
             "carried": self.carried,
             "contextChoices": self.context.choices,
+            "judgedAgain": self.judged_again,
             "signals": signals_json(last.signals),
+            "gate": self.gate_json(),
         }
+
+    def gate_json(self) -> dict[str, Any] | None:
+        """Which calibration the gate used last and the threshold in force then."""
+        if self.last_gate is None:
+            return None
+        gate, min_confidence = self.last_gate
+        return {"model": gate.model, "fitted": gate.fitted, "minConfidence": min_confidence}
 
 
 def signals_json(signals: Signals | None) -> dict[str, Any] | None:
@@ -398,6 +454,7 @@ def signals_json(signals: Signals | None) -> dict[str, Any] | None:
         "margin": None if math.isinf(signals.margin) else signals.margin,
         "typedLogProb": signals.typed_log_prob,
         "wordEnds": [[end.chars, end.log_prob] for end in signals.word_ends],
+        "stepEnds": [[end.chars, end.log_prob] for end in signals.step_ends],
     }
 
 

@@ -24,7 +24,7 @@ from typing import Any
 from engine import CompletionRequest, EngineConfig, SamplingConfig, catalogue
 from lsp_server import schema
 from lsp_server.schema import (
-    SECTION, Bool, Choice, Int, Invalid, Number, OptionalPath, Secret, Spec, Strings, Url, setting, specs,
+    SECTION, Bool, Choice, Int, Invalid, Number, OptionalNumber, OptionalPath, Secret, Spec, Strings, Url, setting, specs,
 )  # fmt: skip
 
 _SAMPLING, _REQUEST, _ENGINE = SamplingConfig(), CompletionRequest(""), EngineConfig()
@@ -153,12 +153,13 @@ class Settings:
         "the memory available when the model loads, and at most 15 documents). The live document's "
         "KV comes on top. Changing it reloads the model.",
     )
-    min_confidence: float = setting(
-        0.625, Number(0.0, 1.0),
+    min_confidence: float | None = setting(
+        None, OptionalNumber(0.0, 1.0, unset="the model's calibrated threshold"),
         "Quieter ghost text: show a suggestion only up to the last word whose calibrated probability "
         "of being exactly right (the text so far, given what you typed) is at least this; nothing "
-        "when the first word is below. 0: show every suggestion whole. The default was chosen on a "
-        "tuning replay and checked on other files (README, \"Quieter ghost text\").",
+        "when the first word is below. 0: show every suggestion whole. Empty (null): the model's own "
+        "threshold, chosen on a tuning replay and checked on other files for each model the gate is "
+        "calibrated for (docs/gate.md); a stricter one for other models.",
     )
     alternatives: int = setting(
         3, Int(0, 16),

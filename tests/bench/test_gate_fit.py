@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 
-from bench.gate import FEATURES, calibration_of, choose, fit_logistic, points, simulate, weights_of, word_done
+from bench.gate import FEATURES, PRECISION_TARGET, SAVED_TARGET, calibration_of, choose, fit_logistic, points, simulate, weights_of, word_done
 from lsp_server.gate import CURSOR_CLASSES
 
 
@@ -29,13 +29,15 @@ def test_newton_recovers_the_coefficients_of_a_known_logistic_model():
     assert math.isclose(c.confidence(CURSOR_CLASSES[1], -0.5, 3.0, True, True, -1.0), 1 / (1 + math.exp(-z)))
 
 
-def test_the_default_is_the_most_precise_threshold_that_keeps_enough_characters():
+def test_the_default_clears_both_targets_by_the_most():
     curve = [
         {"threshold": 0.0, "precision": 0.2, "saved": 0.5},
-        {"threshold": 0.1, "precision": 0.3, "saved": 0.48},
-        {"threshold": 0.2, "precision": 0.4, "saved": 0.43},  # 86% of the saved characters
-        {"threshold": 0.3, "precision": 0.5, "saved": 0.40},  # 80%: below KEEP_SAVED (85%)
+        {"threshold": 0.1, "precision": 0.28, "saved": 0.49},  # precision 1.4x: misses
+        {"threshold": 0.2, "precision": 0.32, "saved": 0.48},  # 1.6x / 0.96x: headroom min(1.067, 1.067)
+        {"threshold": 0.3, "precision": 0.40, "saved": 0.46},  # 2.0x / 0.92x: min(1.33, 1.022)
+        {"threshold": 0.4, "precision": 0.60, "saved": 0.40},  # 0.8x saved: misses
     ]
+    assert (SAVED_TARGET, PRECISION_TARGET) == (0.9, 1.5)
     assert choose(curve) == 0.2
 
 

@@ -125,6 +125,24 @@ def test_the_gate_keeps_whole_lines_after_the_first():
     assert cut("def f():|", added, "block", kept=len("\n    a =")) == "\n    a ="  # the first line: as kept
 
 
+def test_no_block_is_left_open_at_the_end():
+    # the gate trusts the lines up to `if (!res.ok) {` but not its body: stop before opening it
+    body = "\n  const res = await fetch(url);\n  if (!res.ok) {\n    throw new Error(res.status);\n  }"
+    kept = len("\n  const res = await fetch(url);\n  if (!res.ok) {\n    thr")
+    assert cut("async function load(url) {|", body, "block", kept=kept) == "\n  const res = await fetch(url);"
+    assert cut("async function load(url) {|", body, "block") == body  # whole, the block is closed
+    # a budget cut inside a Python block (no bracket to balance): the same
+    assert cut("def f(x):|", "\n    y = x + 1\n    if y:", "block") == "\n    y = x + 1"
+    assert cut("def f(x):|", "\n    if y:\n        for z in y:", "block") == ""  # nothing but openers
+    assert cut("def f(x):|", "\n    y = g(  # open:\n        x)", "block") == "\n    y = g(  # open:\n        x)"
+
+
+def test_the_cursors_own_line_may_end_with_an_opener():
+    assert cut("if x|", ":\n    y = 1", "always", kept=len(":")) == ":"
+    assert blocks.opens_block("  if (!res.ok) {") and blocks.opens_block("if x:") and blocks.opens_block("f = () =>")
+    assert not blocks.opens_block("x = 1  # see:") and not blocks.opens_block('a = "{"')
+
+
 # --- properties ------------------------------------------------------------------------------------------
 
 code = st.text(alphabet="ab (){}[]\n :,'\"#", max_size=60)
@@ -162,6 +180,7 @@ def test_shape_is_a_prefix_that_leaves_nothing_open_and_closes_only_what_is_free
         if line.strip():
             assert blocks.indent_of(line) >= block.floor
             assert line.strip() != block.next_line
+    assert len(lines) == 1 or not blocks.opens_block(lines[-1])  # no block left open at the end
 
 
 @settings(max_examples=200, deadline=None)

@@ -13,13 +13,13 @@ import pytest
 from bench.lsp_client import Editor
 from engine import Signals, WordEnd
 from engine.types import NO_RIVAL
-from lsp_server.gate import CURSOR_CLASSES, confidences
-from lsp_server.settings import Settings
+from engine.model_files import default_model_path
+from lsp_server.gate import CURSOR_CLASSES, confidences, gate_for
 
 pytestmark = pytest.mark.model
 
-SERVER_SETTINGS = {"maxTokens": 16, "threads": 1}
-DEFAULT = Settings().min_confidence
+SERVER_SETTINGS = {"maxTokens": 16, "threads": 1, "model": str(default_model_path())}  # Gemma 3 270M
+DEFAULT = gate_for("gemma-3-270m").threshold  # its own, what minConfidence null means for it
 DRAFT = "Thanks for sending over the draft"
 
 

@@ -1,0 +1,64 @@
+"""Multi-line block mode on the code model (Qwen2.5-Coder 0.5B): no block is left open.
+
+The claim: at the end of a line that opens a block, the suggestion is the block's body, and a
+suggestion of several lines never ends with a line that opens another block with nothing in it
+(`if (!res.ok) {`, `with open(path) as f:`), whether the token budget or the gate ends it there:
+it includes that block to its end, or stops before it. Budgets from 8 to 24 tokens make the model
+stop at every kind of place (measured: at 12 tokens the Python case stops right after
+`with open(path, 'r') as file:`).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from bench.lsp_client import Editor
+from lsp_server.block import opens_block
+
+pytestmark = pytest.mark.model
+
+# the catalogue name, as a user sets it; CPC_LSP_TEST_CODE_MODEL: a path to the same file instead
+CODE_MODEL = os.environ.get("CPC_LSP_TEST_CODE_MODEL") or "qwen2.5-coder-0.5b"
+SERVER_SETTINGS = {"threads": 1, "model": CODE_MODEL, "multiLine": "block", "minConfidence": 0}
+CASES = {
+    "fetch.js": ("async function getJson(url) {\n  const res = await fetch(url);\n  if (!res.ok) {", "\n  }\n}\n"),
+    "start.js": ("async function getJson(url) {", "\n"),
+    "check.js": ("function check(res) {", "\n}\n"),
+    "load.py": ("def load(path):", "\n"),
+}
+
+
+def configure(client, **settings) -> None:
+    client.notify("workspace/didChangeConfiguration", {"settings": {"cpcLsp": {**SERVER_SETTINGS, **settings}}})
+
+
+def suggest(editor: Editor, name: str, before: str, after: str, tag: str) -> str | None:
+    uri = f"file:///block/{tag}-{name}"
+    editor.open(uri, before + after)
+    try:
+        lines = before.split("\n")
+        return editor.suggestion(uri, (len(lines) - 1, len(lines[-1])))
+    finally:
+        editor.close(uri)
+
+
+def test_the_body_of_if_not_res_ok_is_suggested_and_closed(model_server):
+    editor = Editor(model_server)
+    configure(model_server)
+    before, after = CASES["fetch.js"]
+    body = suggest(editor, "fetch.js", before, after, "body")
+    assert body is not None and body.startswith("\n    ")  # the block's body, one deeper
+    assert not opens_block(body.rstrip().split("\n")[-1])
+
+
+@pytest.mark.parametrize("tokens", [8, 12, 16, 24])
+def test_no_multi_line_suggestion_ends_on_a_line_that_opens_a_block(model_server, tokens):
+    editor = Editor(model_server)
+    for gate in (0, None):  # the gate off, and at the model's own threshold
+        configure(model_server, multiLineTokens=tokens, minConfidence=gate)
+        for name, (before, after) in CASES.items():
+            shown = suggest(editor, name, before, after, f"{tokens}-{gate}")
+            lines = (shown or "").rstrip().split("\n")
+            assert len(lines) == 1 or not opens_block(lines[-1]), (name, tokens, gate, shown)
