@@ -31,8 +31,16 @@ from engine.vocab import VocabIndex
 
 def connect(config: EngineConfig, min_prompt_tokens: int) -> tuple[LlamaModel, RemoteRows, VocabIndex]:
     """(vocabulary-only model, remote rows, vocabulary index) for `config.model_server`."""
-    client = ModelServerClient(config.model_server or "", config.model_server_api_key, config.model_server_timeout_s)
+    client = ModelServerClient(config.model_server or "", config.model_server_api_key, config.model_server_timeout_s, config.model_server_ca_file)
     deadline = time.monotonic() + max(config.model_server_timeout_s, 1.0)
+    try:
+        return _connect(client, config, min_prompt_tokens, deadline)
+    except BaseException:
+        client.close()
+        raise
+
+
+def _connect(client: ModelServerClient, config: EngineConfig, min_prompt_tokens: int, deadline: float) -> tuple[LlamaModel, RemoteRows, VocabIndex]:
     health = client.get_json("/health", deadline)
     if not isinstance(health, dict) or health.get("status") != "ok":
         raise client.protocol("/health did not say ok")

@@ -158,13 +158,15 @@ class Choice(Kind):
 class OptionalPath(Kind):
     """A file path; ``null`` or an empty string means the default (editors send "" for "not set")."""
 
+    what: str = "a .gguf file"  # what the file is, for the messages
+
     def check(self, value: Any) -> str | None:
         if not isinstance(value, str):
-            raise Invalid("expected a path to a .gguf file")
+            raise Invalid(f"expected a path to {self.what}")
         try:  # here, not at load time: "~nobody/x.gguf" would raise out of every later reload
             Path(value.strip()).expanduser()
         except RuntimeError:
-            raise Invalid("expected a path to a .gguf file whose ~ names a known home folder") from None
+            raise Invalid(f"expected a path to {self.what} whose ~ names a known home folder") from None
         return value.strip() or None
 
     def json_schema(self) -> dict[str, Any]:

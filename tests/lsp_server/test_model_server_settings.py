@@ -222,7 +222,8 @@ def test_a_server_failing_mid_request_is_shown_once_not_per_keystroke():
         assert editor.suggestion("file:///a.txt", timeout=10) is None
         client.wait_notification(lambda n: n["method"] == "cpcLsp/status" and n["params"]["state"] == "slow", 5, mark)
         shown = [n["params"]["message"] for n in client.notifications if n["method"] == "window/showMessage"]
-        assert len(shown) == 1 and "went away" in shown[0]
+        # A slow answer is not a failure of the server: the message says "slow (N s)" and why.
+        assert len(shown) == 1 and "slow (" in shown[0] and "modelServerTimeoutMs" in shown[0]
     finally:
         server.close()
 
