@@ -32,19 +32,25 @@ from engine.vocab import VocabIndex
 def connect(config: EngineConfig, min_prompt_tokens: int) -> tuple[LlamaModel, RemoteRows, VocabIndex]:
     """(vocabulary-only model, remote rows, vocabulary index) for `config.model_server`."""
     client = ModelServerClient(config.model_server or "", config.model_server_api_key, config.model_server_timeout_s, config.model_server_ca_file)
-    deadline = time.monotonic() + max(config.model_server_timeout_s, 1.0)
     try:
-        return _connect(client, config, min_prompt_tokens, deadline)
+        return _connect(client, config, min_prompt_tokens)
     except BaseException:
         client.close()
         raise
 
 
-def _connect(client: ModelServerClient, config: EngineConfig, min_prompt_tokens: int, deadline: float) -> tuple[LlamaModel, RemoteRows, VocabIndex]:
-    health = client.get_json("/health", deadline)
+def _connect(client: ModelServerClient, config: EngineConfig, min_prompt_tokens: int) -> tuple[LlamaModel, RemoteRows, VocabIndex]:
+    # Each request has its own budget (at least 1 s): reading the local vocabulary between them
+    # can take longer than a small budget on a loaded machine, and is not the server's time.
+    budget = max(config.model_server_timeout_s, 1.0)
+
+    def deadline() -> float:
+        return time.monotonic() + budget
+
+    health = client.get_json("/health", deadline())
     if not isinstance(health, dict) or health.get("status") != "ok":
         raise client.protocol("/health did not say ok")
-    props = client.get_json("/props", deadline)  # not public: a wrong key fails here
+    props = client.get_json("/props", deadline())  # not public: a wrong key fails here
     try:
         settings = props["default_generation_settings"]
         slot_ctx = int(settings["n_ctx"])
@@ -71,9 +77,9 @@ def _connect(client: ModelServerClient, config: EngineConfig, min_prompt_tokens:
     return model, remote, vocab
 
 
-def _check_vocabulary(client: ModelServerClient, model: LlamaModel, deadline: float) -> None:
+def _check_vocabulary(client: ModelServerClient, model: LlamaModel, deadline) -> None:
     remedy = "Set `model` to a local copy of the GGUF the server runs (its vocabulary is read, not its weights), or point `modelServer` at a server running this model"
-    models = client.get_json("/v1/models", deadline)
+    models = client.get_json("/v1/models", deadline())
     try:
         n_vocab = int(models["data"][0]["meta"]["n_vocab"])
     except (KeyError, TypeError, ValueError, IndexError):
@@ -81,7 +87,7 @@ def _check_vocabulary(client: ModelServerClient, model: LlamaModel, deadline: fl
     if n_vocab is not None and n_vocab != model.n_vocab:
         raise ModelServerError("model", client.url, f"the server's model has {n_vocab} tokens, the local vocabulary {model.n_vocab}", remedy)
     for add_special in (False, True):
-        answer = client.post_json("/tokenize", {"content": PROBE_TEXT, "add_special": add_special}, deadline)
+        answer = client.post_json("/tokenize", {"content": PROBE_TEXT, "add_special": add_special}, deadline())
         try:
             theirs = [int(t) for t in answer["tokens"]]
         except (KeyError, TypeError, ValueError):

@@ -56,7 +56,8 @@ def serving(health: ServerHealth, name: str) -> Status:
 
 def slow(health: ServerHealth, name: str) -> Status:
     """A request missed its budget (or, `caught_up`, the prompt it left has been decoded since)."""
-    seconds = max(1, round(health.seconds or 0))
+    took = health.seconds or 0.0
+    seconds = f"{took:.1f}" if took < 10 else f"{took:.0f}"
     budget = f"the {health.budget_s:g} s budget" if health.budget_s else "its budget"
     fix = "If it stays slow, raise `modelServerTimeoutMs` or use a faster server (one with a GPU)."
     if health.caught_up:

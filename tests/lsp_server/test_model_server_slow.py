@@ -1,0 +1,86 @@
+"""A model server slower than the budget, through the real language server against a real
+llama-server: the budget bounds one keystroke's wait, not the server.
+
+The slowness is real where it matters: bench/fault_proxy.py's "cold" mode holds back every prompt
+it has not forwarded before for several budgets (what a cold prompt costs a slow machine) and
+drops it if the client hangs up meanwhile, as a cancelled decode loses its work; warm prompts
+pass at once. The proxy counts connections and requests, so the claims below are counts.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from bench.fault_proxy import FaultProxy
+from tests.fixtures import Editor, LspClient
+
+pytestmark = pytest.mark.model
+
+BUDGET_MS = 4000  # a warm keystroke fits well within it, even on a loaded 2-core machine
+COLD_S = 3 * BUDGET_MS / 1000 + 2.0  # a cold prompt takes more than 3x the budget
+URI = "file:///slow.txt"
+TEXT = (
+    "Notes from the quarterly review, kept for the whole team and sent around on Friday. "
+    "Thanks for sending over the draft ye"
+)
+
+
+@pytest.fixture
+def proxied(llama_server) -> Iterator[tuple[FaultProxy, LspClient]]:
+    with FaultProxy(llama_server.url, mode="cold") as proxy:
+        proxy.delay_s = COLD_S
+        client = LspClient(["--log-level", "debug"])
+        options = {"modelServer": proxy.url, "modelServerTimeoutMs": BUDGET_MS, "maxTokens": 4, "threads": 1, "minConfidence": 0}
+        client.initialize({"cpcLsp": options}, wait_loaded=True, timeout=60)
+        yield proxy, client
+        assert client.alive(), client.stderr()[-3000:]
+        assert client.shutdown() == 0
+
+
+def statuses(client: LspClient) -> list[dict]:
+    return [n["params"] for n in client.notifications if n["method"] == "cpcLsp/status"]
+
+
+def keystroke(editor: Editor, ch: str | None, log: list[tuple[float, float]]) -> str | None:
+    if ch:
+        editor.type(URI, ch)
+    sent = time.monotonic()
+    reply = editor.inline(URI, timeout=BUDGET_MS / 1000 + 20)
+    log.append((sent, time.monotonic()))
+    assert reply.error is None, reply.message
+    items = reply.result["items"] if isinstance(reply.result, dict) else reply.result
+    return items[0]["insertText"] if items else None
+
+
+def test_a_slow_cold_prompt_is_kept_and_the_next_keystrokes_get_suggestions(proxied):
+    proxy, client = proxied
+    editor = Editor(client)
+    editor.open(URI, TEXT)  # its prefetch starts the cold prompt; the keystroke below stops it
+    log: list[tuple[float, float]] = []
+    assert keystroke(editor, None, log) is None  # missed the budget: no suggestion
+    slow = client.wait_notification(lambda n: n["method"] == "cpcLsp/status" and n["params"]["state"] == "slow", 10)["params"]
+    assert slow["message"].startswith("slow (") and "modelServerTimeoutMs" in slow["message"]
+    assert "cannot load" not in slow["message"]
+    # At once, another keystroke: still no suggestion (the prompt is not decoded yet), but it waits
+    # on the same request rather than answering "timeout" from a back-off or sending it again.
+    assert keystroke(editor, "s", log) is None
+    # The prompt goes on decoding as a prefetch; when it is done the status says how long it took.
+    caught = client.wait_notification(
+        lambda n: n["method"] == "cpcLsp/status" and "decoded now" in n["params"]["message"], COLD_S + 20
+    )["params"]
+    assert caught["state"] == "slow"
+    got = [keystroke(editor, ch, log) for ch in "te"]
+    print(f"connections {proxy.connections}, requests {len(proxy.requests)}, keystrokes {len(log)}")
+    assert any(got), got  # suggestions within two keystrokes
+    assert "yesterday" in [g for g in got if g][0]
+    assert statuses(client)[-1]["state"] == "ready"
+    assert proxy.cold == 1, "the cold prompt was sent again: the slow request's work was thrown away"
+    # No answer without a request: every keystroke was answered while a request of ours was at the
+    # proxy (sent before its answer, answered after it was sent).
+    for sent, answered in log:
+        assert any(start <= answered and (end is None or end >= sent) for path, start, end in proxy.requests if path == "/completion"), (sent, answered)
+    # Keep-alive: the whole session used a few connections, not one per request.
+    assert proxy.connections < len(proxy.requests), (proxy.connections, len(proxy.requests))
