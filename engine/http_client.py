@@ -266,7 +266,7 @@ class ModelServerClient:
     def tls_refused(self, error: ssl.SSLError) -> ModelServerError:
         """A certificate or handshake the checks refuse; the message says which check and why."""
         if isinstance(error, ssl.SSLCertVerificationError):
-            why = error.verify_message or error.reason or str(error)
+            why = str(error.verify_message or error.reason or error).rstrip(".")
             return self.error(
                 "tls", f"the model server's certificate was refused: {why}",
                 "Renew the server's certificate if it expired; if it is signed by your own CA, set `modelServerCaFile` "

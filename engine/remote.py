@@ -66,6 +66,10 @@ GENERATION_SLACK = 2
 ANSWER_RESERVE_S = 0.2
 STALE_NATS = 1e-6  # a chosen path's value above its exact one by more than this was ranked on a bound
 DRAIN_S = 0.002  # what an ended call still reads of its stream (the final event is usually there)
+# A stream with at most this many tokens left when its call ends is left to finish rather than
+# closed, so its connection stays alive for the next keystroke (and its rows are read then); the
+# next call reads it to its end for at most LEFTOVER_S, then closes it.
+LEFTOVER_TOKENS, LEFTOVER_S = GENERATION_SLACK + 2, 0.5
 SLOT_SHARE = 0.5  # a prompt goes to a slot we used when it shares at least this part of it
 # A prefetch's budget (and so a slow prompt's, once its keystroke gave up on it): at least this,
 # or this many keystroke budgets.
@@ -106,6 +110,12 @@ class _Walk:
     slot: int = -1
     seen: int = 0
     first: bool = True
+    n_predict: int = 0  # tokens the request may generate
+    leftover: bool = False  # kept open past the engine call that opened it (see `end`)
+
+    @property
+    def left(self) -> int:
+        return self.n_predict - self.seen
 
 
 @dataclass
@@ -191,8 +201,15 @@ class RemoteRows:
 
     def end(self) -> None:
         """The engine call is over: an open stream is closed, so the server stops decoding it.
-        Events that have already arrived are read first: the final one names the slot used."""
+        Events that have already arrived are read first: the final one names the slot used. A
+        stream that is nearly done (and not cancelled) is left to finish instead (LEFTOVER_TOKENS),
+        which keeps its connection alive for the next call."""
         with self._lock:
+            walk = self._walk
+            if walk is not None and walk.left <= LEFTOVER_TOKENS and not (self._cancel is not None and self._cancel.is_set()):
+                walk.leftover = True
+                self._cancel = None
+                return
             if self._walk is not None:
                 self._deadline = time.monotonic() + DRAIN_S
                 try:
@@ -269,7 +286,7 @@ class RemoteRows:
         document is given up. A timeout or a cancel leaves this one running for the next call."""
         key = tuple(tokens)
         with self._lock:
-            self._close_walk()
+            self._settle_walk()
             fill = self._fill
             if fill is not None:
                 if common_prefix_length(fill.context, key) >= SLOT_SHARE * len(fill.context):
@@ -509,7 +526,7 @@ class RemoteRows:
         then anything; `ban` are banned by logit_bias (their values are still reported). Reads
         until the forced part is through (or, with until_free False, one event); the stream then
         stays open for generation to read on."""
-        self._close_walk()
+        self._settle_walk()
         # What the server decodes as its prompt, and how: the request's prompt (in the same
         # chunks as in-process, its last token alone: engine.llama_backend), then every token past
         # it forced one by one, as the in-process engine decodes them (engine.kv `prepare`).
@@ -544,7 +561,7 @@ class RemoteRows:
         except StreamCancelled:
             raise Cancelled() from None
         self._held = start
-        self._walk = _Walk(stream, start, list(forced), literal if literal else None, bool(ban), slot=body["id_slot"])
+        self._walk = _Walk(stream, start, list(forced), literal if literal else None, bool(ban), slot=body["id_slot"], n_predict=body["n_predict"])
         if not until_free:
             return
         while self._walk is not None and (self._walk.forced or self._walk.literal):
@@ -630,6 +647,22 @@ class RemoteRows:
         if not 0 <= token < size or any(not 0 <= t < size for t, _ in top) or not all(math.isfinite(v) and v <= 1e-3 for v in [logprob] + [lp for _, lp in top]):
             raise self.client.protocol("a token id or log-probability out of range")
         return token, min(0.0, logprob), [(t, min(0.0, lp)) for t, lp in top]
+
+    def _settle_walk(self) -> None:
+        """Before a new request: a stream left over from an earlier call is read to its end (its
+        rows are kept, its connection goes back to the pool), within LEFTOVER_S; any other open
+        stream is closed, which stops the server decoding it."""
+        walk = self._walk
+        if walk is not None and walk.leftover:
+            saved, self._deadline = self._deadline, time.monotonic() + LEFTOVER_S
+            try:
+                while self._walk is not None:
+                    self._read(None, quiet=True)
+            except (Cancelled, ModelServerError):
+                pass
+            finally:
+                self._deadline = saved
+        self._close_walk()
 
     def _close_walk(self) -> None:
         if self._walk is not None:
