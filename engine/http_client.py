@@ -211,6 +211,8 @@ class ModelServerClient:
         except ModelServerError as error:
             conn.close()
             if conn.reused and not conn.received and error.kind == "unreachable":
+                with self._lock:
+                    self.traffic.round_trips -= 1  # that send was never answered: it is sent again
                 conn = self._send(request, deadline, cancel, fresh=True)
                 return self._head(conn, request, deadline, cancel)
             self._failed(error)
