@@ -65,9 +65,10 @@ HEADLINE_SEEDS = (  # bench.remote_engine's seeds, as documents: the cursor at t
 )
 
 
-def through_server(cases: list[Case], say: Callable[[str], None], threads: int = 2) -> dict[str, Any]:
+def through_server(cases: list[Case], say: Callable[[str], None], threads: int = 2, save: Callable[[dict], None] | None = None) -> dict[str, Any]:
     """Remote vs in-process through the language server with default settings (the gate on, then
-    off), each case asked of both back to back in a fresh document: equal share and differences."""
+    off), each case asked of both back to back in a fresh document: equal share and differences.
+    `save` gets the results so far after each gate (a long run on a shared machine)."""
     server = start_llama_server(slots=SLOTS, ctx=2048, threads=threads)
     out: dict[str, Any] = {"llama_server": server.command()[1:], "cases": len(cases), "seeds": len(HEADLINE_SEEDS)}
     items = [("seed", i, text, "plaintext") for i, text in enumerate(HEADLINE_SEEDS)]
@@ -107,6 +108,8 @@ def through_server(cases: list[Case], say: Callable[[str], None], threads: int =
                 "slow_statuses": statuses.count("slow"),
                 "differ": [r for r in rows if r["local"] != r["remote"]],
             }  # fmt: skip
+            if save is not None:
+                save(out)
     finally:
         server.stop()
     return out
@@ -469,7 +472,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "remote_headline.json")
     args = parser.parse_args(argv)
     started = time.time()
-    result = through_server(headline_cases(args.quick), lambda m: print(m, flush=True), args.threads)
+    def save(partial: dict) -> None:
+        args.out.write_text(json.dumps(partial, indent=1) + "\n")
+
+    result = through_server(headline_cases(args.quick), lambda m: print(m, flush=True), args.threads, save)
     result["seconds"] = round(time.time() - started)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(render(headline_table(result)))

@@ -19,8 +19,11 @@ from tests.fixtures import Editor, LspClient
 
 pytestmark = pytest.mark.model
 
-BUDGET_MS = 4000  # a warm keystroke fits well within it, even on a loaded 2-core machine
-COLD_S = 3 * BUDGET_MS / 1000 + 2.0  # a cold prompt takes more than 3x the budget
+# A warm keystroke must fit well within the budget even on a 2-core machine shared with other
+# model runs (seen: 3-5 s at a load average of 18), or "suggestions within two keystrokes" would be
+# about the machine, not the client.
+BUDGET_MS = 12000
+COLD_S = 3 * BUDGET_MS / 1000 + 3.0  # a cold prompt takes more than 3x the budget
 URI = "file:///slow.txt"
 TEXT = (
     "Notes from the quarterly review, kept for the whole team and sent around on Friday. "
