@@ -448,8 +448,11 @@ class RemoteRows:
             return self._live, True
         if where == "move":
             return target, True
-        # A prompt sent with -1 whose slot the server has not named yet: -1 again, and the
-        # server's own choice by prompt similarity finds it.
+        # A prompt sent with -1 whose slot the server has not named yet (its prefill failed
+        # before answering): -1 again, with the cache on. (A prefill still running is waited on
+        # instead: `_query`.) With `--slot-prompt-similarity 0`, as the README runs the server,
+        # -1 takes the least recently used idle slot; with the server's default 0.1 it takes the
+        # idle slot most like the prompt, which can be another user's (bench.llama_server).
         if any(common_prefix_length(held, context) >= SLOT_SHARE * len(context) for held in self._unplaced):
             return -1, True
         return -1, False
