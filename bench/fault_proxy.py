@@ -8,7 +8,15 @@ endpoints) the other modes break the answer the way a sick server or network wou
 - `"delay"`: wait `delay_s` before forwarding (a server slower than the time budget);
 - `"garbage"`: answer 200 with bytes that are neither JSON nor server-sent events;
 - `"truncate"`: forward, but cut the body after `keep_bytes` and close the connection;
-- `"reset"`: close the connection without answering.
+- `"reset"`: close the connection without answering;
+- `"cold"`: a server that is slow on prompts it has not seen: a request whose `prompt` (token ids)
+  shares less than half with every prompt already forwarded waits `delay_s` first (the time a
+  slow machine needs for a cold prompt decode), and is dropped unforwarded if the client hangs up
+  meanwhile (its work is lost, as a cancelled decode's is). Once forwarded, the prompt is warm.
+
+It counts what a client did: TCP connections accepted (`connections`), and every request with its
+path and when it came and was answered (`requests`: [path, start, end], monotonic; end None while
+in flight), so a test can check that no answer came without a request.
 
 Only the proxy is fake; the model and the server behind it are real.
 """
@@ -16,6 +24,8 @@ Only the proxy is fake; the model and the server behind it are real.
 from __future__ import annotations
 
 import http.client
+import json
+import select
 import socket
 import threading
 import time
@@ -34,6 +44,11 @@ class FaultProxy:
         self.mode, self.paths = mode, paths
         self.delay_s, self.keep_bytes = 0.0, 200
         self.faults = 0  # requests answered with a fault
+        self.connections = 0  # TCP connections accepted
+        self.requests: list[list] = []  # [path, start, end] per request
+        self.cold = 0  # requests held back as cold prompts ("cold" mode)
+        self._warm: list[list[int]] = []
+        self._count_lock = threading.Lock()
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -41,6 +56,11 @@ class FaultProxy:
 
             def log_message(self, *args: object) -> None:  # quiet
                 pass
+
+            def setup(self) -> None:
+                with proxy._count_lock:
+                    proxy.connections += 1
+                super().setup()
 
             def do_GET(self) -> None:
                 proxy._handle(self)
@@ -72,7 +92,50 @@ class FaultProxy:
         length = int(handler.headers.get("Content-Length") or 0)
         body = handler.rfile.read(length) if length else None
         path = urlsplit(handler.path).path
+        record = [path, time.monotonic(), None]
+        with self._count_lock:
+            self.requests.append(record)
+        try:
+            self._answer(handler, path, body)
+        finally:
+            record[2] = time.monotonic()
+
+    def _is_cold(self, body: bytes | None) -> tuple[bool, list[int] | None]:
+        try:
+            prompt = json.loads(body or b"{}").get("prompt")
+        except (ValueError, AttributeError):
+            return False, None
+        if not isinstance(prompt, list) or not prompt:
+            return False, None
+        for seen in self._warm:
+            common = next((i for i, (a, b) in enumerate(zip(seen, prompt)) if a != b), min(len(seen), len(prompt)))
+            if common >= len(prompt) / 2:
+                return False, prompt
+        return True, prompt
+
+    def _hung_up(self, handler: BaseHTTPRequestHandler) -> bool:
+        """The client closed its end (readable with nothing to read)."""
+        try:
+            ready, _, _ = select.select([handler.connection], [], [], 0)
+            return bool(ready) and handler.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
+
+    def _answer(self, handler: BaseHTTPRequestHandler, path: str, body: bytes | None) -> None:
         mode = self.mode if path in self.paths else "pass"
+        if mode == "cold":
+            cold, prompt = self._is_cold(body)
+            if cold:
+                self.cold += 1
+                until = time.monotonic() + self.delay_s
+                while time.monotonic() < until:
+                    if self._hung_up(handler):
+                        handler.close_connection = True
+                        return
+                    time.sleep(0.01)
+            if prompt is not None:
+                self._warm.append(prompt)
+            mode = "pass"
         if mode != "pass":
             self.faults += 1
         if mode == "reset":

@@ -1,7 +1,13 @@
 """The `remote` part of `python -m bench`: suggestions from a llama-server over loopback, beside the
 in-process engine and beside the peer on the same server.
 
-One llama-server (bench.llama_server: the default model, 4 slots, the wheel's CPU flags) and
+The headline (`through_server`, also alone: `python -m bench.remote`): remote against in-process
+*through the language server*, as a new user sets it up: the README's server command (4 slots of
+2048 tokens, `-t 2`), default settings, held-out mid-word cases (bench.cases' check set) and the
+seed sentences asked one after another, with the gate on (default) and off; the share of cases
+where the two show the same suggestion (nothing shown counts as a suggestion).
+
+Then one llama-server (bench.llama_server: the default model, 4 slots, the wheel's CPU flags) and
 language servers over stdio with the same settings: "local" (in-process model) and "remote"
 (`modelServer` = that llama-server). Measured:
 
@@ -52,6 +58,61 @@ def percentile(values: list[float], share: float) -> float | None:
         return None
     ranked = sorted(values)
     return ranked[min(len(ranked) - 1, max(0, int(round(share * len(ranked) + 0.5)) - 1))]
+
+
+HEADLINE_SEEDS = (  # bench.remote_engine's seeds, as documents: the cursor at the end
+    "Thanks for sending over the draft yest", "import num", "The model's behavi", "Once upon a ti",
+)
+
+
+def through_server(cases: list[Case], say: Callable[[str], None], threads: int = 2, save: Callable[[dict], None] | None = None) -> dict[str, Any]:
+    """Remote vs in-process through the language server with default settings (the gate on, then
+    off), each case asked of both back to back in a fresh document: equal share and differences.
+    `save` gets the results so far after each gate (a long run on a shared machine)."""
+    server = start_llama_server(slots=SLOTS, ctx=2048, threads=threads)
+    out: dict[str, Any] = {"llama_server": server.command()[1:], "cases": len(cases), "seeds": len(HEADLINE_SEEDS)}
+    items = [("seed", i, text, "plaintext") for i, text in enumerate(HEADLINE_SEEDS)]
+    items += [(case.kind, i, case.document(), quality.LANGUAGES[case.kind]) for i, case in enumerate(cases)]
+    try:
+        for gate, settings in (("on", {}), ("off", {"minConfidence": 0})):
+            say(f"remote headline: gate {gate}, {len(items)} documents, in-process vs remote")
+            local, remote = _client(settings), _client({**settings, "modelServer": server.url})
+            try:
+                rows = []
+                for kind, i, text, language in items:
+                    row: dict[str, Any] = {"kind": kind, "case": i}
+                    for who, client in (("local", local), ("remote", remote)):
+                        editor = Editor(client)
+                        uri = f"file:///bench/headline/{gate}/{kind}-{i}.txt"
+                        editor.open(uri, text, language)
+                        reply = editor.inline(uri, timeout=120)
+                        stats = editor.stats() or {}
+                        editor.close(uri)
+                        row[who] = insert_text(reply)
+                        row[f"{who}_ms"] = reply.ms
+                        if who == "remote":
+                            row["round_trips"], row["fallback"] = stats.get("roundTrips"), stats.get("fallback")
+                    rows.append(row)
+                statuses = [n["params"]["state"] for n in remote.notifications if n["method"] == "cpcLsp/status"]
+            finally:
+                local.shutdown()
+                remote.shutdown()
+            seeds = [r for r in rows if r["kind"] == "seed"]
+            held = [r for r in rows if r["kind"] != "seed"]
+            out[f"gate_{gate}"] = {
+                "equal": sum(r["local"] == r["remote"] for r in held), "cases": len(held),
+                "equal_share": sum(r["local"] == r["remote"] for r in held) / len(held) if held else None,
+                "seeds_equal": sum(r["local"] == r["remote"] for r in seeds),
+                "shown": {"local": sum(r["local"] is not None for r in held), "remote": sum(r["remote"] is not None for r in held)},
+                "median_ms": {"local": median([r["local_ms"] for r in held]), "remote": median([r["remote_ms"] for r in held])},
+                "slow_statuses": statuses.count("slow"),
+                "differ": [r for r in rows if r["local"] != r["remote"]],
+            }  # fmt: skip
+            if save is not None:
+                save(out)
+    finally:
+        server.stop()
+    return out
 
 
 def _client(settings: dict[str, Any]) -> LspClient:
@@ -287,12 +348,20 @@ def fault_probes(server: LlamaServer, settings: dict[str, Any]) -> list[dict[str
     return probes
 
 
+def headline_cases(quick: bool = False) -> list[Case]:
+    """Held-out-style: bench.cases' check set (files the tuning set does not use), 26 per kind."""
+    from bench.cases import build_cases, check_cases
+
+    return check_cases(2 if quick else 26, build_cases(50))
+
+
 def run(args: Any, cases: list[Case], count_tokens: Callable[[str], int], say: Callable[[str], None]) -> dict[str, Any]:
     threads = args.threads or None
+    headline = through_server(headline_cases(args.quick), say)
     say("remote: starting llama-server (4 slots, default model)")
     server = start_llama_server(slots=SLOTS, threads=threads or 2)
     settings = {"maxTokens": args.max_tokens, "threads": args.threads, "modelServerTimeoutMs": 30000}
-    results: dict[str, Any] = {"llama_server": server.command()[1:], "threads": threads}
+    results: dict[str, Any] = {"llama_server": server.command()[1:], "threads": threads, "through_server": headline}
     try:
         local, remote = _client(settings), _client({**settings, "modelServer": server.url})
         peer = None if args.no_peer else InfillPeer(server, args.max_tokens)
@@ -324,8 +393,20 @@ def run(args: Any, cases: list[Case], count_tokens: Callable[[str], int], say: C
 # --- tables and targets --------------------------------------------------------------------------
 
 
+def headline_table(h: dict[str, Any]) -> Table:
+    body = []
+    for gate in ("on", "off"):
+        g = h.get(f"gate_{gate}")
+        if g:
+            body.append([gate, f"{g['equal']}/{g['cases']}", pct(g["equal_share"]), f"{g['seeds_equal']}/{h['seeds']}",
+                         f"{g['shown']['local']} / {g['shown']['remote']}", f"{num(g['median_ms']['local'])} / {num(g['median_ms']['remote'])}",
+                         num(g["slow_statuses"])])  # fmt: skip
+    return ("remote: the same suggestion as in-process, through the language server (default settings, the README's server command)",
+            ["gate", "equal", "share", "seeds equal", "shown local / remote", "median ms local / remote", "slow statuses"], body)
+
+
 def tables(results: dict[str, Any]) -> list[Table]:
-    out = []
+    out = [headline_table(results["through_server"])] if "through_server" in results else []
     k = results["keystrokes"]
     header = ["keystroke", "who", "n", "median ms", "p95 ms", "round trips med / mean (max)", "no request",
               "bytes per key (mean)", "mask fallbacks"]  # fmt: skip
@@ -352,6 +433,12 @@ def tables(results: dict[str, Any]) -> list[Table]:
 
 def targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
     checks: list[tuple[str, str, bool | None]] = []
+    for gate in ("on", "off"):
+        g = results.get("through_server", {}).get(f"gate_{gate}")
+        if g:
+            checks.append((f"remote = in-process through the server, gate {gate}: >= 97% of held-out cases", pct(g["equal_share"]), g["equal_share"] >= 0.97))
+            checks.append((f"remote = in-process through the server, gate {gate}: every seed", f"{g['seeds_equal']}/{results['through_server']['seeds']}",
+                           g["seeds_equal"] == results["through_server"]["seeds"]))  # fmt: skip
     rows = {(r["kind"], r["who"]): r for r in results["keystrokes"]["table"]}
     remote, peer = rows.get(("warm", "remote")), rows.get(("warm", "peer"))
     if remote and peer:
@@ -370,3 +457,30 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
     checks.append(("every fault probe answered within the budget", f"{len(probes) - len(late)}/{len(probes)}" + (f" (late: {', '.join(late)})" if late else ""),
                    not late))  # fmt: skip
     return checks
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m bench.remote [--quick] [--out FILE]`: the headline alone, its table and JSON."""
+    import argparse
+    from pathlib import Path
+
+    from bench.report import render
+
+    parser = argparse.ArgumentParser(prog="python -m bench.remote", description=main.__doc__)
+    parser.add_argument("--quick", action="store_true", help="2 cases per kind")
+    parser.add_argument("--threads", type=int, default=2, help="llama-server -t (the README's command: 2)")
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "remote_headline.json")
+    args = parser.parse_args(argv)
+    started = time.time()
+    def save(partial: dict) -> None:
+        args.out.write_text(json.dumps(partial, indent=1) + "\n")
+
+    result = through_server(headline_cases(args.quick), lambda m: print(m, flush=True), args.threads, save)
+    result["seconds"] = round(time.time() - started)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(render(headline_table(result)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,14 +1,23 @@
-"""A small HTTP/1.1 client for llama-server: JSON requests and server-sent-event streams.
+"""A small HTTP/1.1 client for llama-server: JSON requests, server-sent-event streams, and
+answers waited for across calls.
 
-Why not http.client: its reads can be neither interrupted by a cancel from another thread nor
-resumed after a timeout (a timed-out socket file refuses every later read), and a superseded
-completion must close its connection at once, since closing it is what stops the server decoding.
-So this reads the socket itself, in short `select` waits that check the request's deadline and
-cancel flag between them. Plain `http://` only (see engine.remote for why).
+Why not http.client (or httpx, urllib3): their reads can be neither interrupted by a cancel from
+another thread nor resumed after a timeout (a timed-out read leaves the connection unusable), and
+a superseded completion must close its connection at once, since closing it is what stops the
+server decoding. So this reads the socket itself, in short waits that check the request's deadline
+and cancel flag between them. A prompt decode that outlasts a keystroke's budget is therefore kept
+(`start`: a `Pending` answer is waited for again by a later call, nothing is sent twice).
+
+Connections are kept alive (HTTP/1.1 keep-alive): an answer read to its end leaves its connection
+for the next request, so a keystroke's round trips and the next keystroke's reuse one TCP (and
+TLS) connection. A stream closed before its end closes its connection: that is what stops the
+server. `https://` is checked against the system's CAs, or `ca_file`.
 
 Every failure becomes a `ModelServerError` whose message names the URL and what to do, and never
-the API key or any request body (which holds document text). After a failure, calls fail fast
-with the same error for a back-off window that doubles up to BACKOFF_MAX_S; a success resets it.
+the API key or any request body (which holds document text). Only a server that is down (nothing
+listens, the connection is refused or reset, it is still loading) starts a back-off window during
+which calls fail fast with the same error (doubling up to BACKOFF_MAX_S; a success resets it). A
+slow answer ("timeout") never does: the next call asks the server again.
 """
 
 from __future__ import annotations
@@ -16,61 +25,83 @@ from __future__ import annotations
 import json
 import select
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from engine.types import ModelServerError
 
 WAIT_S = 0.02  # longest wait between checks of the cancel flag
 BACKOFF_START_S, BACKOFF_MAX_S = 0.25, 4.0
+BACKOFF_KINDS = ("unreachable",)  # a server that is down; never "timeout" (a slow one)
 MAX_HEADER_BYTES = 64 * 1024
 MAX_BODY_BYTES = 64 * 1024 * 1024
+IDLE_CONNECTIONS = 2  # kept-alive connections waiting for the next request
 
 
 class StreamCancelled(Exception):
-    """The caller's cancel flag was set while waiting for the server (the connection is closed)."""
+    """The caller's cancel flag was set while waiting for the server (a stream's connection is
+    closed; a `Pending` answer stays open for a later wait)."""
 
 
 @dataclass
 class Traffic:
-    """Requests and bytes since the client was made (per-request figures are differences)."""
+    """Requests, connections and bytes since the client was made (per-request figures are
+    differences)."""
 
     round_trips: int = 0
     bytes_sent: int = 0
     bytes_received: int = 0
+    connections: int = 0  # TCP connections opened (keep-alive reuses them)
 
 
-def parse_url(url: str) -> tuple[str, int, str]:
-    """(host, port, base path) of a plain-http URL; ModelServerError(kind="url") otherwise."""
+def parse_url(url: str) -> tuple[str, str, int, str]:
+    """(scheme, host, port, base path) of an http:// or https:// URL; ModelServerError(kind="url")
+    otherwise."""
     try:
         parts = urlsplit(url.strip())
         port = parts.port
     except ValueError as error:
         raise ModelServerError("url", url, f"the model server URL is not valid ({error})", "Set `modelServer` to a URL like http://127.0.0.1:8080") from None
-    if parts.scheme == "https":
-        raise ModelServerError(
-            "url", url, "https:// model server URLs are not supported",
-            "Use plain http:// on a trusted network, or a TLS-terminating proxy (e.g. an SSH tunnel or stunnel) listening on 127.0.0.1 and point `modelServer` at it",
-        )
-    if parts.scheme != "http" or not parts.hostname:
-        raise ModelServerError("url", url, "the model server URL must start with http:// and name a host", "Set `modelServer` to a URL like http://127.0.0.1:8080")
-    return parts.hostname, port or 80, parts.path.rstrip("/")
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ModelServerError("url", url, "the model server URL must start with http:// or https:// and name a host", "Set `modelServer` to a URL like http://127.0.0.1:8080")
+    return parts.scheme, parts.hostname, port or (443 if parts.scheme == "https" else 80), parts.path.rstrip("/")
+
+
+def tls_context(ca_file: str | Path | None) -> ssl.SSLContext:
+    """Certificate and host name checks on; `ca_file` (PEM) instead of the system's CAs."""
+    context = ssl.create_default_context(cafile=str(ca_file) if ca_file else None)
+    context.check_hostname = True
+    context.verify_mode = ssl.CERT_REQUIRED
+    return context
 
 
 class ModelServerClient:
     """One server's URL, key and time budget. Thread-safe for the counters; one request at a time
     per call (the engine runs on one worker)."""
 
-    def __init__(self, url: str, api_key: str | None = None, timeout_s: float = 5.0) -> None:
+    def __init__(self, url: str, api_key: str | None = None, timeout_s: float = 5.0, ca_file: str | Path | None = None) -> None:
         self.url = url.strip().rstrip("/")
-        self.host, self.port, self._base = parse_url(self.url)
+        self.scheme, self.host, self.port, self._base = parse_url(self.url)
         self._key = api_key or None
         self.timeout_s = timeout_s
+        self.ca_file = str(ca_file) if ca_file else None
+        self._tls: ssl.SSLContext | None = None
+        if self.scheme == "https":
+            try:
+                self._tls = tls_context(self.ca_file)
+            except (OSError, ssl.SSLError) as error:
+                raise self.error(
+                    "tls", f"cannot read the CA file {self.ca_file} ({getattr(error, 'strerror', None) or error})",
+                    "Set `modelServerCaFile` to a PEM file with the certificate of the CA that signed the server's certificate",
+                ) from None
         self.traffic = Traffic()
         self._lock = threading.Lock()
+        self._idle: list[_Connection] = []
         self._backoff_s = 0.0
         self._blocked_until = 0.0
         self._last_error: ModelServerError | None = None
@@ -88,25 +119,33 @@ class ModelServerClient:
 
     def stream(self, path: str, body: dict, deadline: float | None = None, cancel: Callable[[], bool] | None = None) -> EventStream:
         """POST `body` and return its server-sent events (opened: status and headers read)."""
-        conn = self._open("POST", path, body, deadline, cancel)
+        conn, status, headers = self._exchange(self._request("POST", path, body), deadline, cancel)
         try:
-            status, headers = conn.read_head()
             if status != 200:
-                raise self._status_error(status, conn.read_body(headers))
+                raise self._status_error(status, conn.read_body())
             if "text/event-stream" not in headers.get("content-type", ""):
                 # The server answers a stream whose first result is an error as plain JSON.
-                raise self._status_error(status, conn.read_body(headers), unexpected=True)
+                raise self._status_error(status, conn.read_body(), unexpected=True)
         except BaseException as error:
             conn.close()
             self._failed(error)
             raise
         return EventStream(self, conn, headers)
 
+    def start(self, path: str, body: dict, deadline: float | None = None, cancel: Callable[[], bool] | None = None) -> Pending:
+        """POST `body` (a JSON answer is expected) and return at once: `Pending.wait` reads the
+        answer, and may be called again after a timeout or a cancel (the request goes on)."""
+        request = self._request("POST", path, body)
+        conn = self._send(request, deadline, cancel)
+        return Pending(self, conn, request, path)
+
     def _json(self, method: str, path: str, body: dict | None, deadline: float | None, cancel):
-        conn = self._open(method, path, body, deadline, cancel)
+        conn, status, headers = self._exchange(self._request(method, path, body), deadline, cancel)
+        return self._finish_json(conn, status, path)
+
+    def _finish_json(self, conn: _Connection, status: int, path: str):
         try:
-            status, headers = conn.read_head()
-            data = conn.read_body(headers)
+            data = conn.read_body()
             if status != 200:
                 raise self._status_error(status, data)
             try:
@@ -114,34 +153,103 @@ class ModelServerClient:
             except ValueError:
                 raise self.protocol("its answer to %s is not JSON" % path) from None
         except BaseException as error:
+            conn.close()
             self._failed(error)
             raise
-        finally:
-            conn.close()
+        self._release(conn)
         self._succeeded()
         return value
 
-    def _open(self, method: str, path: str, body: dict | None, deadline: float | None, cancel) -> _Connection:
-        self._check_backoff()
-        deadline = deadline if deadline is not None else time.monotonic() + self.timeout_s
+    def _request(self, method: str, path: str, body: dict | None) -> bytes:
         payload = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
-        head = [f"{method} {self._base}{path} HTTP/1.1", f"Host: {self.host}:{self.port}", "Accept: */*", "Connection: close"]
+        head = [f"{method} {self._base}{path} HTTP/1.1", f"Host: {self.host}:{self.port}", "Accept: */*", "Connection: keep-alive"]
         if self._key:
             head.append(f"Authorization: Bearer {self._key}")
         if body is not None:
             head += ["Content-Type: application/json", f"Content-Length: {len(payload)}"]
-        request = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + payload
-        conn = _Connection(self, deadline, cancel)
+        return ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + payload
+
+    def _send(self, request: bytes, deadline: float | None, cancel, fresh: bool = False) -> _Connection:
+        """A connection (a kept-alive one unless `fresh`) with `request` sent on it."""
+        self._check_backoff()
+        deadline = deadline if deadline is not None else time.monotonic() + self.timeout_s
+        conn = None if fresh else self._take_idle()
+        if conn is None:
+            conn = _Connection(self, deadline, cancel)
+            try:
+                conn.connect()
+            except BaseException as error:
+                conn.close()
+                self._failed(error)
+                raise
+        else:
+            conn.set_limits(deadline, cancel)
         try:
-            conn.connect()
             conn.send(request)
-        except BaseException as error:
+        except ModelServerError as error:
             conn.close()
+            if conn.reused and not fresh:  # the server had closed it while idle: once more, fresh
+                return self._send(request, deadline, cancel, fresh=True)
             self._failed(error)
+            raise
+        except BaseException:
+            conn.close()
             raise
         with self._lock:
             self.traffic.round_trips += 1
         return conn
+
+    def _exchange(self, request: bytes, deadline: float | None, cancel) -> tuple[_Connection, int, dict[str, str]]:
+        """Send `request` and read the answer's head; a kept-alive connection that the server had
+        closed meanwhile (no byte of an answer) is replaced once by a fresh one."""
+        conn = self._send(request, deadline, cancel)
+        return self._head(conn, request, deadline, cancel)
+
+    def _head(self, conn: _Connection, request: bytes, deadline: float | None, cancel) -> tuple[_Connection, int, dict[str, str]]:
+        try:
+            status, headers = conn.read_head()
+        except ModelServerError as error:
+            conn.close()
+            if conn.reused and not conn.received and error.kind == "unreachable":
+                with self._lock:
+                    self.traffic.round_trips -= 1  # that send was never answered: it is sent again
+                conn = self._send(request, deadline, cancel, fresh=True)
+                return self._head(conn, request, deadline, cancel)
+            self._failed(error)
+            raise
+        except BaseException:
+            conn.close()
+            raise
+        return conn, status, headers
+
+    # --- kept-alive connections ---------------------------------------------------------------
+
+    def _take_idle(self) -> _Connection | None:
+        with self._lock:
+            while self._idle:
+                conn = self._idle.pop()
+                if conn.idle_ok():
+                    return conn
+                conn.close()
+        return None
+
+    def _release(self, conn: _Connection) -> None:
+        """An answer was read to its end: keep its connection for the next request if it may be."""
+        if conn.closed or not conn.keep_alive or conn.buffered():
+            conn.close()
+            return
+        conn.set_limits(time.monotonic() + self.timeout_s, None)
+        with self._lock:
+            self._idle.append(conn)
+            while len(self._idle) > IDLE_CONNECTIONS:
+                self._idle.pop(0).close()
+
+    def close(self) -> None:
+        """Close the kept-alive connections."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
 
     # --- errors and back-off ---------------------------------------------------------------
 
@@ -156,6 +264,20 @@ class ModelServerClient:
 
     def timed_out(self) -> ModelServerError:
         return self.error("timeout", f"the model server did not answer within {self.timeout_s:g} s", "Raise `modelServerTimeoutMs`, or use a less loaded server")
+
+    def tls_refused(self, error: ssl.SSLError) -> ModelServerError:
+        """A certificate or handshake the checks refuse; the message says which check and why."""
+        if isinstance(error, ssl.SSLCertVerificationError):
+            why = str(error.verify_message or error.reason or error).rstrip(".")
+            return self.error(
+                "tls", f"the model server's certificate was refused: {why}",
+                "Renew the server's certificate if it expired; if it is signed by your own CA, set `modelServerCaFile` "
+                "to that CA's certificate (PEM); the URL's host must be one the certificate names",
+            )
+        return self.error(
+            "tls", f"the TLS handshake with the model server failed ({error.reason or error})",
+            "Check that `modelServer`'s https:// port is served by a TLS proxy (nginx, stunnel) in front of llama-server",
+        )
 
     def _status_error(self, status: int, data: bytes, unexpected: bool = False) -> ModelServerError:
         if status == 401:
@@ -177,7 +299,8 @@ class ModelServerClient:
                 raise self._last_error
 
     def _failed(self, error: BaseException) -> None:
-        if not isinstance(error, ModelServerError):
+        """A failure: only a server that is down starts (or doubles) the back-off."""
+        if not isinstance(error, ModelServerError) or error.kind not in BACKOFF_KINDS:
             return
         with self._lock:
             self._backoff_s = min(BACKOFF_MAX_S, max(BACKOFF_START_S, self._backoff_s * 2))
@@ -198,8 +321,46 @@ class ModelServerClient:
             self.traffic.bytes_sent += n
 
 
+class Pending:
+    """A request whose answer is still to come: `wait` may time out or be cancelled and be called
+    again later (the connection stays open, the server goes on); `close` gives it up (the server
+    stops at its next check of the connection, about 1 s for llama-server)."""
+
+    def __init__(self, client: ModelServerClient, conn: _Connection, request: bytes, path: str) -> None:
+        self._client, self._conn, self._request, self._path = client, conn, request, path
+        self.started = time.monotonic()
+
+    @property
+    def closed(self) -> bool:
+        return self._conn.closed
+
+    def wait(self, deadline: float | None, cancel: Callable[[], bool] | None = None):
+        """The JSON answer. Raises ModelServerError("timeout") at `deadline` and StreamCancelled
+        when `cancel()` says so, both with the request still open; other errors close it."""
+        client = self._client
+        deadline = deadline if deadline is not None else time.monotonic() + client.timeout_s
+        conn = self._conn
+        conn.set_limits(deadline, cancel)
+        try:
+            conn.wait_readable()
+        except (StreamCancelled, ModelServerError) as error:
+            if isinstance(error, StreamCancelled) or error.kind == "timeout":
+                raise  # still open: a later wait goes on
+            conn.close()
+            client._failed(error)
+            raise
+        # The answer has begun: it is small and comes at once, so it is read under a fresh budget.
+        limit = time.monotonic() + client.timeout_s
+        conn.set_limits(limit, None)
+        self._conn, status, _ = client._head(conn, self._request, limit, None)
+        return client._finish_json(self._conn, status, self._path)
+
+    def close(self) -> None:
+        self._conn.close()
+
+
 class _Connection:
-    """One request's socket: reads in short waits, honouring the deadline and the cancel flag."""
+    """One socket: reads in short waits, honouring the deadline and the cancel flag."""
 
     def __init__(self, client: ModelServerClient, deadline: float, cancel: Callable[[], bool] | None) -> None:
         self._client = client
@@ -208,6 +369,12 @@ class _Connection:
         self._sock: socket.socket | None = None
         self._buffer = b""
         self.closed = False
+        self.reused = False  # it served an earlier request
+        self.received = False  # a byte of the current answer arrived
+        self.keep_alive = True  # the last answer allows another request on this connection
+
+    def set_limits(self, deadline: float, cancel: Callable[[], bool] | None) -> None:
+        self._deadline, self._cancel = deadline, cancel
 
     def connect(self) -> None:
         c = self._client
@@ -215,16 +382,46 @@ class _Connection:
         if remaining <= 0:
             raise c.timed_out()
         try:
-            self._sock = socket.create_connection((c.host, c.port), timeout=remaining)
-            self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock = socket.create_connection((c.host, c.port), timeout=remaining)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except socket.timeout:
             raise c.timed_out() from None
         except socket.gaierror:
             raise c.unreachable(f"the host {c.host!r} is not known") from None
         except OSError as error:
             raise c.unreachable(f"cannot connect to {c.host}:{c.port} ({error.strerror or error})") from None
+        with c._lock:
+            c.traffic.connections += 1
+        self._sock = sock
+        if c._tls is not None:
+            try:
+                self._sock = c._tls.wrap_socket(sock, server_hostname=c.host, do_handshake_on_connect=False)
+                self._sock.settimeout(max(0.001, self._deadline - time.monotonic()))
+                self._sock.do_handshake()
+            except ssl.SSLError as error:
+                raise c.tls_refused(error) from None
+            except socket.timeout:
+                raise c.timed_out() from None
+            except OSError as error:
+                raise c.unreachable(f"the connection broke during the TLS handshake ({error.strerror or error})") from None
+
+    def idle_ok(self) -> bool:
+        """A kept-alive connection can take a request: open, and nothing (an EOF) waiting on it."""
+        if self.closed or self._sock is None:
+            return False
+        try:
+            if isinstance(self._sock, ssl.SSLSocket) and self._sock.pending():
+                return False
+            ready, _, _ = select.select([self._sock], [], [], 0)
+        except (OSError, ValueError):
+            return False
+        return not ready
+
+    def buffered(self) -> bool:
+        return bool(self._buffer)
 
     def send(self, data: bytes) -> None:
+        self.received = False
         try:
             self._sock.settimeout(max(0.001, self._deadline - time.monotonic()))
             self._sock.sendall(data)
@@ -233,6 +430,24 @@ class _Connection:
         except OSError as error:
             raise self._client.unreachable(f"the connection broke while sending ({error.strerror or error})") from None
         self._client._count_sent(len(data))
+
+    def wait_readable(self) -> None:
+        """Until a byte of the answer can be read, without reading it (so it can be resumed)."""
+        while not self._buffer:
+            if self._cancel is not None and self._cancel():
+                raise StreamCancelled()
+            remaining = self._deadline - time.monotonic()
+            if remaining <= 0:
+                raise self._client.timed_out()
+            if isinstance(self._sock, ssl.SSLSocket) and self._sock.pending():
+                return
+            try:
+                ready, _, _ = select.select([self._sock], [], [], min(WAIT_S, remaining))
+            except (OSError, ValueError) as error:
+                self.close()
+                raise self._client.unreachable(f"the connection broke ({error})") from None
+            if ready:
+                return
 
     def _fill(self) -> bool:
         """Read more bytes into the buffer; False at the end of the stream."""
@@ -245,15 +460,19 @@ class _Connection:
                 self.close()
                 raise self._client.timed_out()
             try:
-                ready, _, _ = select.select([self._sock], [], [], min(WAIT_S, remaining))
-                if not ready:
-                    continue
+                self._sock.settimeout(min(WAIT_S, remaining))
                 data = self._sock.recv(65536)
+            except socket.timeout:
+                continue
+            except ssl.SSLError as error:
+                self.close()
+                raise self._client.unreachable(f"the TLS connection broke ({error.reason or error})") from None
             except OSError as error:
                 self.close()
                 raise self._client.unreachable(f"the connection broke ({error.strerror or error})") from None
             if not data:
                 return False
+            self.received = True
             self._client._count_received(len(data))
             self._buffer += data
             return True
@@ -297,11 +516,15 @@ class _Connection:
             name, _, value = line.decode("latin-1").partition(":")
             headers[name.strip().lower()] = value.strip()
         self._chunked = "chunked" in headers.get("transfer-encoding", "").lower()
-        self._chunk_left = 0
         self._body_left = int(headers["content-length"]) if headers.get("content-length", "").isdigit() else None
+        self.reused = True
+        self.keep_alive = (
+            parts[0] == b"HTTP/1.1" and "close" not in headers.get("connection", "").lower()
+            and (self._chunked or self._body_left is not None)
+        )  # fmt: skip
         return int(parts[1]), headers
 
-    def read_body(self, headers: dict[str, str]) -> bytes:
+    def read_body(self) -> bytes:
         out = bytearray()
         for piece in self.body_pieces():
             out += piece
@@ -321,7 +544,12 @@ class _Connection:
                 except ValueError:
                     raise self._client.protocol("a malformed chunk") from None
                 if size == 0:
-                    return
+                    while True:  # trailers, up to the empty line that ends the answer
+                        trailer = self.read_line()
+                        if not trailer:
+                            if trailer is None:
+                                self.keep_alive = False
+                            return
                 yield self.read_exact(size)
                 self.read_exact(2)
         elif self._body_left is not None:
@@ -333,6 +561,7 @@ class _Connection:
                 left -= len(piece)
                 yield piece
         else:
+            self.keep_alive = False
             while True:
                 if self._buffer:
                     piece, self._buffer = self._buffer, b""
@@ -347,11 +576,13 @@ class _Connection:
                 self._sock.close()
             except OSError:
                 pass
+        self.closed = True
 
 
 class EventStream:
     """The `data:` events of one streamed answer, as dicts. `close()` drops the connection, which
-    makes llama-server cancel the task (it notices at its next write, i.e. the next token)."""
+    makes llama-server cancel the task (it notices at its next write, i.e. the next token); a
+    stream read to its end leaves its connection for the next request."""
 
     def __init__(self, client: ModelServerClient, conn: _Connection, headers: dict[str, str]) -> None:
         self._client = client
@@ -362,11 +593,11 @@ class EventStream:
 
     @property
     def closed(self) -> bool:
-        return self._conn.closed
+        return self._conn.closed or self.finished
 
     def set_limits(self, deadline: float, cancel: Callable[[], bool] | None) -> None:
         """A later reader (the next request's generation) reads under its own budget and cancel."""
-        self._conn._deadline, self._conn._cancel = deadline, cancel
+        self._conn.set_limits(deadline, cancel)
 
     def next_event(self, quiet: bool = False) -> dict | None:
         """The next event; None when the server ended the stream. Raises ModelServerError for an
@@ -388,7 +619,7 @@ class EventStream:
                         raise self._client.protocol("the event stream was cut short") from None
                     self.finished = True
                     self._client._succeeded()
-                    self.close()
+                    self._client._release(self._conn)
                     return None
         except ModelServerError as error:
             self.close()
@@ -411,4 +642,5 @@ class EventStream:
         return event
 
     def close(self) -> None:
-        self._conn.close()
+        if not self.finished:
+            self._conn.close()

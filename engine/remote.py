@@ -27,6 +27,13 @@ stream goes on with the greedy continuation, which generation reads as it needs 
 it stops (closing the connection makes llama-server stop decoding). Nodes are kept by token path,
 so the next letter of the same word, or typing along a suggestion, usually needs no request.
 
+A prompt decode that outlasts a keystroke's budget is not thrown away: prompts are decoded by a
+prefill request (`n_predict: 0`) whose connection stays open after the budget runs out (a
+`_Fill`). The keystroke answers with no suggestion; the next call on the same document (the
+prefetch the scheduler queues after a slow answer, with its own longer budget, or the next
+keystroke) waits on the same request, so nothing is decoded twice and the next keystroke finds
+the prompt cached. Only a call for another document gives it up (closing it stops the server).
+
 Prompts go as token ids (no BOS is added to an id array: the engine's own tokens already start
 with it) with `cache_prompt` into one slot per document (`id_slot`, learnt from the server's
 answers or fixed by `model_server_slot`), so an unchanged prompt costs the server no prompt work.
@@ -45,7 +52,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from engine.covering import Covering
-from engine.http_client import EventStream, ModelServerClient, StreamCancelled
+from engine.http_client import EventStream, ModelServerClient, Pending, StreamCancelled
 from engine.kv import Cancelled, common_prefix_length, placement
 from engine.types import ModelServerError
 from engine.vocab import VocabIndex
@@ -59,7 +66,17 @@ GENERATION_SLACK = 2
 ANSWER_RESERVE_S = 0.2
 STALE_NATS = 1e-6  # a chosen path's value above its exact one by more than this was ranked on a bound
 DRAIN_S = 0.002  # what an ended call still reads of its stream (the final event is usually there)
+# A stream with at most this many tokens left when its call ends is left to finish rather than
+# closed, so its connection stays alive for the next keystroke (and its rows are read then); the
+# next call reads it to its end for at most LEFTOVER_S, then closes it.
+LEFTOVER_TOKENS, LEFTOVER_S = GENERATION_SLACK + 2, 0.5
 SLOT_SHARE = 0.5  # a prompt goes to a slot we used when it shares at least this part of it
+# A prefetch's budget (and so a slow prompt's, once its keystroke gave up on it): at least this,
+# or this many keystroke budgets.
+PREFETCH_MIN_S, PREFETCH_BUDGETS = 120.0, 12
+# A prompt with more tokens than this left to decode goes through a prefill first (one more round
+# trip), so a slow decode is a `_Fill` that a later call can wait on rather than a lost stream.
+PREFILL_TAIL = 128
 PROBE_TEXT = (
     "Thanks for sending over the draft yesterday.\n\tdef f(x_1, *args):  # ünïcödé 日本語 😀\n"
     "        return {'k': [x_1 ** 2, 0x1F, \"s\\n\"]} <tag attr=\"v\">  \r\n"
@@ -93,6 +110,21 @@ class _Walk:
     slot: int = -1
     seen: int = 0
     first: bool = True
+    n_predict: int = 0  # tokens the request may generate
+    leftover: bool = False  # kept open past the engine call that opened it (see `end`)
+
+    @property
+    def left(self) -> int:
+        return self.n_predict - self.seen
+
+
+@dataclass
+class _Fill:
+    """A prompt decode the server is doing for us (a prefill), waited on across engine calls."""
+
+    context: tuple[int, ...]  # the prompt sent
+    pending: Pending
+    slot: int  # the slot named in the request (-1: the server picks)
 
 
 def gbnf_literal(text: bytes) -> str | None:
@@ -130,6 +162,9 @@ class RemoteRows:
         self._dense: OrderedDict[tuple[int, ...], np.ndarray] = OrderedDict()
         self._bounded: OrderedDict[tuple, np.ndarray] = OrderedDict()
         self._walk: _Walk | None = None
+        self._fill: _Fill | None = None
+        self._prefetching = False
+        self.last_fill_s: float | None = None  # how long the last prefill took, from its request
         self._lock = threading.RLock()
         self._deadline: float | None = None
         self._cancel: threading.Event | None = None
@@ -153,8 +188,11 @@ class RemoteRows:
     def begin(self, cancel: threading.Event | None, max_tokens: int = 16, single_line: bool = True) -> None:
         """A new engine call: its time budget starts now, less what answering the editor takes
         after the last read (so a server slower than the budget is answered within it);
-        generation wants about `max_tokens`."""
+        generation wants about `max_tokens` (0: a prefetch, under PREFETCH_MIN_S at least)."""
         budget = self.client.timeout_s
+        self._prefetching = max_tokens == 0  # the engine's prefetch: its own, longer budget
+        if self._prefetching:
+            budget = max(PREFETCH_MIN_S, PREFETCH_BUDGETS * budget)
         self._deadline = time.monotonic() + budget - min(ANSWER_RESERVE_S, budget / 5)
         self._cancel = cancel
         self._predict = max(1, max_tokens)
@@ -163,8 +201,15 @@ class RemoteRows:
 
     def end(self) -> None:
         """The engine call is over: an open stream is closed, so the server stops decoding it.
-        Events that have already arrived are read first: the final one names the slot used."""
+        Events that have already arrived are read first: the final one names the slot used. A
+        stream that is nearly done (and not cancelled) is left to finish instead (LEFTOVER_TOKENS),
+        which keeps its connection alive for the next call."""
         with self._lock:
+            walk = self._walk
+            if walk is not None and walk.left <= LEFTOVER_TOKENS and not (self._cancel is not None and self._cancel.is_set()):
+                walk.leftover = True
+                self._cancel = None
+                return
             if self._walk is not None:
                 self._deadline = time.monotonic() + DRAIN_S
                 try:
@@ -236,29 +281,73 @@ class RemoteRows:
         return BoundedRows(self, prompt, required, cancel, budget)
 
     def prefill(self, tokens: tuple[int, ...], cancel: threading.Event | None = None) -> None:
-        """Prefetch: the server decodes the prompt into its slot (`n_predict: 0`) and nothing else."""
+        """Prefetch: the server decodes the prompt into its slot (`n_predict: 0`) and nothing else.
+        A decode still running for this document (a `_Fill`) is waited on first; one for another
+        document is given up. A timeout or a cancel leaves this one running for the next call."""
         key = tuple(tokens)
         with self._lock:
-            self._close_walk()
+            self._settle_walk()
+            fill = self._fill
+            if fill is not None:
+                if common_prefix_length(fill.context, key) >= SLOT_SHARE * len(fill.context):
+                    self._await_fill(cancel)
+                    slot, warm = self._slot_for(key)
+                    if slot >= 0 and self._cached_in(slot, warm, key) >= len(key) - 1:
+                        return  # what was running was this prompt (all but its last token)
+                else:
+                    self._drop_fill()  # another document needs the server
             slot, warm = self._slot_for(key)
             # All but the last token: the request that follows then decodes that one alone.
             start = key[:-1] if len(key) > 1 and self._cached_in(slot, warm, key) < len(key) - 1 else key
             body = self._body(start, 0, slot, warm)
             body["stream"] = False
-            try:
-                answer = self.client.post_json("/completion", body, self._deadline, cancel.is_set if cancel else None)
-            except StreamCancelled:
-                raise Cancelled() from None
-            if not isinstance(answer, dict):
-                raise self.client.protocol("a prefetch answer that is not an object")
-            self._learn(start, answer)
-            self._note_timings(answer)
+            pending = self.client.start("/completion", body, self._deadline, cancel.is_set if cancel else None)
+            self._fill = _Fill(start, pending, slot)
+            self._await_fill(cancel)
+
+    @property
+    def filling(self) -> bool:
+        """A prompt decode is still running on the server for us (it outlasted a budget)."""
+        return self._fill is not None
+
+    def _await_fill(self, cancel: threading.Event | None) -> None:
+        """Wait for the running prefill within this call's budget; it stays open on a timeout or
+        a cancel (except a prefetch's own timeout: then it is given up)."""
+        fill = self._fill
+        try:
+            answer = fill.pending.wait(self._deadline, cancel.is_set if cancel else None)
+        except StreamCancelled:
+            raise Cancelled() from None
+        except ModelServerError as error:
+            if error.kind != "timeout" or self._prefetching or fill.pending.closed:
+                self._drop_fill()
+            raise
+        self._fill = None
+        self.last_fill_s = time.monotonic() - fill.pending.started
+        if not isinstance(answer, dict):
+            raise self.client.protocol("a prefetch answer that is not an object")
+        self._learn(fill.context, answer)
+        self._note_timings(answer)
+
+    def _drop_fill(self) -> None:
+        """Give up the running prefill: the server stops it (decoded chunks stay in its slot, but
+        which ones is not known, so neither is what the slot holds)."""
+        fill, self._fill = self._fill, None
+        if fill is None:
+            return
+        fill.pending.close()
+        if fill.slot >= 0:
+            if self._slots.get(fill.slot) == fill.context:
+                del self._slots[fill.slot]
+        elif fill.context in self._unplaced:
+            self._unplaced.remove(fill.context)
 
     def forget(self) -> None:
         """Drop every distribution and what we know of the slots: the next prompt is decoded
         whole, from position 0, as in a fresh in-process sequence."""
         with self._lock:
             self._close_walk()
+            self._drop_fill()
             self._slots.clear()
             self._live = None
             self._unplaced.clear()
@@ -268,6 +357,7 @@ class RemoteRows:
 
     def close(self) -> None:
         self.forget()
+        self.client.close()
 
     # --- nodes -----------------------------------------------------------------------------
 
@@ -358,8 +448,11 @@ class RemoteRows:
             return self._live, True
         if where == "move":
             return target, True
-        # A prompt sent with -1 whose slot the server has not named yet: -1 again, and the
-        # server's own choice by prompt similarity finds it.
+        # A prompt sent with -1 whose slot the server has not named yet (its prefill failed
+        # before answering): -1 again, with the cache on. (A prefill still running is waited on
+        # instead: `_query`.) With `--slot-prompt-similarity 0`, as the README runs the server,
+        # -1 takes the least recently used idle slot; with the server's default 0.1 it takes the
+        # idle slot most like the prompt, which can be another user's (bench.llama_server).
         if any(common_prefix_length(held, context) >= SLOT_SHARE * len(context) for held in self._unplaced):
             return -1, True
         return -1, False
@@ -436,7 +529,7 @@ class RemoteRows:
         then anything; `ban` are banned by logit_bias (their values are still reported). Reads
         until the forced part is through (or, with until_free False, one event); the stream then
         stays open for generation to read on."""
-        self._close_walk()
+        self._settle_walk()
         # What the server decodes as its prompt, and how: the request's prompt (in the same
         # chunks as in-process, its last token alone: engine.llama_backend), then every token past
         # it forced one by one, as the in-process engine decodes them (engine.kv `prepare`).
@@ -445,11 +538,12 @@ class RemoteRows:
         if prompt and len(context) > len(prompt) and context[: len(prompt)] == prompt:
             start, forced = prompt, context[len(prompt) :] + tuple(forced)
         slot, warm = self._slot_for(start)
-        if (slot, warm) == (-1, False):
+        if (slot, warm) == (-1, False) or self._fill is not None or len(start) - self._cached_in(slot, warm, start) > PREFILL_TAIL:
             # A new document: a stream's token events do not name their slot (only its last
             # event does, which a closed stream never sends), so a prefetch decodes it first and
             # its answer names the slot; every later request of the document then names it and
-            # reads KV computed once, in the same ubatches as in-process.
+            # reads KV computed once, in the same ubatches as in-process. A long new tail (or a
+            # decode still running) goes the same way, so a slow decode is kept (`_Fill`).
             self.prefill(start, cancel)
             slot, warm = self._slot_for(start)
         if len(start) > 1 and self._cached_in(slot, warm, start) < len(start) - 1:
@@ -470,7 +564,7 @@ class RemoteRows:
         except StreamCancelled:
             raise Cancelled() from None
         self._held = start
-        self._walk = _Walk(stream, start, list(forced), literal if literal else None, bool(ban), slot=body["id_slot"])
+        self._walk = _Walk(stream, start, list(forced), literal if literal else None, bool(ban), slot=body["id_slot"], n_predict=body["n_predict"])
         if not until_free:
             return
         while self._walk is not None and (self._walk.forced or self._walk.literal):
@@ -556,6 +650,22 @@ class RemoteRows:
         if not 0 <= token < size or any(not 0 <= t < size for t, _ in top) or not all(math.isfinite(v) and v <= 1e-3 for v in [logprob] + [lp for _, lp in top]):
             raise self.client.protocol("a token id or log-probability out of range")
         return token, min(0.0, logprob), [(t, min(0.0, lp)) for t, lp in top]
+
+    def _settle_walk(self) -> None:
+        """Before a new request: a stream left over from an earlier call is read to its end (its
+        rows are kept, its connection goes back to the pool), within LEFTOVER_S; any other open
+        stream is closed, which stops the server decoding it."""
+        walk = self._walk
+        if walk is not None and walk.leftover:
+            saved, self._deadline = self._deadline, time.monotonic() + LEFTOVER_S
+            try:
+                while self._walk is not None:
+                    self._read(None, quiet=True)
+            except (Cancelled, ModelServerError):
+                pass
+            finally:
+                self._deadline = saved
+        self._close_walk()
 
     def _close_walk(self) -> None:
         if self._walk is not None:

@@ -33,12 +33,28 @@ from engine.vocab import VocabIndex
 def connect(config: EngineConfig, min_prompt_tokens: int) -> tuple[LlamaModel, RemoteRows, VocabIndex, str]:
     """(vocabulary-only model, remote rows, vocabulary index, the server's model id) for
     `config.model_server`."""
-    client = ModelServerClient(config.model_server or "", config.model_server_api_key, config.model_server_timeout_s)
-    deadline = time.monotonic() + max(config.model_server_timeout_s, 1.0)
-    health = client.get_json("/health", deadline)
+    client = ModelServerClient(config.model_server or "", config.model_server_api_key, config.model_server_timeout_s, config.model_server_ca_file)
+    try:
+        return _connect(client, config, min_prompt_tokens)
+    except BaseException:
+        client.close()
+        raise
+
+
+def _connect(
+    client: ModelServerClient, config: EngineConfig, min_prompt_tokens: int
+) -> tuple[LlamaModel, RemoteRows, VocabIndex, str]:
+    # Each request has its own budget (at least 1 s): reading the local vocabulary between them
+    # can take longer than a small budget on a loaded machine, and is not the server's time.
+    budget = max(config.model_server_timeout_s, 1.0)
+
+    def deadline() -> float:
+        return time.monotonic() + budget
+
+    health = client.get_json("/health", deadline())
     if not isinstance(health, dict) or health.get("status") != "ok":
         raise client.protocol("/health did not say ok")
-    props = client.get_json("/props", deadline)  # not public: a wrong key fails here
+    props = client.get_json("/props", deadline())  # not public: a wrong key fails here
     try:
         settings = props["default_generation_settings"]
         slot_ctx = int(settings["n_ctx"])
@@ -82,9 +98,9 @@ def server_model_id(props: object) -> str:
     return f"server:{path.name}"
 
 
-def _check_vocabulary(client: ModelServerClient, model: LlamaModel, deadline: float) -> None:
+def _check_vocabulary(client: ModelServerClient, model: LlamaModel, deadline) -> None:
     remedy = "Set `model` to a local copy of the GGUF the server runs (its vocabulary is read, not its weights), or point `modelServer` at a server running this model"
-    models = client.get_json("/v1/models", deadline)
+    models = client.get_json("/v1/models", deadline())
     try:
         n_vocab = int(models["data"][0]["meta"]["n_vocab"])
     except (KeyError, TypeError, ValueError, IndexError):
@@ -92,7 +108,7 @@ def _check_vocabulary(client: ModelServerClient, model: LlamaModel, deadline: fl
     if n_vocab is not None and n_vocab != model.n_vocab:
         raise ModelServerError("model", client.url, f"the server's model has {n_vocab} tokens, the local vocabulary {model.n_vocab}", remedy)
     for add_special in (False, True):
-        answer = client.post_json("/tokenize", {"content": PROBE_TEXT, "add_special": add_special}, deadline)
+        answer = client.post_json("/tokenize", {"content": PROBE_TEXT, "add_special": add_special}, deadline())
         try:
             theirs = [int(t) for t in answer["tokens"]]
         except (KeyError, TypeError, ValueError):

@@ -26,6 +26,7 @@ class EngineConfig:
     model_server_api_key: str | None = field(default=None, repr=False)  # never in a repr or a log
     model_server_timeout_s: float = 5.0  # one request's time budget against the server
     model_server_slot: int | None = None  # None: the engine picks its slot per document
+    model_server_ca_file: str | None = None  # PEM CA for an https:// model server; None: the system's
 
 
 @dataclass(frozen=True)
@@ -209,7 +210,7 @@ class ModelServerError(ModelLoadError):
     """The model server failed: at first contact (`Engine.load`) or mid-request. `kind` is one of
     KINDS; the message says what to do and never holds the API key or document text."""
 
-    KINDS = ("unreachable", "auth", "model", "protocol", "timeout", "url")
+    KINDS = ("unreachable", "auth", "model", "protocol", "timeout", "url", "tls")
 
     def __init__(self, kind: str, url: str | None, problem: str, remedy: str) -> None:
         self.kind = kind

@@ -20,6 +20,11 @@ unreachable or timed out is tried again after a back-off (doubling, capped), and
 result goes to `on_event`. A request that fails mid-way with a `ModelServerError` answers
 "server" (no suggestion) and `on_event` hears a `ServerHealth` with its kind; the next request
 that succeeds reports the server healthy again. `on_event` runs on the worker thread.
+
+A request that misses its time budget ("timeout") is not a failure of the server: its keystroke
+gets no suggestion, and its prompt goes on as a prefetch (with the engine's longer prefetch
+budget), so the next keystroke finds it decoded. Each slow answer, and the end of such a
+prefetch, is reported with how long it took (the status says "slow (N s)").
 """
 
 from __future__ import annotations
@@ -90,10 +95,15 @@ class LoadResult:
 
 @dataclass(frozen=True)
 class ServerHealth:
-    """A change in how the model server answers requests: `kind` is None when it answers again."""
+    """A change in how the model server answers requests: `kind` is None when it answers again.
+    For "timeout": `seconds` since the slow request was sent, `budget_s` the request's budget, and
+    `caught_up` once its prompt has been decoded after all (by the prefetch that went on with it)."""
 
     kind: str | None
     message: str  # what went wrong and what to do (never the key or document text)
+    seconds: float | None = None
+    budget_s: float | None = None
+    caught_up: bool = False
 
 
 @dataclass(eq=False)
@@ -106,6 +116,7 @@ class Job:
     cancel_flag: threading.Event = field(default_factory=threading.Event)
     started: threading.Event = field(default_factory=threading.Event)  # the engine has it
     future: Future[Answer] = field(default_factory=Future)
+    slow_since: float | None = None  # a prefetch that goes on with a slow request sent then (monotonic)
 
 
 def _resolve(future: Future, value: object) -> None:
@@ -139,6 +150,7 @@ class Scheduler:
         self.load_error: str | None = None  # why the current model is missing, if it is
         self._retry: tuple[EngineConfig, float, float] | None = None  # config, when (monotonic), back-off
         self.server_trouble: str | None = None  # the kind of the last mid-request ModelServerError
+        self._slow_since: float | None = None  # when the first of the current run of slow answers began
         self._thread = threading.Thread(target=self._work, name="cpc-engine", daemon=True)
         self._thread.start()
 
@@ -333,7 +345,26 @@ class Scheduler:
         """Report a change of the model server's health (once per change, not per request)."""
         if kind != self.server_trouble:
             self.server_trouble = kind
+            self._slow_since = None
             self._emit(ServerHealth(kind, message))
+
+    def _budget(self) -> float | None:
+        return self._config.model_server_timeout_s if self._config is not None else None
+
+    def _slow(self, job: Job, error: ModelServerError, began: float) -> None:
+        """A request (or prefetch) missed its budget: say so with the time, and let a request's
+        prompt go on as a prefetch unless newer work already waits (it would carry on from there)."""
+        if self.server_trouble != "timeout" or self._slow_since is None:
+            self._slow_since = began  # the first slow answer since the server last answered in time
+        since = self._slow_since
+        self.server_trouble = "timeout"
+        self._emit(ServerHealth("timeout", str(error), time.monotonic() - since, self._budget()))
+        if job.prefetch:
+            return
+        with self._cond:
+            if self._pending is None and self._prefetch is None and not self._closed and not job.cancel_flag.is_set():
+                self._prefetch = Job(job.request, job.tag, prefetch=True, slow_since=since)
+                self._cond.notify()
 
     def _complete(self, job: Job) -> None:
         """Run a request or a prefetch; its future always resolves (a prefetch's answer carries
@@ -345,6 +376,7 @@ class Scheduler:
             return
         job.started.set()
         completion = None
+        began = time.monotonic()
         try:
             if job.prefetch:
                 self.last_prefetch = self._engine.prefetch(job.request, job.cancel_flag)
@@ -357,7 +389,10 @@ class Scheduler:
             return
         except ModelServerError as exc:  # the server failed mid-way; the engine reconnects next time
             logger.warning("%s: model server %s", "prefetch" if job.prefetch else "completion", exc.kind)
-            self._server_health(exc.kind, str(exc))
+            if exc.kind == "timeout":
+                self._slow(job, exc, began)
+            else:
+                self._server_health(exc.kind, str(exc))
             _resolve(job.future, Answer(None, "server", str(exc)))
             return
         except Exception as exc:
@@ -367,7 +402,10 @@ class Scheduler:
         if stopped or job.cancel_flag.is_set():
             _resolve(job.future, Answer(None, "cancelled"))
             return
-        if self.server_trouble is not None:
+        if job.prefetch:
+            if job.slow_since is not None and self.server_trouble == "timeout" and self._slow_since is not None:
+                self._emit(ServerHealth("timeout", "", time.monotonic() - self._slow_since, self._budget(), caught_up=True))
+        elif self.server_trouble is not None:
             self._server_health(None)
         # read right after the call, on this thread: a routed engine says which of its models answered
         _resolve(job.future, Answer(completion, "done", model_id=getattr(self._engine, "model_id", None)))

@@ -181,6 +181,8 @@ class OptionalPath(Kind):
 
     names: tuple[str, ...] = ()
 
+    what: str = "a .gguf file"  # what the file is, for the messages
+
     def check(self, value: Any) -> str | None:
         if not isinstance(value, str):
             raise Invalid(f"expected {self._what()}")
@@ -190,12 +192,12 @@ class OptionalPath(Kind):
         try:  # here, not at load time: "~nobody/x.gguf" would raise out of every later reload
             Path(value.strip()).expanduser()
         except RuntimeError:
-            raise Invalid("expected a path to a .gguf file whose ~ names a known home folder") from None
+            raise Invalid(f"expected a path to {self.what} whose ~ names a known home folder") from None
         return value.strip() or None
 
     def _what(self) -> str:
         names = f" or a model name ({', '.join(self.names)})" if self.names else ""
-        return f"a path to a .gguf file{names}"
+        return f"a path to {self.what}{names}"
 
     def json_schema(self) -> dict[str, Any]:
         return {"type": "string", "examples": list(self.names)} if self.names else {"type": "string"}

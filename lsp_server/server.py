@@ -175,13 +175,20 @@ class CpcServer(LanguageServer):
             status.send(self.protocol, status.loaded(event, name))
             self._report_load(event, name)
             return
-        status.send(self.protocol, status.serving(event, model_name(self.settings.engine_config())))
-        self._report_health(event)
+        now = status.serving(event, model_name(self.settings.engine_config()))
+        status.send(self.protocol, now)
+        self._report_health(event, now)
 
-    def _report_health(self, health: ServerHealth) -> None:
-        """A model server failing mid-request is shown once per cause; its recovery is logged."""
+    def _report_health(self, health: ServerHealth, now: status.Status) -> None:
+        """A model server failing mid-request is shown once per cause; its recovery is logged,
+        and so is a slow prompt that has caught up."""
         if health.kind is None:
             self.log(types.MessageType.Info, "the model server answers again")
+        elif health.kind == "timeout" and health.seconds is not None:
+            if health.caught_up:
+                self.log(types.MessageType.Info, f"cpc-lsp: {now.message}")
+            else:
+                self._tell_once(health.kind, f"cpc-lsp: {now.message}")
         else:
             self._tell_once(health.kind, f"cpc-lsp: {health.message}")
 

@@ -191,6 +191,13 @@ class Settings:
         "Time budget of one request to the model server in milliseconds; a slower answer gives no "
         "suggestion for that keystroke, and the status says so.",
     )
+    model_server_ca_file: str | None = setting(
+        None, OptionalPath(what="a PEM certificate file"),
+        "For an https:// `modelServer`: a PEM file with the certificate of the CA that signed the "
+        "server's certificate (a team's own CA); empty: the system's CAs. The certificate and the host "
+        "name are always checked.",
+        scope="machine-overridable",
+    )
     multi_line: str = setting(
         "block", Choice(MULTI_LINE),
         "When a suggestion may span several lines. A multi-line suggestion ends where the block does "
@@ -228,6 +235,8 @@ class Settings:
             if self.model_server else None,
             model_server_timeout_s=self.model_server_timeout_ms / 1000
             if self.model_server else _ENGINE.model_server_timeout_s,
+            model_server_ca_file=str(Path(self.model_server_ca_file).expanduser())
+            if self.model_server and self.model_server_ca_file else None,
         )
 
     def model_ref(self) -> str | Path | None:

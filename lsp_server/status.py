@@ -5,6 +5,8 @@ failed. One notification per change, sent around each model (re)load, and when a
 stops or starts answering. A server that cannot be reached (or answers too slowly) is not
 "loading": it is "unreachable" (or "slow"), and the message says what happened and when the next
 try is; the other server failures (a refused key, another model, a bad URL or answer) are errors.
+A request that missed its time budget is "slow (N s)", N the seconds since it was sent: the server
+stays in use (its prompt goes on decoding), and the next answer in time makes it "ready" again.
 """
 
 from __future__ import annotations
@@ -47,7 +49,20 @@ def serving(health: ServerHealth, name: str) -> Status:
     """After a request found the model server failing (`kind`), or answering again (None)."""
     if health.kind is None:
         return Status("ready", f"{name} answers again")
+    if health.kind == "timeout" and health.seconds is not None:
+        return slow(health, name)
     return Status(STATE_OF_KIND.get(health.kind, "error"), health.message)
+
+
+def slow(health: ServerHealth, name: str) -> Status:
+    """A request missed its budget (or, `caught_up`, the prompt it left has been decoded since)."""
+    took = health.seconds or 0.0
+    seconds = f"{took:.1f}" if took < 10 else f"{took:.0f}"
+    budget = f"the {health.budget_s:g} s budget" if health.budget_s else "its budget"
+    fix = "If it stays slow, raise `modelServerTimeoutMs` or use a faster server (one with a GPU)."
+    if health.caught_up:
+        return Status("slow", f"slow ({seconds} s): {name} needed {seconds} s for a prompt, more than {budget} (`modelServerTimeoutMs`); it is decoded now, so the next suggestions come from it. {fix}")
+    return Status("slow", f"slow ({seconds} s): {name} did not answer within {budget} (`modelServerTimeoutMs`), so that keystroke got no suggestion; it goes on decoding the prompt for the next keystrokes. {fix}")
 
 
 def send(protocol: Any, status: Status) -> None:

@@ -11,6 +11,7 @@ import math
 import re
 import socket
 import threading
+import time
 
 from engine.vocab import VocabIndex
 
@@ -65,6 +66,7 @@ class FakeLlamaServer(LoopbackHttpServer):
     def __init__(self, vocab: VocabIndex, table: dict[tuple[int, ...], dict[int, float]], prompt_len: int = 1) -> None:
         self.vocab, self.table, self.prompt_len = vocab, table, prompt_len
         self.bodies: list[dict] = []
+        self.prefill_delay_s = 0.0  # before answering a prefill (a slow prompt decode)
         super().__init__()
 
     def logprobs(self, path: tuple[int, ...]) -> list[float]:
@@ -81,6 +83,7 @@ class FakeLlamaServer(LoopbackHttpServer):
             self.bodies.append(request)
             events = self._complete(request)
             if not request.get("stream"):
+                time.sleep(self.prefill_delay_s)
                 self._send(conn, b"200 OK", json.dumps({"id_slot": 0, "timings": {"prompt_n": len(request["prompt"])}}).encode())
                 return
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")

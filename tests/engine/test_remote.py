@@ -106,12 +106,6 @@ def test_equal_to_in_process_on_mid_word_cases(remote, model_engine):
     assert report["equal"] == report["cases"], report["differ"]
 
 
-def test_an_https_url_is_refused_with_what_to_do():
-    with pytest.raises(ModelServerError) as caught:
-        Engine.load(EngineConfig(model_server="https://gpu-box.example:8080"))
-    assert caught.value.kind == "url" and "proxy" in str(caught.value)
-
-
 def test_a_wrong_key_is_refused_and_the_right_one_works():
     from tests.fixtures import start_llama_server
 

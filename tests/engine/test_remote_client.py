@@ -1,12 +1,15 @@
 """engine.http_client against small fake HTTP servers on 127.0.0.1: every fault becomes a
 ModelServerError of the right kind within the time budget, the key goes as a Bearer header and
-never into a message, and a failure is followed by a fast-failing back-off window.
+never into a message, only a server that is down is followed by a fast-failing back-off window
+(a slow one is asked again), connections are kept alive, and an answer can be waited for again
+after a timeout.
 
 Fakes only for the fault logic: the same client against a real llama-server is in
 test_remote.py."""
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 import time
@@ -118,6 +121,70 @@ def test_a_slow_server_times_out_within_the_budget(serve):
     assert "modelServerTimeoutMs" in str(error)
 
 
+def test_a_timeout_starts_no_back_off_the_next_call_asks_the_server(serve):
+    server = serve(lambda _: http(200, b'{"status": "ok"}'), delay_s=0.6)
+    client = ModelServerClient(server.url, None, 0.2)
+    assert kind_of(lambda: client.get_json("/health")).kind == "timeout"
+    assert kind_of(lambda: client.get_json("/health")).kind == "timeout"
+    assert len(server.requests) == 2  # the second call asked the server: no fast "timeout"
+    server.delay_s = 0.0
+    assert client.get_json("/health") == {"status": "ok"}
+
+
+def test_a_pending_answer_outlives_a_timeout_and_a_cancel(serve):
+    server = serve(lambda _: http(200, b'{"done": 1}'), delay_s=0.8)
+    client = ModelServerClient(server.url, None, 0.2)
+    pending = client.start("/completion", {"prompt": [1]})
+    assert kind_of(lambda: pending.wait(time.monotonic() + 0.2)).kind == "timeout"
+    with pytest.raises(StreamCancelled):
+        pending.wait(time.monotonic() + 5, cancel=lambda: True)
+    assert not pending.closed
+    assert pending.wait(time.monotonic() + 5) == {"done": 1}
+    assert len(server.requests) == 1  # one request, waited for three times
+
+
+class KeepAliveServer(LoopbackHttpServer):
+    """Answers every request on a connection with `{"n": i}`, keeping the connection open."""
+
+    def __init__(self) -> None:
+        self.connections = 0
+        self.answered = 0
+        super().__init__()
+
+    def _one(self, conn: socket.socket) -> None:
+        self.connections += 1
+        data = b""
+        with conn:
+            while True:
+                while b"\r\n\r\n" not in data:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        return
+                    data += chunk
+                head, _, data = data.partition(b"\r\n\r\n")
+                length = int(re.search(rb"(?im)^content-length:\s*(\d+)", head).group(1)) if b"ength:" in head else 0
+                while len(data) < length:
+                    data += conn.recv(65536)
+                data = data[length:]
+                self.answered += 1
+                conn.sendall(http(200, b'{"n": %d}' % self.answered))
+
+
+def test_connections_are_kept_alive_and_a_closed_one_is_replaced(serve):
+    keep = KeepAliveServer()
+    client = ModelServerClient(keep.url, None, 2.0)
+    for i in range(1, 6):
+        assert client.post_json("/completion", {"prompt": [i]}) == {"n": i}
+    assert keep.connections == 1 and client.traffic.connections == 1
+    keep.close()
+    # A server that closes after each answer: the kept connection is found closed and replaced.
+    once = serve(lambda _: http(200, b'{"status": "ok"}'), hold_s=0.0)
+    client = ModelServerClient(once.url, None, 2.0)
+    for _ in range(4):
+        assert client.get_json("/health") == {"status": "ok"}
+    assert len(once.requests) == 4
+
+
 def test_nothing_listening_is_unreachable_and_then_fails_fast_until_the_back_off_ends():
     probe = socket.socket()
     probe.bind(("127.0.0.1", 0))
@@ -144,7 +211,7 @@ def test_a_cancel_closes_the_stream_at_once(serve):
     assert stream.closed and time.monotonic() - started < 1.0
 
 
-@pytest.mark.parametrize("url,kind", [("https://gpu.example:8080", "url"), ("ftp://x", "url"), ("http://", "url"), ("http://h:99999", "url")])
+@pytest.mark.parametrize("url,kind", [("ftp://x", "url"), ("http://", "url"), ("https://", "url"), ("http://h:99999", "url")])
 def test_bad_urls_are_refused_with_a_message(url, kind):
     error = kind_of(lambda: parse_url(url))
     assert error.kind == kind and "modelServer" in str(error) or "proxy" in str(error)

@@ -158,3 +158,35 @@ def test_a_path_ranked_on_a_bound_that_became_exact_meanwhile_is_not_taken_as_pr
         assert rows.fallbacks == []
     finally:
         server.close()
+
+
+def test_a_prefill_that_misses_the_budget_is_waited_on_again_not_sent_again(fake):
+    """The keystroke's budget runs out; the prefetch that follows (longer budget) waits on the same
+    request; a prefill for another document gives a running one up (the connection is closed)."""
+    from engine.types import ModelServerError
+
+    fake.prefill_delay_s = 0.8
+    rows = RemoteRows(ModelServerClient(fake.url, None, 0.3), VOCAB, 2048, 1, None)
+    doc = PROMPT + (1, 2, 3)
+    rows.begin(None, max_tokens=4)
+    with pytest.raises(ModelServerError) as slow:
+        rows.prefill(doc)
+    assert slow.value.kind == "timeout" and rows.filling
+    rows.end()
+    assert rows.filling  # an ended call leaves it running
+    rows.begin(None, max_tokens=0)  # the prefetch
+    rows.prefill(doc)
+    rows.end()
+    assert not rows.filling
+    prefills = [b for b in fake.bodies if not b.get("stream")]
+    assert len(prefills) == 1, prefills  # sent once, waited on twice
+    rows.begin(None, max_tokens=4)
+    other = PROMPT + (3, 2, 1, 1)
+    with pytest.raises(ModelServerError):
+        rows.prefill(other)
+    rows.end()
+    third = PROMPT + (2, 2, 2, 2)
+    rows.begin(None, max_tokens=4)  # the next keystroke, in another document
+    with pytest.raises(ModelServerError):
+        rows.prefill(third)  # another document: the first one is given up, this one is sent
+    assert [b["prompt"] for b in fake.bodies if not b.get("stream")][1:] == [list(other[:-1]), list(third[:-1])]

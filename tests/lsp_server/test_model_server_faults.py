@@ -224,14 +224,6 @@ def test_another_model_than_the_local_vocabulary_is_refused(tiny_models, lsp):
         assert any("vocabulary" in m for m in shown(client))
 
 
-def test_an_https_url_is_refused_with_what_to_do(lsp):
-    client = connect("https://127.0.0.1:9")
-    lsp.append(client)
-    state = statuses(client)[-1]
-    assert state["state"] == "error" and "https" in state["message"]
-    assert probe(opened(client), DRAFT) is None
-
-
 def test_plain_http_to_another_host_is_warned_about(lsp):
     client = connect("http://192.0.2.1:8080", modelServerTimeoutMs=300)  # TEST-NET-1: never answers
     lsp.append(client)
@@ -265,7 +257,10 @@ def test_four_users_type_at_once_and_each_keeps_its_own_kv(llama_server, lsp):
 
     def user(i: int) -> None:
         editor = editors[i]
-        for ch in texts[i][-4:]:
+        # The last letters of the word, then a space off the suggestion: typing along a suggestion is
+        # answered from it with no engine work, so that last keystroke makes sure the engine is
+        # asked again, on the same prompt and the word just typed.
+        for ch in texts[i][-4:] + " ":
             editor.type(URI, ch)
             reply = editor.inline(URI, timeout=ANSWER_S)
             items = reply.result["items"] if isinstance(reply.result, dict) else reply.result
@@ -276,13 +271,19 @@ def test_four_users_type_at_once_and_each_keeps_its_own_kv(llama_server, lsp):
         thread.start()
     for thread in threads:
         thread.join(8 * ANSWER_S)
-    assert all(len(results[i]) == 4 for i in range(4)), results
+    assert all(len(results[i]) == 5 for i in range(4)), results
     for i, typed in results.items():
-        assert typed[-1][0] is not None, (i, typed)
-        # Each keystroke after the first reuses the prompt its slot holds (only the covering search's
-        # few tokens are decoded): had another user's prompt taken the slot, the whole prompt (about
-        # 40 tokens) would be decoded again.
-        for _, stats in typed[1:]:
+        assert typed[3][0] is not None, (i, typed)
+        # The stats are the last *engine* answer's: a keystroke answered from the suggestion shown
+        # repeats them (and there are none before the first), so only keystrokes the engine
+        # answered are judged. The first may pay for the document's prompt (under load, its
+        # prefetch at didOpen may not be done by then).
+        counts = [stats.get("engineAnswers", 0) for _, stats in typed]
+        answered = [stats for n, (_, stats) in enumerate(typed) if counts[n] != (counts[n - 1] if n else 0)]
+        assert len(answered) >= 2, (i, typed)
+        # Each later one reuses the prompt its slot holds (only the covering search's few tokens
+        # are decoded): had another user's prompt taken the slot, the prompt would be decoded again.
+        for stats in answered[1:]:
             assert stats["promptTokens"] >= 30 and stats["decodedTokens"] <= stats["promptTokens"] // 3, (i, stats)
     used = set(re.findall(r"slot launch_slot_: id +(\d+)", llama_server.log()[log_from:]))
     assert used == {"0", "1", "2", "3"}, used  # four users, four slots
