@@ -47,7 +47,7 @@ from bench.humaneval import FunctionCase, cases, passes
 from bench.infill import SEED_ARGS, InfillPeer
 from bench.llama_server import LlamaServer
 from bench.lsp_client import Editor, LspClient, insert_text
-from bench.stats import median
+from bench.stats import median, ratio
 from lsp_server.split import split
 
 METHODS = ("exact", "mask", "naive")
@@ -112,17 +112,22 @@ def run_main(args: argparse.Namespace, todo: list[FunctionCase], out: dict[str, 
     try:
         editor = Editor(client, encoding="utf-8")
         for n, case in enumerate(todo):
-            if case.task_id in part["cases"]:
+            done = part["cases"].get(case.task_id)
+            redo = [name for name in args.redo if done is not None and name in CONFIGS]
+            if done is not None and not redo:
                 continue
-            row: dict[str, Any] = {"word": case.word, "typed": case.before[case.before.rfind("\n") + 1 :], "rest": case.rest}
+            row: dict[str, Any] = done or {"word": case.word, "typed": case.before[case.before.rfind("\n") + 1 :], "rest": case.rest}
             row["line restored"] = judged(case, {"inserted": case.rest})
             uri = f"file:///bench/functional/{case.task_id.replace('/', '_')}.py"
             editor.open(uri, case.document, "python")
             for name, settings in CONFIGS.items():
-                configure(client, settings)
-                row[name] = judged(case, ask(editor, case, uri))
+                if done is None or name in redo:
+                    configure(client, settings)
+                    row[name] = judged(case, ask(editor, case, uri))
             editor.close(uri)
             for name, greedy in zip(PEERS, (False, True)):
+                if done is not None:
+                    break
                 ms, line, answer = peer.llama_vim(case.document, case.cursor, greedy=greedy)
                 row[name] = judged(case, {"inserted": line, "ms": ms, "content": answer.get("content"),
                                           "prompt_n": answer.get("timings/prompt_n")})  # fmt: skip
@@ -195,15 +200,23 @@ def summary(part: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def _shares(s: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {r["who"]: r for r in s}
+
+
 def tables(out: dict[str, Any]) -> list[report.Table]:
     found = []
     if out.get("main", {}).get("cases"):
-        s = summary(out["main"])
+        by = _shares(summary(out["main"]))
+        peer = by.get(PEERS[0], {}).get("pass_rate")
+        # No latency here: the six configurations of a case share its prompt's KV (each but the
+        # first of a layout reuses it), so their times say nothing of one another.
         found.append((
-            f"functional: HumanEval lines cut inside a word, the function's tests pass ({out['main']['model']})",
-            ["who", "cases", "passed", "pass rate", "median ms", "no suggestion"],
+            f"functional: HumanEval lines cut inside a word, the function's tests pass ({Path(str(out['main']['model'])).name})",
+            ["who", "cases", "passed", "pass rate", "vs llama.vim /infill", "no suggestion"],
             [[r["who"], report.num(r["cases"]), report.num(r["passed"]), report.pct(r["pass_rate"]),
-              report.num(r["median_ms"], 0), report.num(r["empty"])] for r in s],
+              report.times(ratio(r["pass_rate"], peer)) if r["who"] not in PEERS[:1] else "",
+              report.num(r["empty"])] for r in by.values()],
         ))  # fmt: skip
     if out.get("shared", {}).get("cases"):
         sh = out["shared"]
@@ -213,18 +226,15 @@ def tables(out: dict[str, Any]) -> list[report.Table]:
             ["who", "cases", "passed", "pass rate", "median ms", "round trips med / mean", "proven exact", "no suggestion"],
             [[r["who"], report.num(r["cases"]), report.num(r["passed"]), report.pct(r["pass_rate"]),
               report.num(r["median_ms"], 0),
-              f"{report.num(r['round_trips_median'], 1)} / {report.num(r['round_trips_mean'], 2)}" if r["round_trips_median"] is not None else "-",
-              report.pct(r["proven_exact"]), report.num(r["empty"])] for r in s],
+              f"{report.num(r['round_trips_median'], 1)} / {report.num(r['round_trips_mean'], 2)}" if "ours remote" == r["who"] else "-",
+              report.pct(r["proven_exact"]) if r["who"] == "ours remote" else "-", report.num(r["empty"])] for r in s],
         ))  # fmt: skip
     return found
 
 
-def print_tables(out: dict[str, Any]) -> None:
-    for title, header, body in tables(out):
-        print(f"\n## {title}")
-        widths = [max(len(str(x)) for x in col) for col in zip(header, *body)]
-        for line in (header, *body):
-            print("  ".join(str(x).ljust(w) for x, w in zip(line, widths)))
+def print_tables(out: dict[str, Any], markdown: bool = False) -> None:
+    for table in tables(out):
+        print(("\n" + report.markdown(table)) if markdown else ("\n" + report.render(table)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -236,13 +246,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shared", default="qwen2.5-coder-1.5b", help="the model llama-server runs for the shared part")
     parser.add_argument("--shared-limit", type=int, default=None, help="the first N problems for the shared part")
     parser.add_argument("--out", type=Path, default=None, help="results JSON (merged per part; default bench/results/functional.json)")
+    parser.add_argument("--redo", type=lambda v: [x.strip() for x in v.split(",") if x.strip()], default=[],
+                        help='configurations to measure again for cases already in the file (e.g. "naive + suffix")')
     parser.add_argument("--fresh", action="store_true", help="start the parts anew instead of resuming from the results file")
     parser.add_argument("--render", action="store_true", help="measure nothing: print the results file's tables")
+    parser.add_argument("--markdown", action="store_true", help="with --render: the tables as markdown (docs/functional.md)")
     args = parser.parse_args(argv)
     path = args.out or results_path()
     out: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
     if args.render:
-        print_tables(out)
+        print_tables(out, args.markdown)
         return 0
     parts = [p.strip() for p in args.only.split(",") if p.strip()]
     if args.fresh:
