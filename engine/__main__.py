@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from engine.types import CompletionRequest, EngineConfig, ModelLoadError, SamplingConfig
 
@@ -14,7 +13,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m engine", description=__doc__)
     parser.add_argument("--prompt", required=True, help="text before the word boundary")
     parser.add_argument("--require", default="", help="bytes the completion must begin with")
-    parser.add_argument("--model", type=Path, default=None, help="GGUF file (default: the bundled Gemma 3 270M)")
+    parser.add_argument("--model", default=None, help="a catalogue name (engine.catalogue) or a GGUF file (default: Gemma 3 270M)")
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--seed", type=int, default=0)
@@ -39,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     result = engine.complete(request)
     if args.json:
         print(json.dumps({
+            "model": engine.model_id,
             "text": result.text,
             "tokens": result.stats.generated_tokens,
             "ms": round(result.stats.ms, 2),

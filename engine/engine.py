@@ -21,7 +21,7 @@ from engine.alternatives import CANDIDATES_PER_ALTERNATIVE, BudgetedRows, altern
 from engine.kv import Cancelled, KvCache
 from engine.lexicon import WordScorer, choose, first_word, is_word_char
 from engine.llama_backend import LlamaContext, LlamaModel, allocated_tokens
-from engine.model_files import resolve_model
+from engine.model_files import resolve
 from engine.prompt import FIM_EXTRA_TOKENS, FimTokens, fim_prompt
 from engine.kv import PathRows
 from engine.sequence import Sequence
@@ -97,11 +97,16 @@ class Engine:
     the `cancel` event passed to `complete` (each request has its own, so a cancel can never
     reach the request that follows it); it returns within one decode step."""
 
-    def __init__(self, model: LlamaModel, context: LlamaContext, vocab: VocabIndex, config: EngineConfig, kv=None):
+    def __init__(
+        self, model: LlamaModel, context: LlamaContext, vocab: VocabIndex, config: EngineConfig, kv=None,
+        model_id: str = "",
+    ):
         """`kv`: the distributions' source; by default a KvCache over `context`. The remote
-        backend (engine.remote.RemoteRows) is both `context` and `kv`."""
+        backend (engine.remote.RemoteRows) is both `context` and `kv`. `model_id`: what makes the
+        distributions (engine.model_files.model_id: a catalogue name or "sha256:<hex>")."""
         self.config = config
         self.model_path = model.path
+        self.model_id = model_id
         self._model = model
         self._context = context
         self.vocab = vocab
@@ -115,22 +120,23 @@ class Engine:
 
     @classmethod
     def load(cls, config: EngineConfig = EngineConfig()) -> Engine:
-        """Load the model (the default one when `config.model_path` is None). Raises ModelLoadError.
+        """Load the model: `config.model_path` is a catalogue name or a path (None: the default).
+        Raises ModelLoadError.
         With `config.model_server` the model runs on that llama-server (engine.remote_load);
         only the vocabulary is read here. Raises ModelServerError then."""
         if config.model_server:
             from engine.remote_load import connect
 
-            model, remote, vocab = connect(config, MIN_PROMPT_TOKENS)
-            return cls(model, remote, vocab, config, kv=remote)
+            model, remote, vocab, model_id = connect(config, MIN_PROMPT_TOKENS)
+            return cls(model, remote, vocab, config, kv=remote, model_id=model_id)
         if config.context_tokens < 2 * MIN_PROMPT_TOKENS:
             raise ModelLoadError(
                 config.model_path,
                 f"a context of {config.context_tokens} tokens is too small",
                 f"Set `contextTokens` to at least {2 * MIN_PROMPT_TOKENS} (2048 is the default)",
             )
-        path = resolve_model(config.model_path)
-        model = LlamaModel(path)
+        resolved = resolve(config.model_path)
+        model = LlamaModel(resolved.path)
         try:
             sequences = remembered_sequences(config, model.kv_bytes_per_token(), available_memory_bytes())
             context = LlamaContext(model, config.context_tokens, config.batch_tokens, config.threads, sequences)
@@ -139,7 +145,7 @@ class Engine:
             raise
         pieces = model.pieces()
         vocab = VocabIndex(pieces, *model.special_flags(pieces))
-        return cls(model, context, vocab, config)
+        return cls(model, context, vocab, config, model_id=resolved.model_id)
 
     @property
     def n_ctx(self) -> int:

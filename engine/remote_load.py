@@ -20,17 +20,19 @@ local vocabulary stays the way here.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from engine.http_client import ModelServerClient
 from engine.llama_backend import LlamaModel
-from engine.model_files import resolve_model
+from engine.model_files import model_id, resolve_model
 from engine.remote import PROBE_TEXT, RemoteRows
 from engine.types import EngineConfig, ModelServerError
 from engine.vocab import VocabIndex
 
 
-def connect(config: EngineConfig, min_prompt_tokens: int) -> tuple[LlamaModel, RemoteRows, VocabIndex]:
-    """(vocabulary-only model, remote rows, vocabulary index) for `config.model_server`."""
+def connect(config: EngineConfig, min_prompt_tokens: int) -> tuple[LlamaModel, RemoteRows, VocabIndex, str]:
+    """(vocabulary-only model, remote rows, vocabulary index, the server's model id) for
+    `config.model_server`."""
     client = ModelServerClient(config.model_server or "", config.model_server_api_key, config.model_server_timeout_s)
     deadline = time.monotonic() + max(config.model_server_timeout_s, 1.0)
     health = client.get_json("/health", deadline)
@@ -60,7 +62,24 @@ def connect(config: EngineConfig, min_prompt_tokens: int) -> tuple[LlamaModel, R
             f"Start llama-server with --ctx-size of at least {2 * min_prompt_tokens} times --parallel",
         )
     remote = RemoteRows(client, vocab, n_ctx, total_slots, config.model_server_slot)
-    return model, remote, vocab
+    return model, remote, vocab, server_model_id(props)
+
+
+def server_model_id(props: object) -> str:
+    """The identity of the model the server runs (its distributions are what a calibration is
+    for, not the local vocabulary's file): when its `model_path` is a file on this machine, that
+    file's (engine.model_files.model_id, hashed once); else "server:<file name>", which names
+    no calibration."""
+    where = props.get("model_path") if isinstance(props, dict) else None
+    if not isinstance(where, str) or not where:
+        return "server:unknown"
+    path = Path(where)
+    try:
+        if path.is_file():
+            return model_id(path)
+    except OSError:
+        pass
+    return f"server:{path.name}"
 
 
 def _check_vocabulary(client: ModelServerClient, model: LlamaModel, deadline: float) -> None:

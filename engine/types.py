@@ -13,9 +13,10 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """How to load the model. `model_path=None` means the default model shipped from PyPI."""
+    """How to load the model. `model_path` is a GGUF path or a catalogue name (engine.catalogue,
+    resolved at load by engine.model_files.resolve); None means the default model."""
 
-    model_path: Path | None = None
+    model_path: Path | str | None = None
     context_tokens: int = 2048
     threads: int | None = None  # None: all cores
     batch_tokens: int = 512
@@ -67,6 +68,9 @@ class CompletionRequest:
     # Multi-line only (sampling.single_line False): generation ends before the first later line
     # indented less than this many spaces/tabs (the end of the block being written); None: no such end.
     indent_floor: int | None = None
+    # The document's language (an LSP languageId such as "python"): a hint for whoever picks the
+    # model (lsp_server.routing); the engine itself does not read it.
+    language: str | None = None
 
 
 @dataclass(frozen=True)

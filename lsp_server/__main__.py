@@ -67,6 +67,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     complete.add_argument("--text", required=True, help="text before the cursor")
     complete.add_argument("--suffix", default="", help="text after the cursor")
+    complete.add_argument(
+        "--language", default="plaintext",
+        help="the text's LSP languageId (python, c, markdown...): with no --model it picks the model, "
+        "code languages going to the code model and prose to the prose model (default: plaintext)",
+    )
     complete.add_argument("--json", action="store_true", help="print details as JSON")
     return parser
 
@@ -131,7 +136,8 @@ def complete(args: argparse.Namespace, settings: Settings) -> int:
         if not loaded.ok:
             print(f"cpc-lsp: {loaded.error}", file=sys.stderr)
             return 2
-        answer = scheduler.submit(request_for(parts, settings, block=block)).future.result()
+        answer = scheduler.submit(request_for(parts, settings, block=block, language=args.language)).future.result()
+        model = scheduler.model_id  # after the answer: the routed default loads the model it needs
     finally:
         scheduler.close()
     if answer.completion is None:
@@ -143,6 +149,7 @@ def complete(args: argparse.Namespace, settings: Settings) -> int:
     insert_text = found.insert_text if found else parts.word
     if args.json:
         print(json.dumps({
+            "model": model,
             "prompt": parts.prompt,
             "required": parts.required,
             "suffix": parts.suffix,

@@ -152,6 +152,7 @@ class Document:
     text: str
     version: int | None = None
     stale: bool = False
+    language_id: str = ""  # as didOpen gave it
     lines: Lines = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
@@ -204,8 +205,8 @@ class Documents:
         self._docs: dict[str, Document] = {}
         self._watcher = watcher
 
-    def open(self, uri: str, text: str, version: int | None) -> None:
-        self._docs[unquote(uri)] = Document(uri, text, version)
+    def open(self, uri: str, text: str, version: int | None, language_id: str = "") -> None:
+        self._docs[unquote(uri)] = Document(uri, text, version, language_id=language_id)
         if self._watcher is not None:
             self._watcher.opened(unquote(uri), text)
 

@@ -11,6 +11,7 @@ import ipaddress
 from urllib.parse import urlsplit
 
 from engine import EngineConfig
+from lsp_server import routing
 
 
 def is_loopback(host: str) -> bool:
@@ -42,4 +43,6 @@ def model_name(config: EngineConfig) -> str:
     """How messages name what serves suggestions."""
     if config.model_server:
         return f"the model server {config.model_server}"
-    return str(config.model_path) if config.model_path else "the default model"
+    if config.model_path:
+        return str(config.model_path)
+    return f"the default models ({routing.CODE_MODEL} for code, {routing.PROSE_MODEL} for prose)"

@@ -53,9 +53,13 @@ class EngineLike(Protocol):
 
 
 def load_engine(config: EngineConfig) -> EngineLike:
-    """The real engine (llama.cpp loads here, on the worker thread, not at import)."""
+    """The real engine (llama.cpp loads here, on the worker thread, not at import); with no model
+    chosen, the routed default (lsp_server.routing: code and prose models)."""
     from engine import Engine
+    from lsp_server import routing
 
+    if routing.routes(config):
+        return routing.RoutedEngine(config, Engine.load)
     return Engine.load(config)
 
 
@@ -252,6 +256,12 @@ class Scheduler:
 
     def _retry_due(self) -> bool:
         return self._retry is not None and time.monotonic() >= self._retry[1]
+
+    @property
+    def model_id(self) -> str | None:
+        """The loaded model's identity (engine.Engine.model_id: a catalogue name or "sha256:<hex>");
+        None while no model is loaded."""
+        return getattr(self._engine, "model_id", None)
 
     def _retry_wait(self) -> float | None:
         """How long the worker may sleep: until the next retry, or until woken (None)."""

@@ -137,7 +137,9 @@ class CpcServer(LanguageServer):
         """Log a load's outcome; a failure is shown to the user, a retry's only when its cause is
         new (a server that stays down says so once, not every few seconds)."""
         if result.ok:
-            self.log(types.MessageType.Info, f"loaded {name} in {result.seconds:.1f} s")
+            model = self.scheduler.model_id
+            named = f"{name} ({model})" if model and model != name else name
+            self.log(types.MessageType.Info, f"loaded {named} in {result.seconds:.1f} s")
             return
         message = f"cpc-lsp: {result.error}"
         if result.kept is not None:
@@ -242,7 +244,7 @@ class CpcServer(LanguageServer):
         if edit is not None:
             cursor = doc.offset_at(edit[0].start_line, edit[0].start_character, self.encoding) + edit[1]
         parts = split(doc.text, cursor, self.settings.fim_suffix_lines or None)
-        self.scheduler.prefetch(request_for(parts, self.settings), tag=unquote(uri))
+        self.scheduler.prefetch(request_for(parts, self.settings, language=doc.language_id), tag=unquote(uri))
 
     async def suggest(
         self, uri: str, position: types.Position, selected: types.SelectedCompletionInfo | None = None
@@ -269,7 +271,9 @@ class CpcServer(LanguageServer):
         self.carry.forget(uri)
         block = blocks.at(text, at, settings.line_mode())
         candidates = self.lexicon.candidates(parts.word) if settings.lexicon else ()
-        request = request_for(parts, settings, candidates, block, alternatives=settings.alternatives)
+        request = request_for(
+            parts, settings, candidates, block, alternatives=settings.alternatives, language=doc.language_id
+        )
         job = self.scheduler.submit(request, tag=unquote(uri))
         try:
             answer = await self._wait(job)
@@ -356,6 +360,7 @@ class CpcServer(LanguageServer):
         numbers = {camel(k): v for k, v in asdict(last.stats).items()}
         return {
             **numbers,
+            "model": self.scheduler.model_id,
             "stopReason": last.stop_reason,
             "requiredSatisfied": last.required_satisfied,
             "requests": self.requests,
@@ -423,7 +428,7 @@ def build_server(
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls: CpcServer, params: types.DidOpenTextDocumentParams) -> None:
         doc = params.text_document
-        ls.documents.open(doc.uri, doc.text, doc.version)
+        ls.documents.open(doc.uri, doc.text, doc.version, doc.language_id or "")
         ls.prefetch(doc.uri, None)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)

@@ -1,8 +1,8 @@
 """User settings: one typed, immutable value, and the validation that produces it.
 
 Each setting is declared once, as a field of `Settings` (see `lsp_server.schema` for how that one
-declaration also makes the command-line option, the VS Code manifest entry and the README row,
-and for how to add a setting).
+declaration also makes the command-line option, the VS Code manifest entry and the row of
+docs/settings.md, and for how to add a setting).
 
 Clients send settings as JSON under the section ``cpcLsp`` (in ``initializationOptions`` and
 ``workspace/didChangeConfiguration``). Updates are patches: a key that is absent keeps its value,
@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from engine import CompletionRequest, EngineConfig, SamplingConfig
+from engine import CompletionRequest, EngineConfig, SamplingConfig, catalogue
 from lsp_server import schema
 from lsp_server.schema import (
     SECTION, Bool, Choice, Int, Invalid, Number, OptionalPath, Secret, Spec, Strings, Url, setting, specs,
@@ -50,10 +50,12 @@ class Settings:
     """Every knob the server reads: its default, its kind and what it does (the schema)."""
 
     model: str | None = setting(
-        None, OptionalPath(),
-        "Path to a GGUF model file. Empty: the server's default model, which is the one given with "
-        "`--model` on the server's command line if any, else the one installed with the server "
-        "(Gemma 3 270M). Changing it reloads the model.",
+        None, OptionalPath(tuple(catalogue.CATALOGUE)),
+        "The model: a name from the catalogue (the README's model table; `make model MODEL=NAME` "
+        "installs one) or the path to a GGUF file. Empty: the server's default, which is the one "
+        "given with `--model` on the server's command line if any, else the two installed with the "
+        "server: code files go to qwen2.5-coder-0.5b, prose (plain text, Markdown, commit messages...) "
+        "to gemma-3-270m. Changing it reloads the model.",
         scope="machine-overridable",
     )
     max_tokens: int = setting(
@@ -201,9 +203,8 @@ class Settings:
 
     def engine_config(self) -> EngineConfig:
         """What loading the engine needs; a change here means a reload."""
-        path = None if self.model is None else Path(self.model).expanduser()
         return EngineConfig(
-            model_path=path,
+            model_path=self.model_ref(),
             context_tokens=self.context_tokens,
             threads=self.threads or None,
             memory_budget_mib=self.memory_budget_mib,
@@ -213,6 +214,13 @@ class Settings:
             model_server_timeout_s=self.model_server_timeout_ms / 1000
             if self.model_server else _ENGINE.model_server_timeout_s,
         )
+
+    def model_ref(self) -> str | Path | None:
+        """`model` for the engine: a catalogue name as it is (engine.model_files resolves it), a
+        path expanded; None: the default."""
+        if self.model is None or catalogue.by_name(self.model) is not None:
+            return self.model
+        return Path(self.model).expanduser()
 
     def line_mode(self) -> str:
         """`multiLine`, with the older `singleLine: false` meaning "always"."""
@@ -303,14 +311,14 @@ def _show(value: Any) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m lsp_server.settings --write | --check`: the VS Code manifest's server keys and the
-    README's settings table, written from (or checked against) `Settings`."""
+    table of docs/settings.md, written from (or checked against) `Settings`."""
     args = sys.argv[1:] if argv is None else argv
     if args not in (["--write"], ["--check"]):
         print("usage: python -m lsp_server.settings --write | --check", file=sys.stderr)
         return 2
     wanted = {
         schema.MANIFEST: schema.dump_manifest(schema.updated_manifest(json.loads(schema.MANIFEST.read_text(encoding="utf-8")), Settings)),
-        schema.README: schema.updated_readme(schema.README.read_text(encoding="utf-8"), Settings),
+        schema.SETTINGS_PAGE: schema.updated_settings_page(schema.SETTINGS_PAGE.read_text(encoding="utf-8"), Settings),
     }
     stale = [path for path, text in wanted.items() if path.read_text(encoding="utf-8") != text]
     if args == ["--write"]:

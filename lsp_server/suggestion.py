@@ -28,7 +28,7 @@ class Suggestion:
 
 def request_for(
     split: Split, settings: Settings, candidates: tuple[str, ...] = (), block: Block | None = None,
-    alternatives: int = 0,
+    alternatives: int = 0, language: str | None = None,
 ) -> CompletionRequest:
     """The engine request for `settings.method`: "exact" (the covering search), "mask" (per-step
     masking, seed 001) or "naive" (the partial word left in the prompt, no constraint; with a
@@ -36,7 +36,8 @@ def request_for(
     Tabby send it).
     `candidates` (document words beginning with the typed word) go with "exact" and `lexicon` only.
     With `block` the suggestion may span lines (`multiLineTokens`), ending where the block does.
-    `alternatives`: other first words to ask for (engine.alternatives; they may cost decodes)."""
+    `alternatives`: other first words to ask for (engine.alternatives; they may cost decodes).
+    `language`: the document's languageId, which picks the default model (lsp_server.routing)."""
     naive = settings.method == "naive"
     sampling = settings.sampling()
     max_tokens = settings.max_tokens
@@ -59,6 +60,7 @@ def request_for(
         lexicon_decodes=settings.lexicon_decodes,
         indent_floor=None if block is None else block.floor,
         alternatives=alternatives,
+        language=language,
     )
 
 

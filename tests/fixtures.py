@@ -21,6 +21,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -122,10 +123,12 @@ class FakeLoader:
         self.broken: set[EngineConfig] = set()
 
     def __call__(self, config: EngineConfig) -> FakeEngine:
-        if config in self.broken or (config.model_path is not None and not config.model_path.exists()):
+        missing = isinstance(config.model_path, Path) and not config.model_path.exists()  # a str is a catalogue name
+        if config in self.broken or missing:
             raise ModelLoadError(config.model_path, "the file does not exist", "Check the `model` setting")
         assert not [e for _, e in self.engines if not e.closed], "a second model while one is loaded"
         engine = FakeEngine(**self.engine_args)
+        engine.model_id = config.model_path if isinstance(config.model_path, str) else "sha256:fake"
         self.engines.append((config, engine))
         return engine
 

@@ -1,5 +1,5 @@
-"""The settings schema: one declaration per setting, and the manifest, the README and the engine's
-defaults agreeing with it. A failure here usually means: run `python -m lsp_server.settings --write`."""
+"""The settings schema: one declaration per setting, and the manifest, docs/settings.md and the
+engine's defaults agreeing with it. A failure here usually means: run `python -m lsp_server.settings --write`."""
 
 from __future__ import annotations
 
@@ -26,9 +26,9 @@ def test_the_manifest_has_exactly_the_schemas_server_settings():
     assert in_manifest == generated, FIX
 
 
-def test_the_readme_table_is_the_schemas():
-    readme = schema.README.read_text(encoding="utf-8")
-    assert schema.updated_readme(readme, Settings) == readme, FIX
+def test_the_settings_page_table_is_the_schemas():
+    page = schema.SETTINGS_PAGE.read_text(encoding="utf-8")
+    assert schema.updated_settings_page(page, Settings) == page, FIX
 
 
 def test_every_field_is_a_setting_and_every_default_is_valid():
@@ -56,7 +56,7 @@ class _Toy:
 
 def test_adding_a_setting_is_one_declaration():
     """A new field shows up in the manifest (beside the other server keys; every other key kept
-    where it was) and in the README table."""
+    where it was) and in the settings table."""
     manifest = {"contributes": {"configuration": {"properties": {
         "cpcLsp.server.command": {"type": "string"},
         "cpcLsp.width": {"type": "integer", "default": 1},

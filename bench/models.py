@@ -1,0 +1,221 @@
+"""`python -m bench --only models [--model A,B]`: the figures of the README's model table.
+
+For each catalogue model (engine.catalogue; all of them by default), through the real server
+started with `--model NAME` (so the name is resolved, the file joined and checked as a user's is):
+
+- **first word right inside a word**, on the code cases (Python, JavaScript, C) and on the prose
+  cases of bench.cases: the exact method with the gate off (`minConfidence` 0: this measures the
+  model's choice, not the gate's) and no alternatives (they are computed after the suggestion and
+  never change it). Deterministic at temperature 0, so machine load does not move it;
+- **cold and warm request latency**: a word typed letter by letter into fresh documents of about
+  214 and 838 tokens (bench.prompts, bench.latency's typing): the first keystroke on a document is
+  cold; "typing" is the median of the others, as a user types the real word (some are answered
+  from the suggestion already shown, at no engine cost); "warm" is the median of letters typed off
+  the suggestion, each a request the engine computes with the prompt in its KV cache. The servers
+  run at the same time and take turns document by document, so each model sees the same machine
+  load: compare them side by side, not with figures from another run.
+
+Also: each server's peak resident memory and the model's file size. Results: bench/results/models.json,
+written again after each step, so an interrupted run keeps what it measured.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench import report
+from bench.cases import Case
+from bench.latency import _type_word
+from bench.lsp_client import Editor, LspClient, insert_text, peak_rss_mb
+from bench.prompts import documents
+from bench.quality import run_server
+from bench.stats import median
+from engine import catalogue
+
+CODE_KINDS = ("python", "javascript", "c")
+LATENCY_SIZES = (214, 838)
+OFF_KEYS = 3
+
+
+def names_of(value: str | None) -> list[str]:
+    """`--model` as a list of catalogue names (all of them when empty); an unknown one exits."""
+    wanted = [n.strip() for n in (value or "").split(",") if n.strip()] or list(catalogue.CATALOGUE)
+    unknown = [n for n in wanted if catalogue.by_name(n) is None]
+    if unknown:
+        raise SystemExit(f"bench: unknown model {', '.join(unknown)}; the catalogue has {catalogue.names()}")
+    return [catalogue.by_name(n).name for n in wanted]  # type: ignore[union-attr]
+
+
+def _start(name: str, threads: int, max_tokens: int) -> Editor:
+    log = Path(tempfile.gettempdir()) / f"cpc-lsp-bench-models-{name}-{os.getpid()}.log"
+    client = LspClient(["--log-level", "warning", "--model", name], stderr_path=log)
+    client.initialize({"maxTokens": max_tokens, "threads": threads}, wait_loaded=True, timeout=600)
+    editor = Editor(client)
+    warmup = f"file:///bench/models/warmup-{name}.txt"
+    editor.open(warmup, "The server is ready when this sentence gets an ans")
+    editor.inline(warmup)
+    editor.close(warmup)
+    return editor
+
+
+def quality(editor: Editor, cases: list[Case], max_tokens: int) -> dict[str, Any]:
+    """First word right on code and prose, the gate off (see the module docstring)."""
+    settings = {"cpcLsp": {"maxTokens": max_tokens, "minConfidence": 0.0, "alternatives": 0}}
+    editor.client.notify("workspace/didChangeConfiguration", {"settings": settings})
+    started = time.perf_counter()
+    outcomes = run_server(editor, cases)
+    model = (editor.stats() or {}).get("model")
+    groups = {"code": [o for o in outcomes if o.kind in CODE_KINDS], "prose": [o for o in outcomes if o.kind == "prose"]}
+    found: dict[str, Any] = {"served_as": model, "seconds": time.perf_counter() - started}
+    for group, chosen in [*groups.items(), *((k, [o for o in outcomes if o.kind == k]) for k in (*CODE_KINDS, "prose"))]:
+        right = sum(o.correct for o in chosen)
+        found.setdefault(group, {"right": right, "cases": len(chosen), "share": right / len(chosen) if chosen else None})
+    found["begins_with_typed"] = sum(bool(o.begins_with_typed) for o in outcomes) / len(outcomes) if outcomes else None
+    found["outcomes"] = [{"case": o.case, "kind": o.kind, "suggestion": o.suggestion, "correct": o.correct} for o in outcomes]
+    return found
+
+
+UNLIKELY = "qxzjkvw"  # letters typed off the suggestion, so the engine must work (bench.latency's)
+
+
+def _off_keystrokes(editor: Editor, uri: str, word: str, count: int) -> list[dict[str, Any]]:
+    """`count` keystrokes after the partial `word` at the document's end, each a letter the shown
+    suggestion did not expect: the prompt is in the KV cache (the word-boundary split keeps it),
+    so each is a warm request the engine computes."""
+    steps = []
+    shown = insert_text(editor.inline(uri)) or ""
+    for _ in range(count):
+        expected = shown[len(word) : len(word) + 1]
+        letter = next(c for c in UNLIKELY if c != expected)
+        editor.type(uri, letter)
+        word += letter
+        reply = editor.inline(uri)
+        shown = insert_text(reply) or ""
+        stats = editor.stats() or {}
+        steps.append({"ms": reply.ms, "decoded_tokens": stats.get("decodedTokens"), "engine_ms": stats.get("ms")})
+    return steps
+
+
+def latency(editors: dict[str, Editor], count_tokens: Callable[[str], int], docs_per_size: int, keys: int, max_tokens: int) -> dict[str, Any]:
+    """Per document: its word typed letter by letter (the first keystroke cold, the rest warm: as
+    a user types, so some are answered from the suggestion already shown), then `OFF_KEYS` letters
+    off the suggestion (warm requests the engine computes). The models take turns document by
+    document, the order rotating."""
+    steps: dict[str, dict[int, list[dict[str, Any]]]] = {n: {s: [] for s in LATENCY_SIZES} for n in editors}
+    names = list(editors)
+    for size in LATENCY_SIZES:
+        docs = documents(count_tokens, size, docs_per_size, min_word=7, first_line=40 + size // 4)
+        for d, doc in enumerate(docs):
+            for name in names[d % len(names):] + names[: d % len(names)]:
+                uri = f"file:///bench/models/{size}-{d}.py"
+                editor = editors[name]
+                typed = _type_word(editor, None, uri, doc, max_tokens, keys)
+                editor.open(uri, doc.base + doc.word[:keys])  # _type_word closed it: the same text again
+                off = _off_keystrokes(editor, uri, doc.word[:keys], OFF_KEYS)
+                editor.close(uri)
+                steps[name][size].append({"typed": typed, "off": off})
+    found: dict[str, Any] = {}
+    for name, by_size in steps.items():
+        rows = []
+        for size, docs in by_size.items():
+            rest = [k for s in docs for k in s["typed"][1:]]
+            off = [k for s in docs for k in s["off"]]
+            rows.append({
+                "tokens": median([s["typed"][0]["prompt_tokens"] for s in docs if s["typed"][0]["prompt_tokens"] is not None]),
+                "documents": len(docs),
+                "cold_ms": median([s["typed"][0]["ms"] for s in docs]),
+                "warm_typed_median_ms": median([k["ms"] for k in rest]),
+                "warm_typed_keystrokes": len(rest),
+                "warm_typed_answered_from_suggestion": sum(k["carried"] for k in rest),
+                "warm_off_median_ms": median([k["ms"] for k in off]),
+                "warm_off_keystrokes": len(off),
+                "warm_decoded_prompt_tokens_max": max((k["decoded_tokens"] or 0 for k in [*rest, *off]), default=None),
+                "steps": docs,
+            })  # fmt: skip
+        found[name] = rows
+    return found
+
+
+def table(results: dict[str, Any]) -> report.Table:
+    rows = []
+    for name in results["models"]:
+        entry = catalogue.by_name(name)
+        q = results.get("quality", {}).get(name, {})
+        lat = {row["tokens"]: row for row in results.get("latency", {}).get(name, [])}
+        cells = [name, f"{entry.size / 1e6:.0f} MB" if entry else "-"]
+        for group in ("code", "prose"):
+            g = q.get(group)
+            cells.append(f"{g['right']}/{g['cases']} ({100 * g['share']:.0f}%)" if g and g["cases"] else "-")
+        for row in lat.values():
+            cells += [report.num(row["cold_ms"], 0), report.num(row["warm_off_median_ms"], 0), report.num(row["warm_typed_median_ms"], 0)]
+        rows.append(cells)
+    sizes = [f"{row['tokens']:.0f}" for row in next(iter(results.get("latency", {}).values()), [])]
+    header = ["model", "file", "first word right, code", "first word right, prose"]
+    for size in sizes:
+        header += [f"cold ms ({size} tok)", f"warm ms ({size})", f"typing ms ({size})"]
+    return ("Models (through the real server; latency medians side by side in this run)", header, rows)
+
+
+def run(args, cases: list[Case], say: Callable[[str], None], out: Path) -> dict[str, Any]:
+    from engine.llama_backend import LlamaModel
+    from engine.model_files import default_model_path
+
+    names = names_of(args.model)
+    threads = args.threads or 0
+    results: dict[str, Any] = {
+        "command": "python -m bench " + " ".join(sys.argv[1:]),
+        "models": names,
+        "threads": threads or os.cpu_count(),
+        "machine": {"cpus": os.cpu_count(), "note": "shared with other processes: compare the models side by side"},
+        "cases": {"count": len(cases), "code": sum(c.kind in CODE_KINDS for c in cases),
+                  "prose": sum(c.kind == "prose" for c in cases), "seed": args.seed},  # fmt: skip
+    }
+    counter = LlamaModel(default_model_path(), vocab_only=True)  # one tokenizer sizes every model's documents
+
+    def count_tokens(text: str) -> int:
+        return len(counter.tokenize(text.encode("utf-8", "replace"), add_bos=True))
+
+    editors: dict[str, Editor] = {}
+    try:
+        for name in names:
+            say(f"models: starting the server with --model {name}")
+            started = time.perf_counter()
+            editors[name] = _start(name, threads, args.max_tokens)
+            results.setdefault("start_s", {})[name] = time.perf_counter() - started
+        say(f"models: cold/warm latency, {', '.join(names)} taking turns")
+        keys = 4 if args.quick else 6
+        results["latency"] = latency(editors, count_tokens, 1 if args.quick else 3, keys, args.max_tokens)
+        report.write_json(out, results)
+        for name, editor in editors.items():
+            say(f"models: quality of {name} ({len(cases)} cases)")
+            results.setdefault("quality", {})[name] = quality(editor, cases, args.quality_max_tokens)
+            report.write_json(out, results)
+        results["memory"] = {
+            name: {"peak_rss_mib": peak_rss_mb(e.client.pid), "file_mib": catalogue.by_name(name).size / 2**20}  # type: ignore[union-attr]
+            for name, e in editors.items()
+        }
+    finally:
+        for editor in editors.values():
+            editor.client.shutdown()
+        counter.close()
+    report.write_json(out, results)
+    return results
+
+
+def main(args, cases: list[Case], say: Callable[[str], None], out: Path) -> int:
+    results = run(args, cases, say, out)
+    print(report.render(table(results)))
+    print(f"note: threads {results['threads']}; the machine was shared: latency medians compare only within this run")
+    print(f"results in {out}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover - use `python -m bench --only models`
+    print(json.dumps({"usage": "python -m bench --only models [--model A,B] [--threads N] [--per-kind N]"}))
