@@ -29,8 +29,6 @@ language servers over stdio with the same settings: "local" (in-process model) a
 
 from __future__ import annotations
 
-import http.client
-import json
 import re
 import threading
 import time
@@ -40,6 +38,7 @@ from typing import Any
 from bench import quality
 from bench.cases import Case
 from bench.fault_proxy import FaultProxy
+from bench.infill import InfillPeer
 from bench.llama_server import LlamaServer, start_llama_server
 from bench.lsp_client import Editor, LspClient, insert_text
 from bench.prompts import SIZES, Typing, documents, source_text
@@ -119,54 +118,6 @@ def _client(settings: dict[str, Any]) -> LspClient:
     client = LspClient(["--log-level", "warning"])
     client.initialize({"cpcLsp": settings}, wait_loaded=True, timeout=300)
     return client
-
-
-class InfillPeer:
-    """llama.vim's request: the text before the cursor as raw text (the partial word in it), the
-    suffix, `cache_prompt`, no slot of ours (`id_slot` pinned to PEER_SLOT so it never evicts ours),
-    one kept-alive connection (llama.vim opens one per request: this is kinder to the peer)."""
-
-    def __init__(self, server: LlamaServer, max_tokens: int) -> None:
-        self.server, self.max_tokens = server, max_tokens
-        self.connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=120)
-        self.endpoint = "/infill"
-        status, body = self._post({"input_prefix": "", "input_suffix": "", "prompt": "x", "n_predict": 1})
-        if status != 200:  # no FIM tokens: the same raw text to /completion
-            self.endpoint = "/completion"
-            self.refused = str(body.get("error", {}).get("message", body))[:120] if isinstance(body, dict) else str(body)
-
-    def _post(self, body: dict[str, Any]) -> tuple[int, Any]:
-        for attempt in (1, 2):  # the server closes the connection after an error answer: reconnect once
-            try:
-                self.connection.request("POST", self.endpoint, json.dumps(body), {"Content-Type": "application/json"})
-                answer = self.connection.getresponse()
-                raw = answer.read()
-                break
-            except (OSError, http.client.HTTPException):
-                self.connection.close()
-                if attempt == 2:
-                    raise
-        try:
-            return answer.status, json.loads(raw)
-        except ValueError:
-            return answer.status, raw.decode(errors="replace")
-
-    def complete(self, text: str) -> tuple[float, str]:
-        """(ms, the text it suggests) for the cursor at the end of `text`."""
-        common = {"n_predict": self.max_tokens, "cache_prompt": True, "id_slot": PEER_SLOT, "stream": False,
-                  "temperature": 0.0, "stop": ["\n"]}  # fmt: skip
-        if self.endpoint == "/infill":
-            line_start = text.rfind("\n") + 1
-            body = {"input_prefix": text[:line_start], "prompt": text[line_start:], "input_suffix": "\n", "input_extra": []}
-        else:
-            body = {"prompt": text}
-        started = time.perf_counter()
-        status, answer = self._post({**body, **common})
-        ms = (time.perf_counter() - started) * 1000
-        return ms, answer.get("content", "") if status == 200 and isinstance(answer, dict) else ""
-
-    def close(self) -> None:
-        self.connection.close()
 
 
 def _next_word_start(doc: Typing) -> str | None:
@@ -364,7 +315,7 @@ def run(args: Any, cases: list[Case], count_tokens: Callable[[str], int], say: C
     results: dict[str, Any] = {"llama_server": server.command()[1:], "threads": threads, "through_server": headline}
     try:
         local, remote = _client(settings), _client({**settings, "modelServer": server.url})
-        peer = None if args.no_peer else InfillPeer(server, args.max_tokens)
+        peer = None if args.no_peer else InfillPeer(server, args.max_tokens, slot=PEER_SLOT)
         try:
             editors = {"local": Editor(local), "remote": Editor(remote)}
             say("remote: keystrokes, local vs remote vs the /infill peer")

@@ -234,6 +234,20 @@ def replay_peer(peer, passage: Passage, max_tokens: int) -> dict[str, Any]:
     return tally.result(len(target), None)
 
 
+def replay_infill(peer, passage: Passage, in_place: bool) -> dict[str, Any]:
+    """The same replay with llama.vim's request (bench.infill) on llama-server: it sees the
+    document as the server does, so the text after the passage too when typing in place."""
+    target, pos = passage.text, 0
+    after = passage.after if in_place else ""
+    tally = _Tally()
+    while pos < len(target):
+        before = passage.before + target[:pos]
+        ms, line, _ = peer.llama_vim(before + after, len(before))
+        tally.ms.append(ms)
+        pos += tally.step(before, target[pos:], next_word(line), bool(line.strip()))
+    return tally.result(len(target), None)
+
+
 def by_position(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Over all kinds, per (who, where) and cursor position: requests, the share accepted, and the
     characters accepted there as a share of all characters."""
@@ -288,7 +302,11 @@ def run(editor: Editor, peer, items: list[Passage], max_tokens: int, variants: d
                 uri = f"file:///bench/replay/{n}-{name}-{'place' if in_place else 'end'}{Path(passage.file).suffix}"
                 result = replay_server(editor, passage, uri, in_place)
                 runs.append({"passage": n, "kind": passage.kind, "who": f"server {name}", "where": where, **result})
-        if peer is not None:
+        if peer is not None and hasattr(peer, "llama_vim"):  # llama.vim's /infill: it reads the text after the cursor
+            for in_place in (False, True):
+                result = replay_infill(peer, passage, in_place)
+                runs.append({"passage": n, "kind": passage.kind, "who": "peer", "where": "in place" if in_place else "end", **result})
+        elif peer is not None:
             result = replay_peer(peer, passage, max_tokens)
             runs.append({"passage": n, "kind": passage.kind, "who": "peer", "where": "before cursor", **result})
         say(f"replay: passage {n + 1}/{len(items)} ({passage.kind}) done")
@@ -308,18 +326,26 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for r in runs:
         groups[(r["who"], r["where"], r["kind"])].append(r)
         groups[(r["who"], r["where"], "all")].append(r)
-    peer_ms = {kind: median([m for r in rs for m in r["ms"]]) for (who, _, kind), rs in groups.items() if who == "peer"}
-    peer_saved = {kind: _saved(rs) for (who, _, kind), rs in groups.items() if who == "peer"}
+    # The peer's row for the same placement (llama.vim's request reads the text after the cursor),
+    # else its one replay on the text before the cursor, which serves both placements.
+    peers = {(where, kind): rs for (who, where, kind), rs in groups.items() if who == "peer"}
+    peer_ms = {key: median([m for r in rs for m in r["ms"]]) for key, rs in peers.items()}
+    peer_saved = {key: _saved(rs) for key, rs in peers.items()}
+
+    def peer_key(where: str, kind: str) -> tuple[str, str]:
+        return (where, kind) if (where, kind) in peers else ("before cursor", kind)
+
     rows = []
     for (who, where, kind), rs in groups.items():
         saved = _saved(rs)
         ms = median([m for r in rs for m in r["ms"]])
         chars = sum(r["chars"] for r in rs)
+        key = peer_key(where, kind)
         rows.append({
             "who": who, "where": where, "kind": kind, "chars": chars,
             "not_typed": saved, "keys_per_char": sum(r["typed"] + r["accepts"] for r in rs) / chars,
             "median_ms": ms, "requests": sum(r["requests"] for r in rs),
-            "saved_over_peer": ratio(saved, peer_saved.get(kind)), "ms_over_peer": ratio(ms, peer_ms.get(kind)),
+            "saved_over_peer": ratio(saved, peer_saved.get(key)), "ms_over_peer": ratio(ms, peer_ms.get(key)),
             "begins_with_typed": None if who == "peer" else all(r["begins_with_typed"] for r in rs),
         })  # fmt: skip
     order = {k: i for i, k in enumerate((*KINDS, "all"))}
@@ -371,6 +397,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-peer", action="store_true")
     parser.add_argument("--places", default="end,in place", help="where passages are typed: end, in place or both")
     parser.add_argument("--model", default=None, help="a catalogue name or a GGUF path for the server and the peer (default: the server's)")
+    parser.add_argument("--peer", choices=("completion", "infill"), default="completion",
+                        help="completion: llama-cpp-python's create_completion; infill: llama.vim's /infill request "
+                             "on llama-server with the same model (for a model with FIM tokens)")
     parser.add_argument("--out", type=Path, default=report.output_root() / "bench" / "results" / "replay.json")
     args = parser.parse_args(argv)
 
@@ -385,7 +414,19 @@ def main(argv: list[str] | None = None) -> int:
         for gate, settings in gate_variants(args.gate).items():
             variants[f"lexicon {v}, {gate}"] = {**lexicon, **settings}
     watch = CpuWatch.start()
-    peer = None if args.no_peer else Peer(str(resolve_model(args.model)), threads=args.threads)
+    llama_server = None
+    if args.no_peer:
+        peer = None
+    elif args.peer == "infill":
+        from bench.infill import SEED_ARGS, InfillPeer
+        from bench.llama_server import LlamaServer
+
+        llama_server = LlamaServer(slots=1, model=args.model, threads=args.threads, extra_args=SEED_ARGS).start(600)
+        peer = InfillPeer(llama_server)
+        if peer.endpoint != "/infill":
+            raise SystemExit(f"--peer infill: the model has no FIM tokens ({getattr(peer, 'refused', '')})")
+    else:
+        peer = Peer(str(resolve_model(args.model)), threads=args.threads)
     try:
         with LspClient(["--log-level", "warning"]) as client:
             editor = ready_editor(client, base)
@@ -398,8 +439,11 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if peer is not None:
             peer.close()
+        if llama_server is not None:
+            llama_server.stop()
     results["other_processes_cpu_share"] = watch.others_share(server_cpu)
-    results["settings"] = {"threads": args.threads, "max_tokens": args.max_tokens, "variants": variants}
+    results["settings"] = {"threads": args.threads, "max_tokens": args.max_tokens, "variants": variants,
+                           "model": args.model, "peer": None if args.no_peer else args.peer}
     print(report.render(table(results["table"])))
     print(report.render(position_table(results["positions"])))
     print(report.render(cursor_table(results["cursors"])))

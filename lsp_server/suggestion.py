@@ -31,7 +31,9 @@ def request_for(
     alternatives: int = 0, context: RepoContext | None = None, language: str | None = None,
 ) -> CompletionRequest:
     """The engine request for `settings.method`: "exact" (the covering search), "mask" (per-step
-    masking, seed 001) or "naive" (the partial word left in the prompt, no constraint).
+    masking, seed 001) or "naive" (the partial word left in the prompt, no constraint; with a
+    FIM model it ends the prefix, before the text after the cursor, as llama.vim, Continue and
+    Tabby send it).
     `candidates` (document words beginning with the typed word) go with "exact" and `lexicon` only.
     With `block` the suggestion may span lines (`multiLineTokens`), ending where the block does.
     `alternatives`: other first words to ask for (engine.alternatives; they may cost decodes).
@@ -51,7 +53,7 @@ def request_for(
         sampling=sampling,
         max_cover_decodes=settings.max_cover_decodes,
         exact=settings.method == "exact",
-        suffix=None if naive else split.after,
+        suffix=split.after,
         suffix_tokens=settings.fim_suffix_tokens,
         fim_order=settings.fim_order,
         candidates=candidates if settings.lexicon and settings.method == "exact" else (),

@@ -102,3 +102,40 @@ def test_the_server_replay_counts_the_same_way(fake_editor):
     assert result["begins_with_typed"] is True and result["requests"] == result["typed"] + result["accepts"]
     assert result["typed"] + result["accepted"] == len(passage.text)
     assert result["accepts"] >= 1  # "yesterday" once its first letter is typed
+
+
+class _InfillPeer:
+    """llama.vim's peer stand-in: `llama_vim(text, cursor)` answers `say(before, after)`; it
+    records what it saw after the cursor."""
+
+    def __init__(self, say) -> None:
+        self.say, self.afters = say, []
+
+    def llama_vim(self, text: str, cursor: int) -> tuple[float, str, dict]:
+        self.afters.append(text[cursor:])
+        return 1.0, self.say(text[:cursor], text[cursor:]), {}
+
+
+def test_the_infill_peer_replays_by_the_same_rule_and_sees_the_text_after_in_place():
+    from bench.replay import Passage, replay_infill
+
+    passage = Passage("python", "f.py", 0, 8, "x = 1\n", "ab cd, e", "\nrest()")
+    oracle = _InfillPeer(lambda before, after: passage.text[len(before) - 6 :])
+    got = replay_infill(oracle, passage, in_place=True)
+    assert (got["typed"], got["accepted"], got["accepts"], got["requests"]) == (0, 8, 3, 3)
+    assert set(oracle.afters) == {"\nrest()"}
+    at_end = _InfillPeer(lambda before, after: "")
+    got = replay_infill(at_end, passage, in_place=False)
+    assert (got["typed"], got["accepted"], got["shown"]) == (8, 0, 0) and set(at_end.afters) == {""}
+
+
+def test_the_infill_peer_is_compared_placement_by_placement():
+    base = {"passage": 0, "kind": "python", "chars": 100, "typed": 0, "accepts": 0, "requests": 1, "ms": [10.0],
+            "shown": 1, "begins_with_typed": None}  # fmt: skip
+    runs = [
+        {**base, "who": "peer", "where": "end", "accepted": 10}, {**base, "who": "peer", "where": "in place", "accepted": 20},
+        {**base, "who": "server", "where": "end", "accepted": 30}, {**base, "who": "server", "where": "in place", "accepted": 30},
+    ]  # fmt: skip
+    rows = {(r["who"], r["where"], r["kind"]): r for r in summarize(runs)}
+    assert rows[("server", "end", "all")]["saved_over_peer"] == pytest.approx(3.0)
+    assert rows[("server", "in place", "all")]["saved_over_peer"] == pytest.approx(1.5)

@@ -60,6 +60,9 @@ def test_the_method_setting_chooses_how_the_typed_word_is_honoured():
     assert (exact.prompt, exact.required, exact.exact) == ("Thanks for the draft", " yest", True)
     assert (mask.prompt, mask.required, mask.exact) == ("Thanks for the draft", " yest", False)
     assert (naive.prompt, naive.required) == ("Thanks for the draft yest", "")
+    # Each gets the text after the cursor (a FIM model reads it; others never see it).
+    after = split("the draft yest\nof the plan", len("the draft yest"), 8)
+    assert {request_for(after, Settings(method=m)).suffix for m in ("exact", "mask", "naive")} == {"\nof the plan"}
     # A naive completion continues the text at the cursor.
     found = suggestion_for(parts, Completion("erday.", "eos", DecodeStats()), naive=True)
     assert found.insert_text == "yesterday."

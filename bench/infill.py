@@ -1,0 +1,164 @@
+"""The field's most used peer on a FIM model: llama.vim's request to llama-server's `/infill`.
+
+One place for it, so every benchmark that compares against llama.vim sends the same thing.
+Read in llama.vim's own source (ggml-org/llama.vim, autoload/llama.vim at a1c8e6e, 2026-01-31,
+`s:fim_ctx_local` and `llama#fim`):
+
+- `input_prefix`: the `n_prefix` (256) lines before the cursor's line, joined by "\\n", plus "\\n";
+- `prompt`: the cursor's line up to the cursor, raw (the partial word in it);
+- `input_suffix`: the rest of the cursor's line, "\\n", the `n_suffix` (64) lines after it joined
+  by "\\n", plus "\\n";
+- `input_extra`: chunks of other text it has seen (its ring buffer; empty for a single file);
+- `n_predict` 128, `stop` [], `n_indent` (the line's indentation), `top_k` 40, `top_p` 0.90,
+  `samplers` ["top_k", "top_p", "infill"] (no temperature step: the server's chain then ends with
+  its `dist` sampler, so it samples), `cache_prompt`, `t_max_prompt_ms` 500, `t_max_predict_ms`
+  250 on a first request (1000 for its speculative follow-ups), `id_slot` 0.
+
+It sends no `seed`, so the server's default applies: start llama-server with `--seed N` to make
+the run repeatable without changing a byte of the request (`SEED_ARGS`). When it renders, it
+drops a one-line suggestion that only retypes the next line (`render_line`).
+
+`InfillPeer.complete` is the simpler request bench.remote times (text before the cursor as the
+raw prompt, greedy, a line-break stop): the same endpoint and connection handling.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from bench.llama_server import LlamaServer
+
+N_PREFIX, N_SUFFIX, N_PREDICT = 256, 64, 128
+SEED_ARGS = ("--seed", "0")  # llama-server's default seed for requests that send none (llama.vim's)
+
+
+@dataclass(frozen=True)
+class LocalContext:
+    """llama.vim's local context of a cursor (`s:fim_ctx_local`, no previous completion)."""
+
+    prefix: str  # input_prefix
+    middle: str  # prompt: the line up to the cursor
+    suffix: str  # input_suffix
+    indent: int  # n_indent
+    line_suffix: str  # the rest of the cursor's line
+
+
+def local_context(text: str, cursor: int) -> LocalContext:
+    """What llama.vim sends for the cursor at `cursor` (a code-point offset) of a buffer `text`."""
+    line_start = text.rfind("\n", 0, cursor) + 1
+    line_end = text.find("\n", cursor)
+    line_end = len(text) if line_end < 0 else line_end
+    line = text[line_start:line_end]
+    before = text[:line_start].split("\n")[:-1][-N_PREFIX:]  # a buffer's lines, as getline() gives them
+    body = text[line_end + 1 :]
+    after = (body[:-1] if body.endswith("\n") else body).split("\n")[:N_SUFFIX] if line_end < len(text) and body else []
+    middle, line_suffix = text[line_start:cursor], text[cursor:line_end]
+    indent = 0
+    if re.fullmatch(r"\s*", line):  # a blank line: everything from its start
+        middle = line_suffix = ""
+    else:
+        indent = len(line) - len(line.lstrip(" \t"))
+    return LocalContext(
+        prefix="\n".join(before) + "\n", middle=middle, suffix=line_suffix + "\n" + "\n".join(after) + "\n",
+        indent=indent, line_suffix=line_suffix,
+    )  # fmt: skip
+
+
+def llama_vim_request(ctx: LocalContext, id_slot: int = 0, first: bool = True) -> dict[str, Any]:
+    """The JSON body llama.vim posts to /infill for that context."""
+    return {
+        "id_slot": id_slot, "input_prefix": ctx.prefix, "input_suffix": ctx.suffix, "input_extra": [],
+        "prompt": ctx.middle, "n_predict": N_PREDICT, "stop": [], "n_indent": ctx.indent, "top_k": 40,
+        "top_p": 0.90, "samplers": ["top_k", "top_p", "infill"], "stream": False, "cache_prompt": True,
+        "t_max_prompt_ms": 500, "t_max_predict_ms": 250 if first else 1000,
+        "response_fields": ["content", "timings/prompt_n", "timings/prompt_ms", "timings/predicted_n",
+                            "timings/predicted_ms", "truncated", "tokens_cached"],
+    }  # fmt: skip
+
+
+def render_line(ctx: LocalContext, content: str, next_line: str | None) -> str:
+    """The one line llama.vim would show (and Tab would insert) after the cursor, "" for none:
+    its first line, dropped when it is empty, only retypes the rest of the line, or makes the
+    cursor's line equal the next non-blank line."""
+    first = content.split("\n")[0]
+    if first == "" or first == ctx.line_suffix or (next_line is not None and ctx.middle + first == next_line):
+        return ""
+    return "" if re.fullmatch(r"\s*", first + ctx.line_suffix) else first
+
+
+def next_nonblank_line(text: str, cursor: int) -> str | None:
+    """The first non-blank line after the cursor's line (llama.vim compares against it)."""
+    line_end = text.find("\n", cursor)
+    if line_end < 0:
+        return None
+    return next((line for line in text[line_end + 1 :].split("\n") if line.strip()), None)
+
+
+class InfillPeer:
+    """A kept-alive connection to llama-server for llama.vim's requests (llama.vim opens one per
+    request: this is kinder to the peer). `slot` pins its requests to one slot, so beside our
+    engine on the same server it never evicts ours. A model with no FIM tokens has no /infill:
+    `complete` then sends the same raw text to /completion (what such a request amounts to)."""
+
+    def __init__(self, server: LlamaServer, max_tokens: int = N_PREDICT, slot: int = 0) -> None:
+        self.server, self.max_tokens, self.slot = server, max_tokens, slot
+        self.connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=600)
+        self.endpoint = "/infill"
+        status, body = self._post({"input_prefix": "", "input_suffix": "", "prompt": "x", "n_predict": 1})
+        if status != 200:  # no FIM tokens: the same raw text to /completion
+            self.endpoint = "/completion"
+            self.refused = str(body.get("error", {}).get("message", body))[:120] if isinstance(body, dict) else str(body)
+
+    def _post(self, body: dict[str, Any]) -> tuple[int, Any]:
+        for attempt in (1, 2):  # the server closes the connection after an error answer: reconnect once
+            try:
+                self.connection.request("POST", self.endpoint, json.dumps(body), {"Content-Type": "application/json"})
+                answer = self.connection.getresponse()
+                raw = answer.read()
+                break
+            except (OSError, http.client.HTTPException):
+                self.connection.close()
+                if attempt == 2:
+                    raise
+        try:
+            return answer.status, json.loads(raw)
+        except ValueError:
+            return answer.status, raw.decode(errors="replace")
+
+    def complete(self, text: str) -> tuple[float, str]:
+        """(ms, the text it suggests) for the cursor at the end of `text`: the text before the
+        cursor as the raw prompt, greedy, one line (bench.remote's latency peer)."""
+        common = {"n_predict": self.max_tokens, "cache_prompt": True, "id_slot": self.slot, "stream": False,
+                  "temperature": 0.0, "stop": ["\n"]}  # fmt: skip
+        if self.endpoint == "/infill":
+            line_start = text.rfind("\n") + 1
+            body = {"input_prefix": text[:line_start], "prompt": text[line_start:], "input_suffix": "\n", "input_extra": []}
+        else:
+            body = {"prompt": text}
+        started = time.perf_counter()
+        status, answer = self._post({**body, **common})
+        ms = (time.perf_counter() - started) * 1000
+        return ms, answer.get("content", "") if status == 200 and isinstance(answer, dict) else ""
+
+    def llama_vim(self, text: str, cursor: int, greedy: bool = False) -> tuple[float, str, dict[str, Any]]:
+        """(ms, the line llama.vim would insert after the cursor, the server's answer) for the
+        cursor at `cursor` of `text`, sent exactly as llama.vim sends it; `greedy` swaps only its
+        sampling for the most probable token (`top_k` 1), to tell sampling apart from the layout."""
+        ctx = local_context(text, cursor)
+        body = llama_vim_request(ctx, self.slot)
+        if greedy:
+            body = {**body, "top_k": 1}
+        started = time.perf_counter()
+        status, answer = self._post(body)
+        ms = (time.perf_counter() - started) * 1000
+        if status != 200 or not isinstance(answer, dict):
+            return ms, "", {"status": status, "error": str(answer)[:200]}
+        return ms, render_line(ctx, answer.get("content", ""), next_nonblank_line(text, cursor)), answer
+
+    def close(self) -> None:
+        self.connection.close()
