@@ -208,13 +208,17 @@ class ModelLoadError(RuntimeError):
 
 class ModelServerError(ModelLoadError):
     """The model server failed: at first contact (`Engine.load`) or mid-request. `kind` is one of
-    KINDS; the message says what to do and never holds the API key or document text."""
+    KINDS; the message says what to do and never holds the API key or document text. It names the
+    server, not a failed load: mid-request the model is loaded and only that request failed (the
+    scheduler says "cannot load model" when a load is what failed)."""
 
     KINDS = ("unreachable", "auth", "model", "protocol", "timeout", "url", "tls")
 
     def __init__(self, kind: str, url: str | None, problem: str, remedy: str) -> None:
         self.kind = kind
         super().__init__(url, problem, remedy)
+        where = f" ({self.path})" if self.path else ""
+        self.args = (f"the model server{where}: {problem}. {remedy}",)
 
 
 class BudgetError(ValueError):

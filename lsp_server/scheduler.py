@@ -326,7 +326,7 @@ class Scheduler:
             self._engine, self._config = self._load_engine(config), config
             return None, None
         except ModelServerError as exc:
-            return str(exc), exc.kind
+            return f"cannot load model: {exc}", exc.kind
         except ModelLoadError as exc:
             return str(exc), None
         except Exception as exc:  # a bug or an unexpected library failure: report, keep serving
