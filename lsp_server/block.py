@@ -217,8 +217,18 @@ def shape(added: str, block: Block, kept: int | None = None) -> str:
         whole = text.rfind("\n", first, kept + 1)
         text = text[:kept] if kept < first or whole < 0 else text[:whole]
     text = text.rstrip()
-    while (closed := _closed(text)) != text:  # dropping a line may leave a bracket open: balance again
+    # Dropping a line may leave a bracket open, and balancing may cut a line down to the next
+    # line's text: settle both again until neither changes anything.
+    while (closed := _closed(_not_retyped(text, block))) != text:
         text = _balanced(closed, block).rstrip()
+    return text
+
+
+def _not_retyped(text: str, block: Block) -> str:
+    """Rule 2 again after a cut: drop last lines (never the cursor's own) that now read as the
+    line already after the cursor."""
+    while block.next_line and (cut := text.rfind("\n")) >= 0 and text[cut + 1 :].strip() == block.next_line:
+        text = text[:cut].rstrip()
     return text
 
 

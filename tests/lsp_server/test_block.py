@@ -191,3 +191,10 @@ def test_the_gate_only_shortens(before, added, kept):
     gated = shape(added, block, kept)
     assert full.startswith(gated)
     assert len(gated) <= max(kept, 0) or gated == full
+
+
+def test_a_line_cut_back_to_balance_that_now_retypes_the_next_line_is_dropped():
+    """Found by the property above: `,[` cut back to `,` (the open bracket dropped) reads as the
+    line after the cursor, `,`; so it goes too."""
+    block = context("\n,", 0)
+    assert shape("\n,[", block) == ""
