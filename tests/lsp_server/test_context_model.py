@@ -52,20 +52,9 @@ def start(root: Path, settings: dict) -> LspClient:
 CODE_MODEL = "qwen2.5-coder-0.5b"  # the repo-level layout (<|file_sep|>)
 
 
-def code_model() -> dict:
-    """The code model by its catalogue name; skipped until the server resolves model names."""
-    from engine.model_files import resolve_model
-
-    try:
-        resolve_model(CODE_MODEL)
-    except Exception as exc:
-        pytest.skip(f"{CODE_MODEL} does not resolve by name yet ({type(exc).__name__})")
-    return {"model": CODE_MODEL}
-
-
 @pytest.fixture(params=["default", CODE_MODEL])
 def model(request: pytest.FixtureRequest) -> dict:
-    return {} if request.param == "default" else code_model()
+    return {} if request.param == "default" else {"model": CODE_MODEL}
 
 
 def suggestion_after_typing(root: Path, extra_context: bool, model: dict) -> tuple[str | None, list[dict], LspClient]:
