@@ -143,7 +143,7 @@ def complete(args: argparse.Namespace, settings: Settings) -> int:
     if answer.completion is None:
         print(f"cpc-lsp: no completion ({answer.detail or answer.reason})", file=sys.stderr)
         return 1
-    gate = gates.gate_for(gates.identity(answer.model_id, settings, args.language))
+    gate = gates.gate_for(gates.identity(answer.model_id))
     found = suggestion_for(
         parts, answer.completion, block=block, naive=settings.method == "naive",
         min_confidence=gates.threshold(gate, settings.min_confidence), calibration=gate.calibration,

@@ -98,28 +98,11 @@ def gate_for(model: str | None) -> ModelGate:
     return fitted.get(model or "", default)
 
 
-# Until every engine says its identity (Engine.model_id): the catalogue's files by name.
-_CATALOGUE_FILES = {
-    "gemma-3-270m-q4_k_m.gguf": "gemma-3-270m",
-    "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf": "qwen2.5-coder-0.5b",
-    "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf": "qwen2.5-coder-1.5b",
-}
-
-
-def identity(engine_model_id: str | None, settings: Any, language: str | None = None) -> str | None:
-    """The identity of the model that answered, for `gate_for`: the engine's own (Engine.model_id)
-    when it says. An engine that does not (before the catalogue): with no model and no model
-    server, the routed default's model for the document's language (lsp_server.routing); a
-    catalogue file by its name; else None (the unfitted default)."""
-    if engine_model_id:
-        return engine_model_id
-    if settings.model is None and not settings.model_server:
-        from lsp_server import routing
-
-        return routing.CODE_MODEL if routing.text_kind(language) == "code" else routing.PROSE_MODEL
-    if settings.model in _CATALOGUE_FILES.values():
-        return settings.model
-    return _CATALOGUE_FILES.get(Path(settings.model or "").name)
+def identity(engine_model_id: str | None) -> str | None:
+    """The identity of the model that answered, for `gate_for`: the engine's own (Engine.model_id,
+    read on the worker right after the call, so the routed default's answering model); None (an
+    engine that does not say) gets the unfitted default."""
+    return engine_model_id or None
 
 
 def threshold(gate: ModelGate, min_confidence: float | None) -> float:

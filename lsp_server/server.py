@@ -316,7 +316,7 @@ class CpcServer(LanguageServer):
         found: list[Suggestion] = []
         if answer.completion is not None:
             self.engine_answers += 1
-            model = gates.identity(answer.model_id, settings, doc.language_id)
+            model = gates.identity(answer.model_id)
             gate, min_confidence = self.gate(settings, model)
             naive = settings.method == "naive"
             found = suggestions_for(

@@ -86,6 +86,7 @@ class SignalEngine(FakeEngine):
 @pytest.fixture
 def server():
     engine = SignalEngine(words=("yesterday",))
+    engine.model_id = "gemma-3-270m"  # says which model it is, as engine.Engine does
     server = InProcessServer(load=lambda config: engine)
     server.engine = engine
     capabilities = {"general": {"positionEncodings": ["utf-16"]}, "textDocument": {"inlineCompletion": {}}}
@@ -128,5 +129,5 @@ def test_without_a_set_threshold_the_models_own_applies(server):
     editor.open(uri, DRAFT)
     editor.suggestion(uri)
     gate = editor.stats()["gate"]
-    # a fake engine does not say which model it is: no path and no server is the routed default
+    # the engine said it is Gemma: its own fitted threshold applies
     assert gate == {"model": "gemma-3-270m", "fitted": True, "minConfidence": gate_for("gemma-3-270m").threshold}  # a .txt: prose
