@@ -5,6 +5,7 @@ llama.cpp bindings load only when `Engine` is first touched.
 """
 
 from engine.types import (
+    NO_RIVAL,
     Alternative,
     BudgetError,
     Completion,
@@ -20,8 +21,10 @@ from engine.types import (
     Signals,
     WordEnd,
 )
+from engine.model_files import resolve_model  # a catalogue name or path -> the GGUF file (no llama.cpp)
 
 __all__ = [
+    "NO_RIVAL",
     "Alternative",
     "BudgetError",
     "Completion",
@@ -37,6 +40,7 @@ __all__ = [
     "SamplingConfig",
     "Signals",
     "WordEnd",
+    "resolve_model",
 ]
 
 

@@ -193,7 +193,7 @@ class LlamaContext:
             raise ModelLoadError(
                 model.path,
                 f"llama.cpp could not create a context of {n_ctx} tokens for {sequences} document(s)",
-                "Lower the `contextTokens` or `memoryBudgetMiB` setting, or free memory",
+                "Lower the `contextTokens` or `memoryBudgetMib` setting, or free memory",
             )
         self.allocated = llama_cpp.llama_n_ctx_seq(self._ctx)
         self.n_ctx = min(n_ctx, self.allocated)

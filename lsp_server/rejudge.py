@@ -18,8 +18,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from engine import Completion, Signals, WordEnd
-from engine.types import NO_RIVAL
+from engine import NO_RIVAL, Completion, Signals, WordEnd
 from lsp_server.split import LINE_BREAKS, Split
 
 

@@ -16,8 +16,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from engine import Completion, CompletionRequest, EngineConfig, Prefetched
-from engine.model_files import resolve_model
+from engine import Completion, CompletionRequest, EngineConfig, Prefetched, resolve_model
 
 logger = logging.getLogger(__name__)
 
