@@ -64,16 +64,20 @@ HEADLINE_SEEDS = (  # bench.remote_engine's seeds, as documents: the cursor at t
 )
 
 
-def through_server(cases: list[Case], say: Callable[[str], None], threads: int = 2, save: Callable[[dict], None] | None = None) -> dict[str, Any]:
+def through_server(
+    cases: list[Case], say: Callable[[str], None], threads: int = 2, save: Callable[[dict], None] | None = None,
+    model: str = "gemma-3-270m",
+) -> dict[str, Any]:
     """Remote vs in-process through the language server with default settings (the gate on, then
     off), each case asked of both back to back in a fresh document: equal share and differences.
-    `save` gets the results so far after each gate (a long run on a shared machine)."""
-    server = start_llama_server(slots=SLOTS, ctx=2048, threads=threads)
-    out: dict[str, Any] = {"llama_server": server.command()[1:], "cases": len(cases), "seeds": len(HEADLINE_SEEDS)}
+    Both sides name `model` (the server runs it; in-process, no `model` would route code to
+    another model than the server's). `save` gets the results so far after each gate."""
+    server = start_llama_server(slots=SLOTS, ctx=2048, threads=threads, model=model)
+    out: dict[str, Any] = {"llama_server": server.command()[1:], "model": model, "cases": len(cases), "seeds": len(HEADLINE_SEEDS)}
     items = [("seed", i, text, "plaintext") for i, text in enumerate(HEADLINE_SEEDS)]
     items += [(case.kind, i, case.document(), quality.LANGUAGES[case.kind]) for i, case in enumerate(cases)]
     try:
-        for gate, settings in (("on", {}), ("off", {"minConfidence": 0})):
+        for gate, settings in (("on", {"model": model}), ("off", {"model": model, "minConfidence": 0})):
             say(f"remote headline: gate {gate}, {len(items)} documents, in-process vs remote")
             local, remote = _client(settings), _client({**settings, "modelServer": server.url})
             try:
@@ -420,13 +424,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.remote", description=main.__doc__)
     parser.add_argument("--quick", action="store_true", help="2 cases per kind")
     parser.add_argument("--threads", type=int, default=2, help="llama-server -t (the README's command: 2)")
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "remote_headline.json")
+    parser.add_argument("--model", default="gemma-3-270m", help="the model of the server and of both language servers")
+    parser.add_argument("--out", type=Path, default=None, help="default: bench/results/remote_headline-MODEL.json")
     args = parser.parse_args(argv)
+    args.out = args.out or Path(__file__).parent / "results" / f"remote_headline-{args.model}.json"
     started = time.time()
     def save(partial: dict) -> None:
         args.out.write_text(json.dumps(partial, indent=1) + "\n")
 
-    result = through_server(headline_cases(args.quick), lambda m: print(m, flush=True), args.threads, save)
+    result = through_server(headline_cases(args.quick), lambda m: print(m, flush=True), args.threads, save, args.model)
     result["seconds"] = round(time.time() - started)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(render(headline_table(result)))

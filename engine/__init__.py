@@ -21,7 +21,6 @@ from engine.types import (
     Signals,
     WordEnd,
 )
-from engine.model_files import resolve_model  # a catalogue name or path -> the GGUF file (no llama.cpp)
 
 __all__ = [
     "NO_RIVAL",
@@ -49,4 +48,8 @@ def __getattr__(name: str):
         from engine.engine import Engine
 
         return Engine
+    if name == "resolve_model":  # a catalogue name or a path -> the GGUF file (no llama.cpp); lazy, so
+        from engine.model_files import resolve_model  # `python -m engine.model_files` runs it fresh
+
+        return resolve_model
     raise AttributeError(name)
