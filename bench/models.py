@@ -70,7 +70,7 @@ def quality(editor: Editor, cases: list[Case], max_tokens: int) -> dict[str, Any
     settings = {"cpcLsp": {"maxTokens": max_tokens, "minConfidence": 0.0, "alternatives": 0}}
     editor.client.notify("workspace/didChangeConfiguration", {"settings": settings})
     started = time.perf_counter()
-    outcomes = run_server(editor, cases)
+    outcomes = run_server(editor, cases, timeout=REQUEST_TIMEOUT_S)
     model = (editor.stats() or {}).get("model")
     groups = {"code": [o for o in outcomes if o.kind in CODE_KINDS], "prose": [o for o in outcomes if o.kind == "prose"]}
     found: dict[str, Any] = {"served_as": model, "seconds": time.perf_counter() - started}

@@ -80,14 +80,15 @@ def run_engine(engine, cases: list[Case], max_tokens: int, methods: tuple[str, .
     return outcomes
 
 
-def run_server(editor: Editor, cases: list[Case]) -> list[Outcome]:
-    """`exact` through the real server: open the case's document, ask at its end, read the stats."""
+def run_server(editor: Editor, cases: list[Case], timeout: float = 120.0) -> list[Outcome]:
+    """`exact` through the real server: open the case's document, ask at its end, read the stats
+    (`timeout`: seconds one request may take; a bigger model on a busy machine needs more)."""
     outcomes = []
     for i, case in enumerate(cases):
         uri = f"file:///bench/quality/{i}-{case.kind}.txt"
         document = case.document()
         editor.open(uri, document, LANGUAGES[case.kind])
-        shown = insert_text(editor.inline(uri))
+        shown = insert_text(editor.inline(uri, timeout=timeout))
         stats = editor.stats() or {}
         editor.close(uri)
         begins = bool(stats.get("requiredSatisfied")) and (shown is None or shown.startswith(case.typed))
