@@ -417,6 +417,7 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
 def main(argv: list[str] | None = None) -> int:
     """`python -m bench.remote [--quick] [--out FILE]`: the headline alone, its table and JSON."""
     import argparse
+    import json
     from pathlib import Path
 
     from bench.report import render
