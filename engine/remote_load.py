@@ -77,7 +77,9 @@ def _connect(
             "model", f"the server's slots hold {slot_ctx} tokens each, too few for a prompt and a completion",
             f"Start llama-server with --ctx-size of at least {2 * min_prompt_tokens} times --parallel",
         )
-    remote = RemoteRows(client, vocab, n_ctx, total_slots, config.model_server_slot)
+    import os  # EXPERIMENT (bench only): CPC_LSP_N_PROBS overrides the listed tokens per token
+
+    remote = RemoteRows(client, vocab, n_ctx, total_slots, config.model_server_slot, n_probs=int(os.environ.get("CPC_LSP_N_PROBS") or 40))
     return model, remote, vocab, server_model_id(props)
 
 
