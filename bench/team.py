@@ -85,7 +85,7 @@ def percentile(values: list[float], share: float) -> float | None:
     return ranked[min(len(ranked) - 1, max(0, int(round(share * len(ranked) + 0.5)) - 1))]
 
 
-def team_documents(count_tokens: Callable[[str], int], users: int, size: int = 200) -> list[list[tuple[str, str]]]:
+def team_documents(count_tokens: Callable[[str], int], users: int, size: int = 120) -> list[list[tuple[str, str]]]:
     """(text, word) per document per user: the header, then a passage of about `size` tokens of
     a real file cut before a word of at least 7 letters (typed LETTERS x ROUNDS letters)."""
     docs = documents(count_tokens, size, users * DOCS_PER_USER, min_word=LETTERS * ROUNDS + 1, first_line=40)
