@@ -42,7 +42,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--quick", action="store_true", help="small samples, about a minute on 2 idle cores")
     parser.add_argument("--only", default=",".join(PARTS),
                         help=f"comma-separated parts to run, of {','.join(PARTS)}; or busy alone (bench.busy); "
-                        "or models alone (bench.models: every catalogue model side by side, bench/results/models.json)")
+                        "or models alone (bench.models: every catalogue model side by side, bench/results/models.json); "
+                        "or team alone (bench.team, then bench.tail: users sharing one llama-server, bench/results/team.json and tail.json); "
+                        "or tail alone")
     parser.add_argument("--no-latency", action="store_true", help="with --only models: first-word quality only")
     parser.add_argument("--no-quality", action="store_true", help="with --only models: latency only")
     parser.add_argument("--model", default=None,
@@ -343,6 +345,11 @@ def main(argv: list[str] | None = None) -> int:
         from bench import busy
 
         return busy.main(["--no-peer"] if args.no_peer else [])
+    if args.only in ("team", "tail"):  # a team on one llama-server (bench.team), the tail of warm keystrokes (bench.tail)
+        from bench import tail, team
+
+        code = team.main([]) if args.only == "team" else 0
+        return code or tail.main(["--quick"] if args.quick else [])
     if args.only == "models":  # every catalogue model through its own server (not part of a full run)
         from bench import models
 

@@ -11,7 +11,10 @@ prompt is most like it, which is another user's when their documents share a hea
 (seen: under load, the second user's first prompt took the first user's slot at 0.79 similarity,
 and both then decoded their prompts again on every turn). The engine names the slot of every
 later request itself (engine.remote), so the server's similarity pass only ever picks wrongly
-for it. Its stdout and stderr go to a file (`log()`), so a test can read what it
+for it. That holds without the RAM prompt cache (the tests and bench.remote_engine run
+`--cache-ram 0`, as the in-process engine has none); a team's server runs 0.1 with the cache,
+which repairs such a pick (docs/shared-server.md, "A team on one server"; bench.team passes its
+own flags). Its stdout and stderr go to a file (`log()`), so a test can read what it
 logged. On Linux the child gets SIGKILL when this process dies (PR_SET_PDEATHSIG), so even a
 killed test run leaves no server behind.
 """

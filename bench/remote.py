@@ -88,7 +88,7 @@ def through_server(
                         editor = Editor(client)
                         uri = f"file:///bench/headline/{gate}/{kind}-{i}.txt"
                         editor.open(uri, text, language)
-                        reply = editor.inline(uri, timeout=120)
+                        reply = editor.inline(uri, timeout=600)
                         stats = editor.stats() or {}
                         editor.close(uri)
                         row[who] = insert_text(reply)
@@ -135,7 +135,7 @@ def _next_word_start(doc: Typing) -> str | None:
 
 
 def _ask(editor: Editor, uri: str) -> dict[str, Any]:
-    reply = editor.inline(uri, timeout=120)
+    reply = editor.inline(uri, timeout=600)
     stats = editor.stats() or {}
     return {
         "ms": reply.ms, "suggestion": insert_text(reply), "round_trips": stats.get("roundTrips"),

@@ -367,10 +367,18 @@ class Engine:
                 )
         diag = seq.diagnostics()
         again = choice is not None and choice.word != choice.base_word  # a second pass was made
+        reused, decoded = first.reused_tokens, first.decoded_tokens + (diag.decoded_tokens if again else 0)
+        if self.config.model_server:
+            # Over the network every request restates the prompt, and the server evaluates what its
+            # slot lacks in whichever request comes first (often the generation's, after the
+            # covering was proven on remembered rows): so the call's prompt work is everything the
+            # server reported evaluating during it (the remote backend counts prompt tokens only).
+            decoded = self.kv.decoded - decoded_before
+            reused = max(0, diag.prompt_tokens - decoded)
         stats = DecodeStats(
             prompt_tokens=diag.prompt_tokens,
-            reused_tokens=first.reused_tokens,
-            decoded_tokens=first.decoded_tokens + (diag.decoded_tokens if again else 0),
+            reused_tokens=reused,
+            decoded_tokens=decoded,
             cover_decodes=first.cover_decodes + (diag.cover_decodes if again else 0),
             generated_tokens=gen.generated,
             kv_tokens=diag.kv_tokens,

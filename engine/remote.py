@@ -488,9 +488,15 @@ class RemoteRows:
         return True
 
     def _note_timings(self, event: dict) -> None:
+        """Prompt tokens the server evaluated for a request: its timings' `prompt_n` (a prefill's
+        answer), or a stream's first progress event (`total` - `cache`)."""
         timings = event.get("timings")
         if isinstance(timings, dict) and isinstance(timings.get("prompt_n"), int):
             self.decoded += max(0, timings["prompt_n"])
+            return
+        progress = event.get("prompt_progress")
+        if isinstance(progress, dict) and isinstance(progress.get("total"), int) and isinstance(progress.get("cache"), int):
+            self.decoded += max(0, progress["total"] - progress["cache"])
 
     def _body(self, context: tuple[int, ...], predict: int, slot: int, warm: bool) -> dict:
         if slot >= 0:
@@ -506,11 +512,13 @@ class RemoteRows:
             "temperature": 0.0,
             "samplers": ["temperature"],
             "return_tokens": True,
-            "timings_per_token": True,
         }
         if predict:
             body["n_probs"] = self._n_probs
             body["stream"] = True
+            # What the server reused comes in the stream's first progress event (a few hundred
+            # bytes per request) rather than timings on every token event (as many per token).
+            body["return_progress"] = True
             if self._single_line:
                 body["stop"] = ["\n", "\r"]
         return body
@@ -594,7 +602,7 @@ class RemoteRows:
             if event is None:
                 self._walk = None
                 return
-            if walk.first and "timings" in event:
+            if walk.first and ("timings" in event or "prompt_progress" in event):
                 walk.first = False
                 self._note_timings(event)
             if walk.slot < 0 and self._learn(walk.context, event):

@@ -77,8 +77,22 @@ def _connect(
             "model", f"the server's slots hold {slot_ctx} tokens each, too few for a prompt and a completion",
             f"Start llama-server with --ctx-size of at least {2 * min_prompt_tokens} times --parallel",
         )
-    remote = RemoteRows(client, vocab, n_ctx, total_slots, config.model_server_slot)
+    remote = RemoteRows(client, vocab, n_ctx, total_slots, config.model_server_slot, n_probs=_n_probs())
     return model, remote, vocab, server_model_id(props)
+
+
+def _n_probs() -> int:
+    """Tokens listed per generated token: engine.remote's N_PROBS, or the CPC_LSP_N_PROBS
+    variable (for bench.tail, which compares several side by side; not a setting: every value is
+    exact, only the round trips and bytes change)."""
+    import os
+
+    from engine.remote import N_PROBS
+
+    try:
+        return max(1, int(os.environ.get("CPC_LSP_N_PROBS") or N_PROBS))
+    except ValueError:
+        return N_PROBS
 
 
 def server_model_id(props: object) -> str:

@@ -1,0 +1,192 @@
+"""`python -m bench.tail` (part of `python -m bench --only team`): the tail of warm keystrokes, remote
+against in-process through the language server, and behind a proxy that holds each answer.
+
+Issue 22, part 4. The keystrokes are bench.remote's (`keystrokes`: a word typed letter by letter
+into fresh documents of 32 and 214 tokens, then the next word's first letter), sent to an
+in-process language server and to one with `modelServer` = a llama-server (the README's command),
+back to back per keystroke so both see the same machine load. Per keystroke: ms, and from the
+remote engine's stats its HTTP round trips and bytes. Then the same keystrokes to a third
+language server whose `modelServer` is bench.fault_proxy in `delay` mode (each generation answer
+held `--delay-ms`, 300 by default, as a distant server would be), counting the proxy's TCP
+connections per document. Results: bench/results/tail.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.fault_proxy import FaultProxy
+from bench.llama_server import start_llama_server
+from bench.lsp_client import Editor, LspClient
+from bench.machine import CpuWatch
+from bench.remote import _next_word_start, _ask, percentile
+from bench.prompts import SIZES, documents
+from bench.report import Table, num, times
+from bench.stats import median, ratio
+
+RESULTS = Path(__file__).parent / "results" / "tail.json"
+
+
+def _client(settings: dict[str, Any], env: dict[str, str] | None = None) -> LspClient:
+    client = LspClient(["--log-level", "warning"], env=env)
+    client.initialize({"cpcLsp": settings}, wait_loaded=True, timeout=300)
+    return client
+
+
+def type_documents(editors: dict[str, Editor], docs, proxy: FaultProxy | None) -> list[dict[str, Any]]:
+    """Each document: its word letter by letter, then the next word's first letter, every
+    keystroke to each editor in turn. Rows per (who, keystroke); the proxy's connections per doc."""
+    rows = []
+    for d, doc in enumerate(docs):
+        keys = [(ch, "cold" if k == 0 else "warm") for k, ch in enumerate(doc.word)]
+        if (start := _next_word_start(doc)) is not None:
+            keys.append((start, "word start"))
+        uri = f"file:///bench/tail/{d}.py"
+        before = proxy.connections if proxy is not None else 0
+        for k, (chars, kind) in enumerate(keys):
+            for who, editor in editors.items():
+                if k == 0:
+                    editor.open(uri, doc.base)
+                editor.type(uri, chars)
+                rows.append({"who": who, "doc": d, "tokens": doc.tokens, "kind": kind, "key": k, **_ask(editor, uri)})
+        if proxy is not None:
+            for row in rows:
+                if row["doc"] == d and row["who"] == "proxied":
+                    row["doc_connections"] = proxy.connections - before
+        for editor in editors.values():
+            editor.close(uri)
+    return rows
+
+
+def summarize(rows: list[dict[str, Any]], who: str, kind: str = "warm") -> dict[str, Any]:
+    got = [r for r in rows if r["who"] == who and r["kind"] == kind]
+    trips = [r["round_trips"] for r in got if r.get("round_trips") is not None]
+    sizes = [(r.get("bytes_sent") or 0) + (r.get("bytes_received") or 0) for r in got if r.get("round_trips") is not None]
+    return {
+        "who": who, "kind": kind, "keystrokes": len(got), "median_ms": median([r["ms"] for r in got]),
+        "p95_ms": percentile([r["ms"] for r in got], 0.95), "max_ms": max((r["ms"] for r in got), default=None),
+        "round_trips_mean": sum(trips) / len(trips) if trips else None, "round_trips_p95": percentile(trips, 0.95),
+        "round_trips_max": max(trips, default=None), "bytes_mean": sum(sizes) / len(sizes) if sizes else None,
+        "bytes_p95": percentile(sizes, 0.95), "no_request_share": sum(t == 0 for t in trips) / len(trips) if trips else None,
+        "shown": sum(r["suggestion"] is not None for r in got),
+    }  # fmt: skip
+
+
+def run(threads: int, delay_ms: int, say, max_tokens: int = 16, quick: bool = False, n_probs: tuple[int, ...] = ()) -> dict[str, Any]:
+    from engine.llama_backend import LlamaModel
+    from engine.model_files import resolve_model
+
+    model = LlamaModel(resolve_model(None), vocab_only=True)
+    try:
+        count = lambda text: len(model.tokenize(text.encode(), add_bos=True))  # noqa: E731
+        docs = [d for size in SIZES[:2] for d in documents(count, size, 1 if quick else 3, min_word=7, first_line=60 + size // 3)]
+    finally:
+        model.close()
+    server = start_llama_server(slots=4, threads=threads)
+    settings = {"maxTokens": max_tokens, "threads": threads, "modelServerTimeoutMs": 30000}
+    results: dict[str, Any] = {"llama_server": server.command()[1:], "threads": threads, "delay_ms": delay_ms,
+                               "documents": [{"tokens": d.tokens, "word": d.word} for d in docs]}  # fmt: skip
+    try:
+        local, remote = _client(settings), _client({**settings, "modelServer": server.url})
+        others = {f"remote n_probs={n}": _client({**settings, "modelServer": server.url}, {"CPC_LSP_N_PROBS": str(n)}) for n in n_probs}
+        try:
+            say(f"tail: {len(docs)} documents, in-process vs remote, keystroke by keystroke")
+            editors = {"local": Editor(local), "remote": Editor(remote), **{k: Editor(c) for k, c in others.items()}}
+            rows = type_documents(editors, docs, None)
+        finally:
+            for client in (local, remote, *others.values()):
+                client.shutdown()
+        with FaultProxy(server.url, mode="delay") as proxy:
+            proxy.delay_s = delay_ms / 1000
+            proxied = _client({**settings, "modelServer": proxy.url})
+            try:
+                say(f"tail: the same keystrokes behind a proxy holding each answer {delay_ms} ms")
+                rows += type_documents({"proxied": Editor(proxied)}, docs, proxy)
+            finally:
+                proxied.shutdown()
+    finally:
+        server.stop()
+    results["rows"] = rows
+    who_all = ["local", "remote", *(f"remote n_probs={n}" for n in n_probs), "proxied"]
+    results["table"] = [summarize(rows, who, kind) for kind in ("warm", "cold", "word start") for who in who_all]
+    results["equal_to_local"] = {
+        who: sum(a["suggestion"] == b["suggestion"] for a, b in zip(_of(rows, "local"), _of(rows, who))) / max(1, len(_of(rows, "local")))
+        for who in who_all[1:]
+    }
+    warm = {r["who"]: r for r in results["table"] if r["kind"] == "warm"}
+    results["remote_over_local_p95"] = ratio(warm["remote"]["p95_ms"], warm["local"]["p95_ms"])
+    connections = [r["doc_connections"] for r in rows if r["who"] == "proxied" and r["key"] == 0]
+    results["proxied_connections_per_doc"] = connections
+    return results
+
+
+def _of(rows: list[dict[str, Any]], who: str) -> list[dict[str, Any]]:
+    return sorted((r for r in rows if r["who"] == who), key=lambda r: (r["doc"], r["key"]))
+
+
+def table(results: dict[str, Any]) -> Table:
+    body = [[r["kind"], r["who"], num(r["keystrokes"]), num(r["median_ms"]), num(r["p95_ms"]), num(r["max_ms"]),
+             f"{num(r['round_trips_mean'], 2)} / {num(r['round_trips_p95'])} ({num(r['round_trips_max'])})",
+             num(r["bytes_mean"], 0), pct_or(r["no_request_share"]), num(r["shown"])]
+            for r in results["table"] if r["keystrokes"]]  # fmt: skip
+    return (f"tail: warm keystrokes inside a word, in-process (local) vs remote vs remote behind a proxy holding each answer {results['delay_ms']} ms",
+            ["keystroke", "who", "n", "median ms", "p95 ms", "max ms", "round trips mean / p95 (max)", "bytes per key (mean)",
+             "no request", "shown"], body)  # fmt: skip
+
+
+def pct_or(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.0f}%"
+
+
+def targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
+    warm = {r["who"]: r for r in results["table"] if r["kind"] == "warm"}
+    r, t, p = warm["remote"], warm["proxied"], results["remote_over_local_p95"]
+    limit = results["delay_ms"] + 100
+    conns = results["proxied_connections_per_doc"]
+    return [
+        ("warm remote p95 <= 2x in-process p95", times(p), None if p is None else p <= 2),
+        ("round trips per warm keystroke p95 <= 2", num(r["round_trips_p95"]), None if r["round_trips_p95"] is None else r["round_trips_p95"] <= 2),
+        ("mean bytes per warm keystroke <= 10 KB", num(r["bytes_mean"], 0), None if r["bytes_mean"] is None else r["bytes_mean"] <= 10_000),
+        (f"behind the proxy: warm p95 <= one round trip + 100 ms ({limit} ms)", num(t["p95_ms"]), None if t["p95_ms"] is None else t["p95_ms"] <= limit),
+        ("behind the proxy: one TCP connection per document", f"{conns}", all(c <= 1 for c in conns) if conns else None),
+    ]  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m bench.tail [--threads 2] [--delay-ms 300] [--out FILE]`."""
+    from bench.report import render
+
+    parser = argparse.ArgumentParser(prog="python -m bench.tail", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--delay-ms", type=int, default=300)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--n-probs", default="", help="also remote clients listing this many tokens per token (comma-separated)")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    watch = CpuWatch.start()
+    import os
+
+    before = os.times()
+    started = time.perf_counter()
+    results = run(args.threads, args.delay_ms, lambda m: print(f"[tail] {m}", flush=True), quick=args.quick,
+                  n_probs=tuple(int(n) for n in args.n_probs.split(",") if n))
+    after = os.times()
+    results["command"] = "python -m bench.tail " + " ".join(argv if argv is not None else __import__("sys").argv[1:])
+    results["seconds"] = time.perf_counter() - started
+    children = after.children_user + after.children_system - before.children_user - before.children_system
+    results["other_processes_cpu_share"] = watch.others_share(children)
+    checks = targets(results)
+    results["targets"] = [{"target": n, "measured": v, "ok": ok} for n, v, ok in checks]
+    args.out.write_text(json.dumps(results, indent=1) + "\n")
+    print(render(table(results)))
+    for name, value, ok in checks:
+        print(f"{'PASS' if ok else 'MISS' if ok is not None else '----'} {name}: {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
