@@ -152,7 +152,7 @@ def _replay(editor, cases, args, model_path: str) -> dict[str, Any]:
     if args.quick:
         items = items[-1:]  # one short prose passage
     base = {"maxTokens": args.max_tokens}
-    variants = {"gate default": {**base}}
+    variants = {"gate default": {**base, "minConfidence": None}}  # null: the model's own threshold
     if not args.quick:  # quick: the default server only, at the end and in place
         variants = {"gate off": {**base, "minConfidence": 0.0}, **variants}
     peer = None if args.no_peer else latency.Peer(model_path, threads=args.threads or None)

@@ -236,15 +236,18 @@ def replay_peer(peer, passage: Passage, max_tokens: int) -> dict[str, Any]:
 
 def replay_infill(peer, passage: Passage, in_place: bool) -> dict[str, Any]:
     """The same replay with llama.vim's request (bench.infill) on llama-server: it sees the
-    document as the server does, so the text after the passage too when typing in place."""
+    document as the server does, so the text after the passage too when typing in place. What
+    it shows is all of its suggestion as llama.vim renders it (bench.infill.render: the first
+    line at the cursor and the lines below), judged as ours is: its next word, across a line
+    break when its first line is empty, as our multi-line suggestions are."""
     target, pos = passage.text, 0
     after = passage.after if in_place else ""
     tally = _Tally()
     while pos < len(target):
         before = passage.before + target[:pos]
-        ms, line, _ = peer.llama_vim(before + after, len(before))
+        ms, shown, _ = peer.llama_vim_shown(before + after, len(before))
         tally.ms.append(ms)
-        pos += tally.step(before, target[pos:], next_word(line), bool(line.strip()))
+        pos += tally.step(before, target[pos:], next_word(shown), bool(shown.strip()))
     return tally.result(len(target), None)
 
 
@@ -302,8 +305,8 @@ def run(editor: Editor, peer, items: list[Passage], max_tokens: int, variants: d
                 uri = f"file:///bench/replay/{n}-{name}-{'place' if in_place else 'end'}{Path(passage.file).suffix}"
                 result = replay_server(editor, passage, uri, in_place)
                 runs.append({"passage": n, "kind": passage.kind, "who": f"server {name}", "where": where, **result})
-        if peer is not None and hasattr(peer, "llama_vim"):  # llama.vim's /infill: it reads the text after the cursor
-            for in_place in (False, True):
+        if peer is not None and hasattr(peer, "llama_vim_shown"):  # llama.vim's /infill: it reads the text after the cursor
+            for in_place in places:
                 result = replay_infill(peer, passage, in_place)
                 runs.append({"passage": n, "kind": passage.kind, "who": "peer", "where": "in place" if in_place else "end", **result})
         elif peer is not None:
@@ -358,11 +361,14 @@ def _saved(rs: list[dict[str, Any]]) -> float:
 
 
 def gate_variants(spec: str) -> dict[str, dict[str, Any]]:
-    """"off,default,0.5" -> {"gate off": {"minConfidence": 0}, "gate default": {}, "gate 0.5": {...}}."""
+    """"off,default,0.5" -> {"gate off": {"minConfidence": 0}, "gate default": {"minConfidence": None}, ...}.
+
+    The default is sent as null: settings are patched, so a variant that left the key out would
+    keep the previous variant's threshold (the gate off), not restore the model's own."""
     out: dict[str, dict[str, Any]] = {}
     for v in spec.split(","):
         if v == "default":
-            out["gate default"] = {}
+            out["gate default"] = {"minConfidence": None}
         else:
             out[f"gate {v}"] = {"minConfidence": 0.0 if v == "off" else float(v)}
     return out

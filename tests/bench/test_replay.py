@@ -105,13 +105,13 @@ def test_the_server_replay_counts_the_same_way(fake_editor):
 
 
 class _InfillPeer:
-    """llama.vim's peer stand-in: `llama_vim(text, cursor)` answers `say(before, after)`; it
+    """llama.vim's peer stand-in: `llama_vim_shown(text, cursor)` answers `say(before, after)`; it
     records what it saw after the cursor."""
 
     def __init__(self, say) -> None:
         self.say, self.afters = say, []
 
-    def llama_vim(self, text: str, cursor: int) -> tuple[float, str, dict]:
+    def llama_vim_shown(self, text: str, cursor: int) -> tuple[float, str, dict]:
         self.afters.append(text[cursor:])
         return 1.0, self.say(text[:cursor], text[cursor:]), {}
 
@@ -139,3 +139,29 @@ def test_the_infill_peer_is_compared_placement_by_placement():
     rows = {(r["who"], r["where"], r["kind"]): r for r in summarize(runs)}
     assert rows[("server", "end", "all")]["saved_over_peer"] == pytest.approx(3.0)
     assert rows[("server", "in place", "all")]["saved_over_peer"] == pytest.approx(1.5)
+
+
+def test_llama_vims_rendering_of_a_whole_suggestion():
+    from bench.infill import local_context, render
+
+    text = "def f(x):\n    if x:\n  \n    return 1\n"
+    blank = text.index("  \n") + 2  # two spaces typed on a blank line
+    ctx = local_context(text, blank)
+    # llama.vim asked from the line's start; what it shows after the cursor skips the typed whitespace
+    assert render(ctx, "    y = 2\n", text, blank) == "  y = 2"
+    assert render(ctx, "    return 1", text, blank) == ""  # retypes the next non-blank line
+    end = text.index("if x:") + 5
+    ctx = local_context(text, end)
+    assert render(ctx, "\n        y = 2\n", text, end) == "\n        y = 2"  # a first line empty, lines below
+    assert render(ctx, "\n  \n    return 1", text, end) == ""  # the lines below repeat the buffer's
+    assert render(ctx, "", text, end) == "" and render(ctx, "\n\n", text, end) == ""
+    # /completion continues at the cursor: nothing is trimmed
+    assert render(local_context(text, blank), "  y = 2", text, blank, from_cursor=True) == "  y = 2"
+
+
+def test_the_completion_request_sends_the_text_before_the_cursor_raw():
+    from bench.infill import completion_request
+
+    body = completion_request("a\nb\nc = fo", 10)
+    assert body["prompt"] == "a\nb\nc = fo" and "input_prefix" not in body and "n_indent" not in body
+    assert body["samplers"] == ["top_k", "top_p"] and body["top_k"] == 40
