@@ -43,8 +43,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--only", default=",".join(PARTS),
                         help=f"comma-separated parts to run, of {','.join(PARTS)}; or busy alone (bench.busy); "
                         "or models alone (bench.models: every catalogue model side by side, bench/results/models.json)")
-    parser.add_argument("--no-latency", action="store_true", help="with --only models: first-word quality only")
-    parser.add_argument("--no-quality", action="store_true", help="with --only models: latency only")
+    parser.add_argument("--no-latency", action="store_true", help="with --only models: no latency")
+    parser.add_argument("--no-quality", action="store_true", help="with --only models: no first-word quality")
+    parser.add_argument("--no-replay", action="store_true", help="with --only models: no typing replay")
+    parser.add_argument("--replay-per-kind", type=int, default=2,
+                        help="with --only models: replay passages per kind of text (python, javascript, c, prose)")
+    parser.add_argument("--replay-chars", type=int, default=240, help="with --only models: about this many characters a passage")
     parser.add_argument("--model", default=None,
                         help="the model: a catalogue name (engine.catalogue) or a GGUF path, for the server and the "
                         "in-process engine (default: the server's default); with --only models, a comma-separated "

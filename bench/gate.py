@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from bench import report
-from bench.replay import Passage, _Tally, accepts, by_cursor, cursor_table, next_word, passages
+from bench.replay import Passage, _Tally, accepts, by_cursor, cursor_table, interleaved, next_word, passages
 from engine import Completion, DecodeStats, Signals, WordEnd
 from engine.types import NO_RIVAL
 from lsp_server.gate import CALIBRATION, CALIBRATIONS, CURSOR_CLASSES, TYPED_FLOOR, Calibration, calibrations, cursor_class, gate_for
@@ -207,19 +207,6 @@ def record(args) -> int:
         if peer is not None:
             peer.close()
     return 0
-
-
-def interleaved(items: list[Passage]) -> list[Passage]:
-    """The passages with their kinds in turn (python, javascript, c, prose, python, ...)."""
-    by_kind: dict[str, list[Passage]] = {}
-    for p in items:
-        by_kind.setdefault(p.kind, []).append(p)
-    out = []
-    while any(by_kind.values()):
-        for group in by_kind.values():
-            if group:
-                out.append(group.pop(0))
-    return out
 
 
 def _passage_json(p: Passage) -> dict[str, Any]:

@@ -75,6 +75,19 @@ def _passage_in(rng: random.Random, kind: str, path: Path, chars: int) -> Passag
     return Passage(kind, str(path), start, end, text[first:start], passage, after)
 
 
+def interleaved(items: list[Passage]) -> list[Passage]:
+    """The passages with their kinds in turn (python, javascript, c, prose, python, ...)."""
+    by_kind: dict[str, list[Passage]] = {}
+    for p in items:
+        by_kind.setdefault(p.kind, []).append(p)
+    out = []
+    while any(by_kind.values()):
+        for group in by_kind.values():
+            if group:
+                out.append(group.pop(0))
+    return out
+
+
 def next_word(added: str) -> str:
     """What one accept key takes from a suggestion: up to the end of its first word."""
     i = 0
@@ -155,6 +168,8 @@ class _Tally:
     where: dict[str, list[int]] = field(default_factory=lambda: {k: [0, 0, 0] for k in POSITIONS})
     # per cursor class as the server's gate sees it: requests, shown, accepts, accepted characters
     cursors: dict[str, list[int]] = field(default_factory=lambda: {k: [0, 0, 0, 0] for k in CURSOR_CLASSES})
+    # every request: [characters of the passage typed before it, what its next word was ("" none), shown]
+    steps: list[list[Any]] = field(default_factory=list)
 
     def step(self, before: str, rest: str, chunk: str, shown: bool = False) -> int:
         """One suggestion (`shown`) whose next word is `chunk`, with `before` the text before the
@@ -166,6 +181,7 @@ class _Tally:
         cursor[0] += 1
         cursor[1] += shown
         self.shown += shown
+        self.steps.append([self.typed + self.accepted, chunk, shown])
         if accepts(chunk, rest):
             self.accepted += len(chunk)
             self.accepts += 1
@@ -181,7 +197,7 @@ class _Tally:
         return {
             "chars": chars, "typed": self.typed, "accepted": self.accepted, "accepts": self.accepts,
             "requests": len(self.ms), "ms": self.ms, "shown": self.shown, "begins_with_typed": begins,
-            "positions": self.where, "cursors": self.cursors,
+            "positions": self.where, "cursors": self.cursors, "steps": self.steps,
         }  # fmt: skip
 
 
@@ -315,12 +331,65 @@ def run(editor: Editor, peer, items: list[Passage], max_tokens: int, variants: d
         say(f"replay: passage {n + 1}/{len(items)} ({passage.kind}) done")
         if save is not None:
             save({"passages": [_passage_json(p) for p in items[: n + 1]], "runs": runs, "complete": n + 1 == len(items)})
-    return {"passages": [_passage_json(p) for p in items], "runs": runs, "table": summarize(runs),
-            "positions": by_position(runs), "cursors": by_cursor(runs)}  # fmt: skip
+    found = {"passages": [_passage_json(p) for p in items], "runs": runs, "table": summarize(runs),
+             "positions": by_position(runs), "cursors": by_cursor(runs)}  # fmt: skip
+    found["places"] = by_place(found)
+    return found
 
 
 def _passage_json(p: Passage) -> dict[str, Any]:
-    return {"kind": p.kind, "file": p.file, "start": p.start, "end": p.end, "chars": len(p.text)}
+    return {"kind": p.kind, "file": p.file, "start": p.start, "end": p.end, "chars": len(p.text), "text": p.text}
+
+
+PLACES = ("line end", "indentation", "inside a word", "word end", "after a space", "after punctuation")
+
+
+def place_of(before: str, rest: str) -> str:
+    """Where a request was, more finely than `position_kind`, to see where characters are lost:
+    at a line's end (the passage goes on with a line break), in a line's indentation (nothing but
+    whitespace before the cursor on its line), inside a word, at a word's end, after a space
+    inside a line, after punctuation."""
+    line = before[before.rfind("\n") + 1 :]
+    if rest.startswith("\n"):
+        return PLACES[0]
+    if not line.strip():
+        return PLACES[1]
+    if is_word_char(line[-1]):
+        return PLACES[2] if rest and is_word_char(rest[0]) else PLACES[3]
+    return PLACES[4] if line[-1].isspace() else PLACES[5]
+
+
+def by_place(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per (who, where) and `place_of` class, over all kinds: requests, shown, accepted, and the
+    characters accepted there as a share of all characters (from the runs' steps)."""
+    texts = {n: p.get("text") for n, p in enumerate(results.get("passages", []))}
+    groups: dict[tuple[str, str], dict[str, list[int]]] = defaultdict(lambda: {k: [0, 0, 0, 0] for k in PLACES})
+    chars: dict[tuple[str, str], int] = defaultdict(int)
+    for r in results.get("runs", []):
+        text = texts.get(r["passage"])
+        if text is None or "steps" not in r:
+            continue
+        key = (r["who"], r["where"])
+        chars[key] += r["chars"]
+        for pos, chunk, shown in r["steps"]:
+            counts = groups[key][place_of(text[:pos] if pos else "\n", text[pos:])]
+            counts[0] += 1
+            counts[1] += bool(shown)
+            if accepts(chunk, text[pos:]):
+                counts[2] += 1
+                counts[3] += len(chunk)
+    return [{"who": who, "where": where, "place": place, "requests": c[0], "shown": c[1], "accepted": c[2],
+             "precision": c[2] / c[1] if c[1] else None, "saved": c[3] / chars[(who, where)]}
+            for (who, where), by in sorted(groups.items()) for place, c in by.items()]  # fmt: skip
+
+
+def place_table(rows: list[dict[str, Any]]):
+    from bench.report import num, pct
+
+    header = ["who", "where", "cursor", "requests", "shown", "accepted", "precision", "chars saved from here"]
+    body = [[r["who"], r["where"], r["place"], num(r["requests"]), num(r["shown"]), num(r["accepted"]),
+             pct(r["precision"]), pct(r["saved"])] for r in rows]  # fmt: skip
+    return "typing replay: where the characters are saved, by the cursor's place in the passage (all kinds)", header, body
 
 
 def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -404,15 +473,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--places", default="end,in place", help="where passages are typed: end, in place or both")
     parser.add_argument("--model", default=None, help="a catalogue name or a GGUF path for the server and the peer (default: the server's)")
     parser.add_argument("--peer", choices=("completion", "infill"), default="completion",
-                        help="completion: llama-cpp-python's create_completion; infill: llama.vim's /infill request "
-                             "on llama-server with the same model (for a model with FIM tokens)")
+                        help="completion: llama-cpp-python's create_completion; infill: llama.vim's request on "
+                             "llama-server with the same model (/infill; /completion for a model with no FIM tokens)")
     parser.add_argument("--out", type=Path, default=report.output_root() / "bench" / "results" / "replay.json")
     args = parser.parse_args(argv)
 
     tuning = build_cases(50, 0)
     used = used_files(tuning, check_cases(50, tuning))
     kinds = tuple(args.kinds.split(","))
-    items = [p for p in passages(args.per_kind, used, chars=args.chars) if p.kind in kinds]
+    items = interleaved([p for p in passages(args.per_kind, used, chars=args.chars) if p.kind in kinds])
     base = {"maxTokens": args.max_tokens, "threads": args.threads, **({"model": args.model} if args.model else {})}
     variants = {}
     for v in args.lexicon.split(","):
@@ -429,8 +498,9 @@ def main(argv: list[str] | None = None) -> int:
 
         llama_server = LlamaServer(slots=1, model=args.model, threads=args.threads, extra_args=SEED_ARGS).start(600)
         peer = InfillPeer(llama_server)
-        if peer.endpoint != "/infill":
-            raise SystemExit(f"--peer infill: the model has no FIM tokens ({getattr(peer, 'refused', '')})")
+        if peer.endpoint != "/infill":  # no FIM tokens: the same request on /completion (bench.infill)
+            print(f"[replay] no /infill for this model ({getattr(peer, 'refused', '')}): llama.vim's request on /completion",
+                  file=sys.stderr)  # fmt: skip
     else:
         peer = Peer(str(resolve_model(args.model)), threads=args.threads)
     try:
@@ -449,10 +519,13 @@ def main(argv: list[str] | None = None) -> int:
             llama_server.stop()
     results["other_processes_cpu_share"] = watch.others_share(server_cpu)
     results["settings"] = {"threads": args.threads, "max_tokens": args.max_tokens, "variants": variants,
-                           "model": args.model, "peer": None if args.no_peer else args.peer}
+                           "model": args.model, "peer": None if args.no_peer else args.peer,
+                           "peer_endpoint": getattr(peer, "endpoint", None), "places": args.places,
+                           "command": "python -m bench.replay " + " ".join(sys.argv[1:] if argv is None else argv)}
     print(report.render(table(results["table"])))
     print(report.render(position_table(results["positions"])))
     print(report.render(cursor_table(results["cursors"])))
+    print(report.render(place_table(results["places"])))
     print(f"other processes used {100 * (results['other_processes_cpu_share'] or 0):.0f}% of the CPUs")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")

@@ -165,3 +165,13 @@ def test_the_completion_request_sends_the_text_before_the_cursor_raw():
     body = completion_request("a\nb\nc = fo", 10)
     assert body["prompt"] == "a\nb\nc = fo" and "input_prefix" not in body and "n_indent" not in body
     assert body["samplers"] == ["top_k", "top_p"] and body["top_k"] == 40
+
+
+def test_places_tell_line_ends_and_indentation_apart():
+    from bench.replay import PLACES, place_of
+
+    line_end, indentation, inside, word_end, after_space, after_punct = PLACES
+    assert place_of("    x = f(a)", "\n    y") == line_end
+    assert place_of("x\n  ", "  y = 1") == indentation and place_of("x\n", "y") == indentation
+    assert place_of("x = fo", "o()") == inside and place_of("x = foo", "()") == word_end
+    assert place_of("x = ", "foo") == after_space and place_of("x = f(", "a)") == after_punct
