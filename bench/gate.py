@@ -225,6 +225,7 @@ class Point:
     split: Any  # lsp_server.split.Split
     completion: Completion | None
     rest: str  # what the passage has left from here
+    origin: int | None = None  # an alternative carried (no signals): the position of the engine call that made it
 
 
 def signals_from(raw: dict[str, Any] | None) -> Signals | None:
@@ -249,23 +250,32 @@ def points(passage: dict[str, Any], run: dict[str, Any]) -> list[Point]:
         before = passage["before"] + text[:pos]
         parts = split(before + after, len(before))
         completion = None
+        origin = None
         raw = rec["signals"]
         if rec["shown"] is not None and rec["shown"].startswith(parts.word):
             if raw is not None and raw == previous and last is not None:  # carried: stale signals
                 at, made, made_split = last
                 completion = along(made, made_split.required, text[at:pos], parts)
+                if completion is None:  # not along the suggestion: one of its alternatives, carried
+                    added = rec["shown"][len(parts.word) :]
+                    completion = Completion(parts.required + added, "line", DecodeStats(), signals=None)
+                    origin = at
             else:
                 added = rec["shown"][len(parts.word) :]
                 completion = Completion(parts.required + added, "line", DecodeStats(), signals=signals_from(raw))
                 last = (pos, completion, parts)
         previous = raw
-        out.append(Point(cursor_class(parts), parts, completion, text[pos:]))
+        out.append(Point(cursor_class(parts), parts, completion, text[pos:], origin))
     return out
 
 
-def shown_at(point: Point, threshold: float, calibration: Calibration) -> str | None:
-    """What the server shows here with `minConfidence` = threshold (its own code), after the word."""
+def shown_at(point: Point, threshold: float, calibration: Calibration, pts: list[Point] | None = None) -> str | None:
+    """What the server shows here with `minConfidence` = threshold (its own code), after the word.
+    An alternative carried after the user typed along it was sent, ungated, with the suggestion
+    of the engine call that made it (`origin`), so it is shown when that one is."""
     if point.completion is None:
+        return None
+    if point.origin is not None and pts is not None and shown_at(pts[point.origin], threshold, calibration) is None:
         return None
     found = suggestion_for(point.split, point.completion, min_confidence=threshold, calibration=calibration)
     return None if found is None else found.insert_text[len(point.split.word) :]
@@ -275,7 +285,7 @@ def walk(kind: str, passage: dict[str, Any], pts: list[Point], threshold: float,
     """bench.replay's user over the records: accept the next word when exactly right, else type."""
     tally, pos, text = _Tally(), 0, passage["text"]
     while pos < len(pts):
-        shown = shown_at(pts[pos], threshold, calibration)
+        shown = shown_at(pts[pos], threshold, calibration, pts)
         chunk = next_word(shown) if shown else ""
         pos += tally.step(passage["before"] + text[:pos], text[pos:], chunk, shown is not None)
     return {"kind": kind, **tally.result(len(text), None)}
