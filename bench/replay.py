@@ -470,6 +470,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prior", type=float, default=None, help="lexiconPrior for the 'on' variant")
     parser.add_argument("--gate", default="off,default", help="minConfidence variants: off, default, a number, or several")
     parser.add_argument("--no-peer", action="store_true")
+    parser.add_argument("--no-server", action="store_true", help="the peer alone (merge with a server run: --merge)")
+    parser.add_argument("--merge", nargs="+", type=Path, default=None,
+                        help="measure nothing: merge result files of the same passages (a server run, a peer run) into --out")
     parser.add_argument("--places", default="end,in place", help="where passages are typed: end, in place or both")
     parser.add_argument("--model", default=None, help="a catalogue name or a GGUF path for the server and the peer (default: the server's)")
     parser.add_argument("--peer", choices=("completion", "infill"), default="completion",
@@ -477,6 +480,12 @@ def main(argv: list[str] | None = None) -> int:
                              "llama-server with the same model (/infill; /completion for a model with no FIM tokens)")
     parser.add_argument("--out", type=Path, default=report.output_root() / "bench" / "results" / "replay.json")
     args = parser.parse_args(argv)
+    if args.merge:
+        results = merge([json.loads(p.read_text()) for p in args.merge])
+        results["settings"] = {"merged": [str(p) for p in args.merge]}
+        _print(results)
+        args.out.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
+        return 0
 
     tuning = build_cases(50, 0)
     used = used_files(tuning, check_cases(50, tuning))
@@ -486,7 +495,7 @@ def main(argv: list[str] | None = None) -> int:
     variants = {}
     for v in args.lexicon.split(","):
         lexicon = {"lexicon": v == "on", **({"lexiconPrior": args.prior} if args.prior is not None else {})}
-        for gate, settings in gate_variants(args.gate).items():
+        for gate, settings in gate_variants(args.gate).items() if not args.no_server else ():
             variants[f"lexicon {v}, {gate}"] = {**lexicon, **settings}
     watch = CpuWatch.start()
     llama_server = None
@@ -504,14 +513,21 @@ def main(argv: list[str] | None = None) -> int:
     else:
         peer = Peer(str(resolve_model(args.model)), threads=args.threads)
     try:
-        with LspClient(["--log-level", "warning"]) as client:
-            editor = ready_editor(client, base)
-            say = lambda m: print(f"[replay] {m}", file=sys.stderr, flush=True)  # noqa: E731
-            partial = args.out.with_suffix(".partial.json")
-            results = run(editor, peer, items, args.max_tokens, {k: {**base, **v} for k, v in variants.items()}, say,
-                          tuple(w == "in place" for w in args.places.split(",")),
-                          lambda r: partial.write_text(json.dumps(r, ensure_ascii=False) + "\n"))  # fmt: skip
-            server_cpu = process_cpu_seconds(client.pid) or 0.0
+        say = lambda m: print(f"[replay] {m}", file=sys.stderr, flush=True)  # noqa: E731
+        partial = args.out.with_suffix(".partial.json")
+
+        def replay_all(editor) -> dict[str, Any]:
+            return run(editor, peer, items, args.max_tokens, {k: {**base, **v} for k, v in variants.items()}, say,
+                       tuple(w == "in place" for w in args.places.split(",")),
+                       lambda r: partial.write_text(json.dumps(r, ensure_ascii=False) + "\n"))  # fmt: skip
+
+        server_cpu = 0.0
+        if args.no_server:
+            results = replay_all(None)
+        else:
+            with LspClient(["--log-level", "warning"]) as client:
+                results = replay_all(ready_editor(client, base))
+                server_cpu = process_cpu_seconds(client.pid) or 0.0
     finally:
         if peer is not None:
             peer.close()
@@ -522,14 +538,35 @@ def main(argv: list[str] | None = None) -> int:
                            "model": args.model, "peer": None if args.no_peer else args.peer,
                            "peer_endpoint": getattr(peer, "endpoint", None), "places": args.places,
                            "command": "python -m bench.replay " + " ".join(sys.argv[1:] if argv is None else argv)}
-    print(report.render(table(results["table"])))
-    print(report.render(position_table(results["positions"])))
-    print(report.render(cursor_table(results["cursors"])))
-    print(report.render(place_table(results["places"])))
+    _print(results)
     print(f"other processes used {100 * (results['other_processes_cpu_share'] or 0):.0f}% of the CPUs")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
     return 0
+
+
+def _print(results: dict[str, Any]) -> None:
+    from bench import report
+
+    print(report.render(table(results["table"])))
+    print(report.render(position_table(results["positions"])))
+    print(report.render(cursor_table(results["cursors"])))
+    print(report.render(place_table(results["places"])))
+
+
+def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Result files of the same passages (e.g. the servers' run and the peer's, measured at other
+    times) as one: their runs together, the tables made again. Latencies then compare across runs."""
+    passages = [{k: v for k, v in p.items() if k != "text"} for p in parts[0]["passages"]]
+    for other in parts[1:]:
+        if [{k: v for k, v in p.items() if k != "text"} for p in other["passages"]] != passages:
+            raise SystemExit("bench.replay --merge: the files replayed other passages")
+    runs = [r for part in parts for r in part["runs"]]
+    found = {"passages": parts[0]["passages"], "runs": runs, "table": summarize(runs), "positions": by_position(runs),
+             "cursors": by_cursor(runs), "parts": [{k: v for k, v in p.items() if k not in ("runs", "passages", "table",
+             "positions", "cursors", "places")} for p in parts]}  # fmt: skip
+    found["places"] = by_place(found)
+    return found
 
 
 def table(rows: list[dict[str, Any]]):
