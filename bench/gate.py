@@ -660,8 +660,11 @@ python,javascript,prose --places "in place" --gate off,0.625 --no-peer` (bounded
 2-core machine), the code before (main) and after, run at the same time, then `python -m bench.gate
 hidden --before A --after B`. The same threshold and calibration on both sides (Gemma's at 0.625,
 what the 0.5B got before this change), so only the carrying differs; the third run (the same python and javascript passages)
-is the 0.5B at its own calibrated default. Medians are of every request;
-the machine was shared (load average about 16 on 2 cores), so compare within a version."""
+is meant as the 0.5B at its own calibrated default, but its "gate default" variant in fact ran with
+the gate off (settings are patched, and the variant left `minConfidence` out after the gate-off
+variant had set it to 0; bench.replay now sends null), so its two rows are both the gate off.
+Medians are of every request; the machine was shared (load average about 16 on 2 cores), so compare
+within a version."""
 
 
 GATE_DOC = """# The confidence gate, per model
