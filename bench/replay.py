@@ -557,12 +557,17 @@ def _print(results: dict[str, Any]) -> None:
 def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
     """Result files of the same passages (e.g. the servers' run and the peer's, measured at other
     times) as one: their runs together, the tables made again. Latencies then compare across runs."""
-    passages = [{k: v for k, v in p.items() if k != "text"} for p in parts[0]["passages"]]
+    def key(p: dict[str, Any]) -> tuple[str, int, int]:
+        return (p["file"], p["start"], p["end"])
+
+    # a run cut short (a .partial.json) has the first passages only: the passages every file has
+    common = min(len(part["passages"]) for part in parts)
+    passages = [key(p) for p in parts[0]["passages"][:common]]
     for other in parts[1:]:
-        if [{k: v for k, v in p.items() if k != "text"} for p in other["passages"]] != passages:
+        if [key(p) for p in other["passages"][:common]] != passages:
             raise SystemExit("bench.replay --merge: the files replayed other passages")
-    runs = [r for part in parts for r in part["runs"]]
-    found = {"passages": parts[0]["passages"], "runs": runs, "table": summarize(runs), "positions": by_position(runs),
+    runs = [r for part in parts for r in part["runs"] if r["passage"] < common]
+    found = {"passages": parts[0]["passages"][:common], "runs": runs, "table": summarize(runs), "positions": by_position(runs),
              "cursors": by_cursor(runs), "parts": [{k: v for k, v in p.items() if k not in ("runs", "passages", "table",
              "positions", "cursors", "places")} for p in parts]}  # fmt: skip
     found["places"] = by_place(found)
