@@ -345,5 +345,27 @@ def main(args, cases: list[Case], say: Callable[[str], None], out: Path) -> int:
     return 0
 
 
+def replay_from(pairs: list[str], out: Path) -> dict[str, Any]:
+    """The replay table from bench.replay result files ("NAME=FILE": a `python -m bench.replay
+    --model NAME --peer infill` run, or its --merge), written to `out` as bench.models writes it."""
+    results: dict[str, Any] = {"models": [], "replay": {}, "from": {}}
+    for pair in pairs:
+        name, _, path = pair.partition("=")
+        found = json.loads(Path(path).read_text())
+        found.setdefault("peer_endpoint", next((p.get("settings", {}).get("peer_endpoint") for p in found.get("parts", [])
+                                                if p.get("settings", {}).get("peer_endpoint")), None))  # fmt: skip
+        results["models"].append(name)
+        results["replay"][name] = {k: found[k] for k in ("runs", "table", "cursors", "places", "peer_endpoint") if k in found}
+        results["from"][name] = path
+    report.write_json(out, results)
+    return results
+
+
 if __name__ == "__main__":  # pragma: no cover - use `python -m bench --only models`
-    print(json.dumps({"usage": "python -m bench --only models [--model A,B] [--threads N] [--per-kind N]"}))
+    if sys.argv[1:2] == ["replay-table"]:
+        found = replay_from(sys.argv[2:], report.output_root() / "bench" / "results" / "models-replay.json")
+        print(report.render(replay_table(found)))
+        print(report.markdown(replay_table(found)))
+    else:
+        print(json.dumps({"usage": "python -m bench --only models [--model A,B] [--threads N] [--per-kind N]; "
+                          "python -m bench.models replay-table NAME=REPLAY.json ..."}))

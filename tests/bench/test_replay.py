@@ -175,3 +175,26 @@ def test_places_tell_line_ends_and_indentation_apart():
     assert place_of("x\n  ", "  y = 1") == indentation and place_of("x\n", "y") == indentation
     assert place_of("x = fo", "o()") == inside and place_of("x = foo", "()") == word_end
     assert place_of("x = ", "foo") == after_space and place_of("x = f(", "a)") == after_punct
+
+
+def test_the_models_table_puts_each_models_replay_beside_its_peer():
+    from bench.models import replay_rows, replay_table
+    from bench.replay import by_cursor, summarize
+
+    base = {"passage": 0, "kind": "python", "where": "in place", "chars": 100, "requests": 10, "ms": [5.0],
+            "begins_with_typed": True}  # fmt: skip
+
+    def run(who: str, accepted: int, accepts: int, shown: int) -> dict:
+        cursors = {"inside a word": [10, shown, accepts, accepted], "word start": [0] * 4, "after punctuation": [0] * 4}
+        return {**base, "who": who, "accepted": accepted, "accepts": accepts, "typed": 100 - accepted, "shown": shown,
+                "cursors": cursors}  # fmt: skip
+
+    runs = [run("server gate off", 50, 10, 40), run("server gate default", 45, 9, 20), run("peer", 40, 8, 40)]
+    found = {"runs": runs, "table": summarize(runs), "cursors": by_cursor(runs), "peer_endpoint": "/infill"}
+    rows = {r["who"]: r for r in replay_rows({"replay": {"m": found}})}
+    default = rows["server gate default"]
+    assert default["saved_over_peer"] == pytest.approx(45 / 40)
+    assert default["saved_over_gate_off"] == pytest.approx(0.9)
+    assert default["precision_over_gate_off"] == pytest.approx((9 / 20) / (10 / 40))
+    title, header, body = replay_table({"replay": {"m": found}})
+    assert len(body) == 3 and body[2][1] == "llama.vim's request (/infill)"
