@@ -250,7 +250,7 @@ def replay_peer(peer, passage: Passage, max_tokens: int) -> dict[str, Any]:
     return tally.result(len(target), None)
 
 
-def replay_infill(peer, passage: Passage, in_place: bool) -> dict[str, Any]:
+def replay_infill(peer, passage: Passage, in_place: bool, progress=None) -> dict[str, Any]:
     """The same replay with llama.vim's request (bench.infill) on llama-server: it sees the
     document as the server does, so the text after the passage too when typing in place. What
     it shows is all of its suggestion as llama.vim renders it (bench.infill.render: the first
@@ -264,6 +264,8 @@ def replay_infill(peer, passage: Passage, in_place: bool) -> dict[str, Any]:
         ms, shown, _ = peer.llama_vim_shown(before + after, len(before))
         tally.ms.append(ms)
         pos += tally.step(before, target[pos:], next_word(shown), bool(shown.strip()))
+        if progress is not None and pos < len(target):  # so far: a run cut short keeps its first `pos` characters
+            progress({**tally.result(len(target), None), "partial_chars": pos})
     return tally.result(len(target), None)
 
 
@@ -309,11 +311,14 @@ def by_cursor(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def run(editor: Editor, peer, items: list[Passage], max_tokens: int, variants: dict[str, dict[str, Any]], say=print,
-        places: tuple[bool, ...] = (False, True), save=None) -> dict[str, Any]:
-    """Every passage, for every server variant ({name: settings}) at the end and in place
-    (`places`: in place or not), and the peer; `save(results so far)` after each passage."""
+        places: tuple[bool, ...] = (False, True), save=None, only: set[int] | None = None) -> dict[str, Any]:
+    """Every passage (or those numbered in `only`), for every server variant ({name: settings}) at
+    the end and in place (`places`: in place or not), and the peer; `save(results so far)` after
+    each passage."""
     runs = []
     for n, passage in enumerate(items):
+        if only is not None and n not in only:
+            continue
         for name, settings in variants.items():
             editor.client.notify("workspace/didChangeConfiguration", {"settings": {"cpcLsp": settings}})
             for in_place in places:
@@ -323,14 +328,23 @@ def run(editor: Editor, peer, items: list[Passage], max_tokens: int, variants: d
                 runs.append({"passage": n, "kind": passage.kind, "who": f"server {name}", "where": where, **result})
         if peer is not None and hasattr(peer, "llama_vim_shown"):  # llama.vim's /infill: it reads the text after the cursor
             for in_place in places:
-                result = replay_infill(peer, passage, in_place)
+                where = "in place" if in_place else "end"
+
+                def progress(so_far: dict[str, Any], n: int = n, passage: Passage = passage, where: str = where) -> None:
+                    if save is not None:
+                        current = {"passage": n, "kind": passage.kind, "who": "peer", "where": where, **so_far}
+                        save({"passages": [_passage_json(p) for p in items[: n + 1]], "runs": [*runs, current],
+                              "complete": False})  # fmt: skip
+
+                result = replay_infill(peer, passage, in_place, progress)
                 runs.append({"passage": n, "kind": passage.kind, "who": "peer", "where": "in place" if in_place else "end", **result})
         elif peer is not None:
             result = replay_peer(peer, passage, max_tokens)
             runs.append({"passage": n, "kind": passage.kind, "who": "peer", "where": "before cursor", **result})
         say(f"replay: passage {n + 1}/{len(items)} ({passage.kind}) done")
         if save is not None:
-            save({"passages": [_passage_json(p) for p in items[: n + 1]], "runs": runs, "complete": n + 1 == len(items)})
+            save({"passages": [_passage_json(p) for p in items[: n + 1]], "runs": runs,
+                  "complete": n + 1 == len(items) or (only is not None and n == max(only))})  # fmt: skip
     found = {"passages": [_passage_json(p) for p in items], "runs": runs, "table": summarize(runs),
              "positions": by_position(runs), "cursors": by_cursor(runs)}  # fmt: skip
     found["places"] = by_place(found)
@@ -471,6 +485,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gate", default="off,default", help="minConfidence variants: off, default, a number, or several")
     parser.add_argument("--no-peer", action="store_true")
     parser.add_argument("--no-server", action="store_true", help="the peer alone (merge with a server run: --merge)")
+    parser.add_argument("--only-passages", default=None, help="replay only these passages (numbers from 0, comma-separated)")
     parser.add_argument("--merge", nargs="+", type=Path, default=None,
                         help="measure nothing: merge result files of the same passages (a server run, a peer run) into --out")
     parser.add_argument("--places", default="end,in place", help="where passages are typed: end, in place or both")
@@ -519,7 +534,8 @@ def main(argv: list[str] | None = None) -> int:
         def replay_all(editor) -> dict[str, Any]:
             return run(editor, peer, items, args.max_tokens, {k: {**base, **v} for k, v in variants.items()}, say,
                        tuple(w == "in place" for w in args.places.split(",")),
-                       lambda r: partial.write_text(json.dumps(r, ensure_ascii=False) + "\n"))  # fmt: skip
+                       lambda r: partial.write_text(json.dumps(r, ensure_ascii=False) + "\n"),
+                       {int(n) for n in args.only_passages.split(",")} if args.only_passages else None)  # fmt: skip
 
         server_cpu = 0.0
         if args.no_server:
@@ -560,18 +576,48 @@ def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
     def key(p: dict[str, Any]) -> tuple[str, int, int]:
         return (p["file"], p["start"], p["end"])
 
-    # a run cut short (a .partial.json) has the first passages only: the passages every file has
-    common = min(len(part["passages"]) for part in parts)
-    passages = [key(p) for p in parts[0]["passages"][:common]]
-    for other in parts[1:]:
-        if [key(p) for p in other["passages"][:common]] != passages:
-            raise SystemExit("bench.replay --merge: the files replayed other passages")
-    runs = [r for part in parts for r in part["runs"] if r["passage"] < common]
-    found = {"passages": parts[0]["passages"][:common], "runs": runs, "table": summarize(runs), "positions": by_position(runs),
+    # a run cut short (a .partial.json) or one of some passages (--only-passages) has some of them:
+    # the passages that every side (who and where) replayed
+    listed: dict[int, dict[str, Any]] = {}
+    for part in parts:
+        for n, p in enumerate(part["passages"]):
+            if n in listed and key(listed[n]) != key(p):
+                raise SystemExit("bench.replay --merge: the files replayed other passages")
+            listed.setdefault(n, p)
+    all_runs = [r for part in parts for r in part["runs"]]
+    sides = {(r["who"], r["where"]) for r in all_runs}
+    kept = sorted(n for n in listed if {(r["who"], r["where"]) for r in all_runs if r["passage"] == n} == sides)
+    renumber = {n: i for i, n in enumerate(kept)}
+    runs = [{**r, "passage": renumber[r["passage"]]} for r in all_runs if r["passage"] in renumber]
+    # a passage one side did not finish (`partial_chars`): every side's run of it cut to that many characters
+    cut = {}
+    for r in runs:
+        if r.get("partial_chars") is not None:
+            cut[r["passage"]] = min(cut.get(r["passage"], r["partial_chars"]), r["partial_chars"])
+    runs = [truncated(r, listed[kept[r["passage"]]], cut[r["passage"]]) if r["passage"] in cut else r for r in runs]
+    found = {"passages": [listed[n] for n in kept], "runs": runs, "table": summarize(runs), "positions": by_position(runs),
              "cursors": by_cursor(runs), "parts": [{k: v for k, v in p.items() if k not in ("runs", "passages", "table",
              "positions", "cursors", "places")} for p in parts]}  # fmt: skip
     found["places"] = by_place(found)
     return found
+
+
+def truncated(run: dict[str, Any], passage: dict[str, Any], chars: int) -> dict[str, Any]:
+    """`run` (with its steps) as the replay of the passage's first `chars` characters: its
+    requests before there, by the same rule, a word accepted across the end counted up to it."""
+    text = passage["text"]
+    source = read_text(Path(passage["file"])) or ""
+    before = source[: passage["start"]][-CONTEXT_BEFORE:]
+    tally = _Tally()
+    steps = [s for s in run["steps"] if s[0] < chars]
+    ms = run["ms"][: len(steps)]
+    for pos, chunk, shown in steps:
+        took = tally.step(before + text[:pos], text[pos:], chunk, shown)
+        if took > chars - pos:  # the accepted word goes past the cut: only its part before it counts
+            tally.accepted -= took - (chars - pos)
+    tally.ms = list(ms)
+    return {**{k: v for k, v in run.items() if k != "partial_chars"}, **tally.result(chars, run.get("begins_with_typed")),
+            "truncated_to": chars}  # fmt: skip
 
 
 def table(rows: list[dict[str, Any]]):
