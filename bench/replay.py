@@ -75,6 +75,15 @@ def _passage_in(rng: random.Random, kind: str, path: Path, chars: int) -> Passag
     return Passage(kind, str(path), start, end, text[first:start], passage, after)
 
 
+def passage_at(kind: str, file: str, start: int, end: int) -> Passage:
+    """The passage of `file` from `start` to `end`, with the document around it as `passages`
+    makes it: a result file's passages replayed again (the files a kind draws from can change
+    when packages are installed, and with them the passages drawn)."""
+    text = read_text(Path(file)) or ""
+    first = text.find("\n", max(0, start - CONTEXT_BEFORE)) + 1 if start > CONTEXT_BEFORE else 0
+    return Passage(kind, file, start, end, text[first:start], text[start:end], text[end : end + CONTEXT_AFTER])
+
+
 def interleaved(items: list[Passage]) -> list[Passage]:
     """The passages with their kinds in turn (python, javascript, c, prose, python, ...)."""
     by_kind: dict[str, list[Passage]] = {}
@@ -485,6 +494,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gate", default="off,default", help="minConfidence variants: off, default, a number, or several")
     parser.add_argument("--no-peer", action="store_true")
     parser.add_argument("--no-server", action="store_true", help="the peer alone (merge with a server run: --merge)")
+    parser.add_argument("--passages-from", type=Path, default=None, help="replay the passages of this result file")
     parser.add_argument("--only-passages", default=None, help="replay only these passages (numbers from 0, comma-separated)")
     parser.add_argument("--merge", nargs="+", type=Path, default=None,
                         help="measure nothing: merge result files of the same passages (a server run, a peer run) into --out")
@@ -506,6 +516,9 @@ def main(argv: list[str] | None = None) -> int:
     used = used_files(tuning, check_cases(50, tuning))
     kinds = tuple(args.kinds.split(","))
     items = interleaved([p for p in passages(args.per_kind, used, chars=args.chars) if p.kind in kinds])
+    if args.passages_from is not None:  # the passages of another run, exactly
+        listed = json.loads(args.passages_from.read_text())["passages"]
+        items = [passage_at(p["kind"], p["file"], p["start"], p["end"]) for p in listed]
     base = {"maxTokens": args.max_tokens, "threads": args.threads, **({"model": args.model} if args.model else {})}
     variants = {}
     for v in args.lexicon.split(","):
