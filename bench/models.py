@@ -213,10 +213,14 @@ def replay(name: str, editor: Editor, threads: int, max_tokens: int, per_kind: i
 
 def replay_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
     """Per model and who (gate off, gate default, peer): the replay's figures over all kinds."""
+    def side(who: str) -> str:  # bench.replay names its variants "server lexicon off, gate off"
+        return who if who == "peer" else "server " + who.split(", ")[-1].removeprefix("server ")
+
     rows = []
     for name, found in results.get("replay", {}).items():
-        table = {r["who"]: r for r in found.get("table", []) if r["kind"] == "all"}
-        cursors = {r["who"]: r for r in found.get("cursors") or replays_cursors(found) if r["kind"] == "all" and r["cursor"] == "all"}
+        table = {side(r["who"]): r for r in found.get("table", []) if r["kind"] == "all"}
+        cursors = {side(r["who"]): r for r in found.get("cursors") or replays_cursors(found)
+                   if r["kind"] == "all" and r["cursor"] == "all"}  # fmt: skip
         peer = table.get("peer")
         off = table.get("server gate off")
         for who in ("server gate off", "server gate default", "peer"):
