@@ -198,3 +198,26 @@ def test_the_models_table_puts_each_models_replay_beside_its_peer():
     assert default["precision_over_gate_off"] == pytest.approx((9 / 20) / (10 / 40))
     title, header, body = replay_table({"replay": {"m": found}})
     assert len(body) == 3 and body[2][1] == "llama.vim's request (/infill)"
+
+
+def test_merge_cuts_every_side_to_what_the_slowest_finished(tmp_path):
+    from bench.replay import _Tally, merge
+
+    source = tmp_path / "f.txt"
+    source.write_text("Hi. ab cd ef\n")
+    passage = {"kind": "prose", "file": str(source), "start": 4, "end": 12, "chars": 8, "text": "ab cd ef"}
+
+    def run(who: str, words: list[str], upto: int | None = None) -> dict:
+        tally, pos, text = _Tally(), 0, passage["text"]
+        while pos < (upto or len(text)):
+            chunk = words.pop(0) if words else ""
+            tally.ms.append(1.0)
+            pos += tally.step("Hi. " + text[:pos], text[pos:], chunk, bool(chunk))
+        out = {"passage": 0, "kind": "prose", "who": who, "where": "in place", **tally.result(len(text), True)}
+        return {**out, "partial_chars": pos} if upto else out
+
+    ours = {"passages": [passage], "runs": [run("server", ["ab", " cd", " ef"])]}  # every word accepted
+    peer = {"passages": [passage], "runs": [run("peer", [], upto=3)]}  # typed "ab " and was stopped
+    rows = {r["who"]: r for r in merge([ours, peer])["table"] if r["kind"] == "all"}
+    assert rows["peer"]["chars"] == rows["server"]["chars"] == 3
+    assert rows["peer"]["not_typed"] == 0 and rows["server"]["not_typed"] == pytest.approx(3 / 3)
