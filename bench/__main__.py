@@ -45,8 +45,12 @@ def _parser() -> argparse.ArgumentParser:
                         "or models alone (bench.models: every catalogue model side by side, bench/results/models.json); "
                         "or team alone (bench.team, then bench.tail: users sharing one llama-server, bench/results/team.json and tail.json); "
                         "or tail alone")
-    parser.add_argument("--no-latency", action="store_true", help="with --only models: first-word quality only")
-    parser.add_argument("--no-quality", action="store_true", help="with --only models: latency only")
+    parser.add_argument("--no-latency", action="store_true", help="with --only models: no latency")
+    parser.add_argument("--no-quality", action="store_true", help="with --only models: no first-word quality")
+    parser.add_argument("--no-replay", action="store_true", help="with --only models: no typing replay")
+    parser.add_argument("--replay-per-kind", type=int, default=2,
+                        help="with --only models: replay passages per kind of text (python, javascript, c, prose)")
+    parser.add_argument("--replay-chars", type=int, default=240, help="with --only models: about this many characters a passage")
     parser.add_argument("--model", default=None,
                         help="the model: a catalogue name (engine.catalogue) or a GGUF path, for the server and the "
                         "in-process engine (default: the server's default); with --only models, a comma-separated "
@@ -154,7 +158,7 @@ def _replay(editor, cases, args, model_path: str) -> dict[str, Any]:
     if args.quick:
         items = items[-1:]  # one short prose passage
     base = {"maxTokens": args.max_tokens}
-    variants = {"gate default": {**base}}
+    variants = {"gate default": {**base, "minConfidence": None}}  # null: the model's own threshold
     if not args.quick:  # quick: the default server only, at the end and in place
         variants = {"gate off": {**base, "minConfidence": 0.0}, **variants}
     peer = None if args.no_peer else latency.Peer(model_path, threads=args.threads or None)

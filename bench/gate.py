@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from bench import report
-from bench.replay import Passage, _Tally, accepts, by_cursor, cursor_table, next_word, passages
+from bench.replay import Passage, _Tally, accepts, by_cursor, cursor_table, interleaved, next_word, passages
 from engine import Completion, DecodeStats, Signals, WordEnd
 from engine.types import NO_RIVAL
 from lsp_server.gate import CALIBRATION, CALIBRATIONS, CURSOR_CLASSES, TYPED_FLOOR, Calibration, calibrations, cursor_class, gate_for
@@ -209,19 +209,6 @@ def record(args) -> int:
     return 0
 
 
-def interleaved(items: list[Passage]) -> list[Passage]:
-    """The passages with their kinds in turn (python, javascript, c, prose, python, ...)."""
-    by_kind: dict[str, list[Passage]] = {}
-    for p in items:
-        by_kind.setdefault(p.kind, []).append(p)
-    out = []
-    while any(by_kind.values()):
-        for group in by_kind.values():
-            if group:
-                out.append(group.pop(0))
-    return out
-
-
 def _passage_json(p: Passage) -> dict[str, Any]:
     return {"kind": p.kind, "file": p.file, "start": p.start, "text": p.text,
             "before": p.before[-TAIL:], "after": p.after[:TAIL]}  # fmt: skip
@@ -238,6 +225,7 @@ class Point:
     split: Any  # lsp_server.split.Split
     completion: Completion | None
     rest: str  # what the passage has left from here
+    origin: int | None = None  # an alternative carried (no signals): the position of the engine call that made it
 
 
 def signals_from(raw: dict[str, Any] | None) -> Signals | None:
@@ -262,23 +250,32 @@ def points(passage: dict[str, Any], run: dict[str, Any]) -> list[Point]:
         before = passage["before"] + text[:pos]
         parts = split(before + after, len(before))
         completion = None
+        origin = None
         raw = rec["signals"]
         if rec["shown"] is not None and rec["shown"].startswith(parts.word):
             if raw is not None and raw == previous and last is not None:  # carried: stale signals
                 at, made, made_split = last
                 completion = along(made, made_split.required, text[at:pos], parts)
+                if completion is None:  # not along the suggestion: one of its alternatives, carried
+                    added = rec["shown"][len(parts.word) :]
+                    completion = Completion(parts.required + added, "line", DecodeStats(), signals=None)
+                    origin = at
             else:
                 added = rec["shown"][len(parts.word) :]
                 completion = Completion(parts.required + added, "line", DecodeStats(), signals=signals_from(raw))
                 last = (pos, completion, parts)
         previous = raw
-        out.append(Point(cursor_class(parts), parts, completion, text[pos:]))
+        out.append(Point(cursor_class(parts), parts, completion, text[pos:], origin))
     return out
 
 
-def shown_at(point: Point, threshold: float, calibration: Calibration) -> str | None:
-    """What the server shows here with `minConfidence` = threshold (its own code), after the word."""
+def shown_at(point: Point, threshold: float, calibration: Calibration, pts: list[Point] | None = None) -> str | None:
+    """What the server shows here with `minConfidence` = threshold (its own code), after the word.
+    An alternative carried after the user typed along it was sent, ungated, with the suggestion
+    of the engine call that made it (`origin`), so it is shown when that one is."""
     if point.completion is None:
+        return None
+    if point.origin is not None and pts is not None and shown_at(pts[point.origin], threshold, calibration) is None:
         return None
     found = suggestion_for(point.split, point.completion, min_confidence=threshold, calibration=calibration)
     return None if found is None else found.insert_text[len(point.split.word) :]
@@ -288,7 +285,7 @@ def walk(kind: str, passage: dict[str, Any], pts: list[Point], threshold: float,
     """bench.replay's user over the records: accept the next word when exactly right, else type."""
     tally, pos, text = _Tally(), 0, passage["text"]
     while pos < len(pts):
-        shown = shown_at(pts[pos], threshold, calibration)
+        shown = shown_at(pts[pos], threshold, calibration, pts)
         chunk = next_word(shown) if shown else ""
         pos += tally.step(passage["before"] + text[:pos], text[pos:], chunk, shown is not None)
     return {"kind": kind, **tally.result(len(text), None)}
@@ -663,8 +660,11 @@ python,javascript,prose --places "in place" --gate off,0.625 --no-peer` (bounded
 2-core machine), the code before (main) and after, run at the same time, then `python -m bench.gate
 hidden --before A --after B`. The same threshold and calibration on both sides (Gemma's at 0.625,
 what the 0.5B got before this change), so only the carrying differs; the third run (the same python and javascript passages)
-is the 0.5B at its own calibrated default. Medians are of every request;
-the machine was shared (load average about 16 on 2 cores), so compare within a version."""
+is meant as the 0.5B at its own calibrated default, but its "gate default" variant in fact ran with
+the gate off (settings are patched, and the variant left `minConfidence` out after the gate-off
+variant had set it to 0; bench.replay now sends null), so its two rows are both the gate off.
+Medians are of every request; the machine was shared (load average about 16 on 2 cores), so compare
+within a version."""
 
 
 GATE_DOC = """# The confidence gate, per model

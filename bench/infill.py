@@ -46,6 +46,8 @@ class LocalContext:
     suffix: str  # input_suffix
     indent: int  # n_indent
     line_suffix: str  # the rest of the cursor's line
+    line: str = ""  # the cursor's line as it is (its text up to the cursor: line[:column])
+    column: int = 0  # the cursor's column in it (code points)
 
 
 def local_context(text: str, cursor: int) -> LocalContext:
@@ -65,7 +67,7 @@ def local_context(text: str, cursor: int) -> LocalContext:
         indent = len(line) - len(line.lstrip(" \t"))
     return LocalContext(
         prefix="\n".join(before) + "\n", middle=middle, suffix=line_suffix + "\n" + "\n".join(after) + "\n",
-        indent=indent, line_suffix=line_suffix,
+        indent=indent, line_suffix=line_suffix, line=line, column=cursor - line_start,
     )  # fmt: skip
 
 
@@ -81,6 +83,19 @@ def llama_vim_request(ctx: LocalContext, id_slot: int = 0, first: bool = True) -
     }  # fmt: skip
 
 
+def completion_request(text: str, cursor: int, id_slot: int = 0) -> dict[str, Any]:
+    """llama.vim's request for a model with no FIM tokens, on `/completion`: the same lines before
+    the cursor (`N_PREFIX` lines and the cursor's line up to the cursor) as the raw prompt, the
+    same budget and sampling without the infill sampler; there is no place for the text after."""
+    line_start = text.rfind("\n", 0, cursor) + 1
+    before = text[:line_start].split("\n")[:-1][-N_PREFIX:]
+    body = llama_vim_request(local_context(text, cursor), id_slot)
+    for key in ("input_prefix", "input_suffix", "input_extra", "n_indent"):
+        body.pop(key)
+    prefix = "\n".join(before) + "\n" if before else ""
+    return {**body, "prompt": prefix + text[line_start:cursor], "samplers": ["top_k", "top_p"]}
+
+
 def render_line(ctx: LocalContext, content: str, next_line: str | None) -> str:
     """The one line llama.vim would show (and Tab would insert) after the cursor, "" for none:
     its first line, dropped when it is empty, only retypes the rest of the line, or makes the
@@ -89,6 +104,46 @@ def render_line(ctx: LocalContext, content: str, next_line: str | None) -> str:
     if first == "" or first == ctx.line_suffix or (next_line is not None and ctx.middle + first == next_line):
         return ""
     return "" if re.fullmatch(r"\s*", first + ctx.line_suffix) else first
+
+
+def render(ctx: LocalContext, content: str, text: str, cursor: int, from_cursor: bool = False) -> str:
+    """All that llama.vim shows after the cursor for `content` (`s:fim_render`), lines joined by
+    "\n", "" for nothing: its first line at the cursor, the others as virtual lines below. Its
+    rules, in its order: trailing empty lines go; on a line of only whitespace, as much leading
+    whitespace of the suggestion as the line has is taken as that line (the request sent it from
+    the line's start; `from_cursor`: the content continues at the cursor, as /completion's does,
+    so nothing is trimmed); then it is dropped when it is empty, when its first line is empty and
+    the next lines repeat the buffer's, when it only retypes the rest of the line, or when the
+    cursor's line with it equals the next non-blank line (and the lines after it repeat too)."""
+    lines = content.split("\n")
+    while lines and lines[-1] == "":
+        lines.pop()
+    if not lines:
+        return ""
+    line_cur = ctx.line
+    if re.fullmatch(r"\s*", ctx.line) and not from_cursor:
+        lead = min(len(lines[0]) - len(lines[0].lstrip()), len(ctx.line))
+        line_cur, lines[0] = lines[0][:lead], lines[0][lead:]
+    prefix, suffix = line_cur[: ctx.column], line_cur[ctx.column :]
+    line_end = text.find("\n", cursor)
+    below = [] if line_end < 0 else text[line_end + 1 :].split("\n")  # the buffer's lines after the cursor's
+    if len(lines) == 1 and lines[0] == "":
+        return ""
+    if len(lines) > 1 and lines[0] == "" and lines[1:] == below[: len(lines) - 1]:
+        return ""
+    if len(lines) == 1 and lines[0] == suffix:
+        return ""
+    at = next((i for i, line in enumerate(below) if line.strip()), None)  # the next non-blank line
+    if at is not None and prefix + lines[0] == below[at]:
+        after = below[at + 1 :]
+        if len(lines) == 1:
+            return ""
+        if len(lines) == 2 and after[:1] and after[0][: len(lines[1])] == lines[1]:
+            return ""
+        if len(lines) > 2 and lines[1:] == after[: len(lines) - 1]:
+            return ""
+    shown = "\n".join(lines)
+    return "" if re.fullmatch(r"\s*", shown + ctx.line_suffix) else shown
 
 
 def next_nonblank_line(text: str, cursor: int) -> str | None:
@@ -149,16 +204,31 @@ class InfillPeer:
         """(ms, the line llama.vim would insert after the cursor, the server's answer) for the
         cursor at `cursor` of `text`, sent exactly as llama.vim sends it; `greedy` swaps only its
         sampling for the most probable token (`top_k` 1), to tell sampling apart from the layout."""
+        ms, ctx, answer = self._llama_vim_answer(text, cursor, greedy)
+        if "content" not in answer:
+            return ms, "", answer
+        return ms, render_line(ctx, answer["content"], next_nonblank_line(text, cursor)), answer
+
+    def llama_vim_shown(self, text: str, cursor: int) -> tuple[float, str, dict[str, Any]]:
+        """(ms, all that llama.vim shows after the cursor: `render`, lines joined, the server's
+        answer) for the same request as `llama_vim`. On a model with no FIM tokens (`/completion`)
+        the same request with the text before the cursor as the raw prompt (`completion_request`)."""
+        ms, ctx, answer = self._llama_vim_answer(text, cursor)
+        if "content" not in answer:
+            return ms, "", answer
+        return ms, render(ctx, answer["content"], text, cursor, from_cursor=self.endpoint != "/infill"), answer
+
+    def _llama_vim_answer(self, text: str, cursor: int, greedy: bool = False) -> tuple[float, LocalContext, dict[str, Any]]:
         ctx = local_context(text, cursor)
-        body = llama_vim_request(ctx, self.slot)
+        body = llama_vim_request(ctx, self.slot) if self.endpoint == "/infill" else completion_request(text, cursor, self.slot)
         if greedy:
             body = {**body, "top_k": 1}
         started = time.perf_counter()
         status, answer = self._post(body)
         ms = (time.perf_counter() - started) * 1000
         if status != 200 or not isinstance(answer, dict):
-            return ms, "", {"status": status, "error": str(answer)[:200]}
-        return ms, render_line(ctx, answer.get("content", ""), next_nonblank_line(text, cursor)), answer
+            return ms, ctx, {"status": status, "error": str(answer)[:200]}
+        return ms, ctx, answer
 
     def close(self) -> None:
         self.connection.close()

@@ -15,6 +15,13 @@ started with `--model NAME` (so the name is resolved, the file joined and checke
   run at the same time and take turns document by document, so each model sees the same machine
   load: compare them side by side, not with figures from another run.
 
+- **typing replay** (bench.replay): passages of code and prose typed in place through the model's
+  server, the gate off and at the model's own default, beside llama.vim's own request on the *same*
+  model on a llama-server (`/infill` where the model has FIM tokens, `/completion` with the text
+  before the cursor otherwise), replayed by the same rule: characters saved, precision (accepted /
+  shown), keys per character, keystroke median. Deterministic for ours; the peer samples as
+  llama.vim does, with the server's seed fixed (bench.infill).
+
 Also: each server's peak resident memory and the model's file size. Results: bench/results/models.json,
 written again after each step, so an interrupted run keeps what it measured.
 """
@@ -172,6 +179,87 @@ def _summary(steps: dict[str, dict[int, list[dict[str, Any]]]]) -> dict[str, Any
     return found
 
 
+def replay(name: str, editor: Editor, threads: int, max_tokens: int, per_kind: int, chars: int,
+           say: Callable[[str], None], save: Callable[[dict[str, Any]], None] = lambda found: None) -> dict[str, Any]:
+    """The typing replay of `name` (see the module docstring): in place, the gate off and at its
+    default, beside llama.vim's request on a llama-server with the same model and threads."""
+    from bench import replay as replays
+    from bench.cases import build_cases, check_cases
+    from bench.infill import SEED_ARGS, InfillPeer
+    from bench.llama_server import LlamaServer
+
+    tuning = build_cases(50, 0)
+    items = replays.passages(per_kind, replays.used_files(tuning, check_cases(50, tuning)), chars=chars)
+    items = replays.interleaved(items)  # kinds in turn: a run cut short still has every kind
+    base = {"maxTokens": max_tokens, "threads": threads}
+    variants = {f"gate {k.split()[-1]}": {**base, **v} for k, v in replays.gate_variants("off,default").items()}
+    server = LlamaServer(slots=1, model=name, threads=threads, extra_args=SEED_ARGS).start(600)
+    peer = InfillPeer(server, slot=0)
+    say(f"models: replay of {name}: {len(items)} passages, {sum(len(p.text) for p in items)} characters, peer {peer.endpoint}")
+
+    def partial(found: dict[str, Any]) -> None:
+        save({**found, "table": replays.summarize(found["runs"]), "peer_endpoint": peer.endpoint})
+
+    try:
+        found = replays.run(editor, peer, items, max_tokens, variants, lambda m: say(f"models: {name} {m}"),
+                            places=(True,), save=partial)  # fmt: skip
+    finally:
+        peer.close()
+        server.stop()
+    found["peer_endpoint"] = peer.endpoint
+    found["threads"] = threads
+    return found
+
+
+def replay_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per model and who (gate off, gate default, peer): the replay's figures over all kinds."""
+    def side(who: str) -> str:  # bench.replay names its variants "server lexicon off, gate off"
+        return who if who == "peer" else "server " + who.split(", ")[-1].removeprefix("server ")
+
+    rows = []
+    for name, found in results.get("replay", {}).items():
+        table = {side(r["who"]): r for r in found.get("table", []) if r["kind"] == "all"}
+        cursors = {side(r["who"]): r for r in found.get("cursors") or replays_cursors(found)
+                   if r["kind"] == "all" and r["cursor"] == "all"}  # fmt: skip
+        peer = table.get("peer")
+        off = table.get("server gate off")
+        for who in ("server gate off", "server gate default", "peer"):
+            r = table.get(who)
+            if r is None:
+                continue
+            precision = cursors.get(who, {}).get("precision")
+            rows.append({
+                "model": name, "who": who, "peer_endpoint": found.get("peer_endpoint"), "chars": r["chars"],
+                "passages": len({x["passage"] for x in found["runs"]}), "saved": r["not_typed"], "precision": precision,
+                "keys_per_char": r["keys_per_char"], "median_ms": r["median_ms"],
+                "saved_over_peer": None if who == "peer" or not peer else r["not_typed"] / peer["not_typed"],
+                "saved_over_gate_off": r["not_typed"] / off["not_typed"] if off and off["not_typed"] else None,
+                "precision_over_gate_off": (precision / cursors["server gate off"]["precision"]
+                                            if precision and cursors.get("server gate off", {}).get("precision") else None),
+            })  # fmt: skip
+    return rows
+
+
+def replays_cursors(found: dict[str, Any]) -> list[dict[str, Any]]:
+    from bench.replay import by_cursor
+
+    return by_cursor(found.get("runs", []))
+
+
+def replay_table(results: dict[str, Any]) -> report.Table:
+    rows = []
+    for r in replay_rows(results):
+        who = {"server gate off": "ours, gate off", "server gate default": "ours, gate at its default"}.get(r["who"])
+        who = who or f"llama.vim's request ({r['peer_endpoint']})"
+        rows.append([r["model"], who, f"{r['passages']} / {r['chars']:,}", report.pct(r["saved"]), report.pct(r["precision"]),
+                     f"{r['keys_per_char']:.2f}", report.num(r["median_ms"]), report.times(r["saved_over_peer"]),
+                     report.times(r["precision_over_gate_off"]) if r["who"] == "server gate default" else "",
+                     report.times(r["saved_over_gate_off"]) if r["who"] == "server gate default" else ""])  # fmt: skip
+    header = ["model", "who", "passages / chars", "chars saved", "precision", "keys/char", "median ms",
+              "saved / peer's (target >= 1.25x)", "precision / gate off (>= 1.5x)", "saved / gate off (>= 0.9x)"]
+    return ("Typing replay per model, in place, beside llama.vim's request on the same model", header, rows)
+
+
 def table(results: dict[str, Any]) -> report.Table:
     rows = []
     for name in results["models"]:
@@ -231,6 +319,14 @@ def run(args, cases: list[Case], say: Callable[[str], None], out: Path) -> dict[
             say(f"models: quality of {name} ({len(cases)} cases)")
             results.setdefault("quality", {})[name] = quality(editor, cases, args.quality_max_tokens)
             report.write_json(out, results)
+        for name, editor in editors.items() if not args.no_replay else ():
+            def save_replay(found: dict[str, Any], name: str = name) -> None:
+                results.setdefault("replay", {})[name] = found
+                report.write_json(out, results)
+
+            per_kind = 1 if args.quick else args.replay_per_kind
+            chars = 60 if args.quick else args.replay_chars
+            save_replay(replay(name, editor, threads or 1, args.max_tokens, per_kind, chars, say, save_replay))
         results["memory"] = {
             name: {"peak_rss_mib": peak_rss_mb(e.client.pid), "file_mib": catalogue.by_name(name).size / 2**20}  # type: ignore[union-attr]
             for name, e in editors.items()
@@ -246,10 +342,34 @@ def run(args, cases: list[Case], say: Callable[[str], None], out: Path) -> dict[
 def main(args, cases: list[Case], say: Callable[[str], None], out: Path) -> int:
     results = run(args, cases, say, out)
     print(report.render(table(results)))
+    if results.get("replay"):
+        print(report.render(replay_table(results)))
     print(f"note: threads {results['threads']}; the machine was shared: latency medians compare only within this run")
     print(f"results in {out}")
     return 0
 
 
+def replay_from(pairs: list[str], out: Path) -> dict[str, Any]:
+    """The replay table from bench.replay result files ("NAME=FILE": a `python -m bench.replay
+    --model NAME --peer infill` run, or its --merge), written to `out` as bench.models writes it."""
+    results: dict[str, Any] = {"models": [], "replay": {}, "from": {}}
+    for pair in pairs:
+        name, _, path = pair.partition("=")
+        found = json.loads(Path(path).read_text())
+        found.setdefault("peer_endpoint", next((p.get("settings", {}).get("peer_endpoint") for p in found.get("parts", [])
+                                                if p.get("settings", {}).get("peer_endpoint")), None))  # fmt: skip
+        results["models"].append(name)
+        results["replay"][name] = {k: found[k] for k in ("runs", "table", "cursors", "places", "peer_endpoint") if k in found}
+        results["from"][name] = path
+    report.write_json(out, results)
+    return results
+
+
 if __name__ == "__main__":  # pragma: no cover - use `python -m bench --only models`
-    print(json.dumps({"usage": "python -m bench --only models [--model A,B] [--threads N] [--per-kind N]"}))
+    if sys.argv[1:2] == ["replay-table"]:
+        found = replay_from(sys.argv[2:], report.output_root() / "bench" / "results" / "models-replay.json")
+        print(report.render(replay_table(found)))
+        print(report.markdown(replay_table(found)))
+    else:
+        print(json.dumps({"usage": "python -m bench --only models [--model A,B] [--threads N] [--per-kind N]; "
+                          "python -m bench.models replay-table NAME=REPLAY.json ..."}))

@@ -75,6 +75,28 @@ def _passage_in(rng: random.Random, kind: str, path: Path, chars: int) -> Passag
     return Passage(kind, str(path), start, end, text[first:start], passage, after)
 
 
+def passage_at(kind: str, file: str, start: int, end: int) -> Passage:
+    """The passage of `file` from `start` to `end`, with the document around it as `passages`
+    makes it: a result file's passages replayed again (the files a kind draws from can change
+    when packages are installed, and with them the passages drawn)."""
+    text = read_text(Path(file)) or ""
+    first = text.find("\n", max(0, start - CONTEXT_BEFORE)) + 1 if start > CONTEXT_BEFORE else 0
+    return Passage(kind, file, start, end, text[first:start], text[start:end], text[end : end + CONTEXT_AFTER])
+
+
+def interleaved(items: list[Passage]) -> list[Passage]:
+    """The passages with their kinds in turn (python, javascript, c, prose, python, ...)."""
+    by_kind: dict[str, list[Passage]] = {}
+    for p in items:
+        by_kind.setdefault(p.kind, []).append(p)
+    out = []
+    while any(by_kind.values()):
+        for group in by_kind.values():
+            if group:
+                out.append(group.pop(0))
+    return out
+
+
 def next_word(added: str) -> str:
     """What one accept key takes from a suggestion: up to the end of its first word."""
     i = 0
@@ -155,6 +177,8 @@ class _Tally:
     where: dict[str, list[int]] = field(default_factory=lambda: {k: [0, 0, 0] for k in POSITIONS})
     # per cursor class as the server's gate sees it: requests, shown, accepts, accepted characters
     cursors: dict[str, list[int]] = field(default_factory=lambda: {k: [0, 0, 0, 0] for k in CURSOR_CLASSES})
+    # every request: [characters of the passage typed before it, what its next word was ("" none), shown]
+    steps: list[list[Any]] = field(default_factory=list)
 
     def step(self, before: str, rest: str, chunk: str, shown: bool = False) -> int:
         """One suggestion (`shown`) whose next word is `chunk`, with `before` the text before the
@@ -166,6 +190,7 @@ class _Tally:
         cursor[0] += 1
         cursor[1] += shown
         self.shown += shown
+        self.steps.append([self.typed + self.accepted, chunk, shown])
         if accepts(chunk, rest):
             self.accepted += len(chunk)
             self.accepts += 1
@@ -181,7 +206,7 @@ class _Tally:
         return {
             "chars": chars, "typed": self.typed, "accepted": self.accepted, "accepts": self.accepts,
             "requests": len(self.ms), "ms": self.ms, "shown": self.shown, "begins_with_typed": begins,
-            "positions": self.where, "cursors": self.cursors,
+            "positions": self.where, "cursors": self.cursors, "steps": self.steps,
         }  # fmt: skip
 
 
@@ -234,17 +259,22 @@ def replay_peer(peer, passage: Passage, max_tokens: int) -> dict[str, Any]:
     return tally.result(len(target), None)
 
 
-def replay_infill(peer, passage: Passage, in_place: bool) -> dict[str, Any]:
+def replay_infill(peer, passage: Passage, in_place: bool, progress=None) -> dict[str, Any]:
     """The same replay with llama.vim's request (bench.infill) on llama-server: it sees the
-    document as the server does, so the text after the passage too when typing in place."""
+    document as the server does, so the text after the passage too when typing in place. What
+    it shows is all of its suggestion as llama.vim renders it (bench.infill.render: the first
+    line at the cursor and the lines below), judged as ours is: its next word, across a line
+    break when its first line is empty, as our multi-line suggestions are."""
     target, pos = passage.text, 0
     after = passage.after if in_place else ""
     tally = _Tally()
     while pos < len(target):
         before = passage.before + target[:pos]
-        ms, line, _ = peer.llama_vim(before + after, len(before))
+        ms, shown, _ = peer.llama_vim_shown(before + after, len(before))
         tally.ms.append(ms)
-        pos += tally.step(before, target[pos:], next_word(line), bool(line.strip()))
+        pos += tally.step(before, target[pos:], next_word(shown), bool(shown.strip()))
+        if progress is not None and pos < len(target):  # so far: a run cut short keeps its first `pos` characters
+            progress({**tally.result(len(target), None), "partial_chars": pos})
     return tally.result(len(target), None)
 
 
@@ -290,11 +320,14 @@ def by_cursor(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def run(editor: Editor, peer, items: list[Passage], max_tokens: int, variants: dict[str, dict[str, Any]], say=print,
-        places: tuple[bool, ...] = (False, True), save=None) -> dict[str, Any]:
-    """Every passage, for every server variant ({name: settings}) at the end and in place
-    (`places`: in place or not), and the peer; `save(results so far)` after each passage."""
+        places: tuple[bool, ...] = (False, True), save=None, only: set[int] | None = None) -> dict[str, Any]:
+    """Every passage (or those numbered in `only`), for every server variant ({name: settings}) at
+    the end and in place (`places`: in place or not), and the peer; `save(results so far)` after
+    each passage."""
     runs = []
     for n, passage in enumerate(items):
+        if only is not None and n not in only:
+            continue
         for name, settings in variants.items():
             editor.client.notify("workspace/didChangeConfiguration", {"settings": {"cpcLsp": settings}})
             for in_place in places:
@@ -302,22 +335,84 @@ def run(editor: Editor, peer, items: list[Passage], max_tokens: int, variants: d
                 uri = f"file:///bench/replay/{n}-{name}-{'place' if in_place else 'end'}{Path(passage.file).suffix}"
                 result = replay_server(editor, passage, uri, in_place)
                 runs.append({"passage": n, "kind": passage.kind, "who": f"server {name}", "where": where, **result})
-        if peer is not None and hasattr(peer, "llama_vim"):  # llama.vim's /infill: it reads the text after the cursor
-            for in_place in (False, True):
-                result = replay_infill(peer, passage, in_place)
+        if peer is not None and hasattr(peer, "llama_vim_shown"):  # llama.vim's /infill: it reads the text after the cursor
+            for in_place in places:
+                where = "in place" if in_place else "end"
+
+                def progress(so_far: dict[str, Any], n: int = n, passage: Passage = passage, where: str = where) -> None:
+                    if save is not None:
+                        current = {"passage": n, "kind": passage.kind, "who": "peer", "where": where, **so_far}
+                        save({"passages": [_passage_json(p) for p in items[: n + 1]], "runs": [*runs, current],
+                              "complete": False})  # fmt: skip
+
+                result = replay_infill(peer, passage, in_place, progress)
                 runs.append({"passage": n, "kind": passage.kind, "who": "peer", "where": "in place" if in_place else "end", **result})
         elif peer is not None:
             result = replay_peer(peer, passage, max_tokens)
             runs.append({"passage": n, "kind": passage.kind, "who": "peer", "where": "before cursor", **result})
         say(f"replay: passage {n + 1}/{len(items)} ({passage.kind}) done")
         if save is not None:
-            save({"passages": [_passage_json(p) for p in items[: n + 1]], "runs": runs, "complete": n + 1 == len(items)})
-    return {"passages": [_passage_json(p) for p in items], "runs": runs, "table": summarize(runs),
-            "positions": by_position(runs), "cursors": by_cursor(runs)}  # fmt: skip
+            save({"passages": [_passage_json(p) for p in items[: n + 1]], "runs": runs,
+                  "complete": n + 1 == len(items) or (only is not None and n == max(only))})  # fmt: skip
+    found = {"passages": [_passage_json(p) for p in items], "runs": runs, "table": summarize(runs),
+             "positions": by_position(runs), "cursors": by_cursor(runs)}  # fmt: skip
+    found["places"] = by_place(found)
+    return found
 
 
 def _passage_json(p: Passage) -> dict[str, Any]:
-    return {"kind": p.kind, "file": p.file, "start": p.start, "end": p.end, "chars": len(p.text)}
+    return {"kind": p.kind, "file": p.file, "start": p.start, "end": p.end, "chars": len(p.text), "text": p.text}
+
+
+PLACES = ("line end", "indentation", "inside a word", "word end", "after a space", "after punctuation")
+
+
+def place_of(before: str, rest: str) -> str:
+    """Where a request was, more finely than `position_kind`, to see where characters are lost:
+    at a line's end (the passage goes on with a line break), in a line's indentation (nothing but
+    whitespace before the cursor on its line), inside a word, at a word's end, after a space
+    inside a line, after punctuation."""
+    line = before[before.rfind("\n") + 1 :]
+    if rest.startswith("\n"):
+        return PLACES[0]
+    if not line.strip():
+        return PLACES[1]
+    if is_word_char(line[-1]):
+        return PLACES[2] if rest and is_word_char(rest[0]) else PLACES[3]
+    return PLACES[4] if line[-1].isspace() else PLACES[5]
+
+
+def by_place(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per (who, where) and `place_of` class, over all kinds: requests, shown, accepted, and the
+    characters accepted there as a share of all characters (from the runs' steps)."""
+    texts = {n: p.get("text") for n, p in enumerate(results.get("passages", []))}
+    groups: dict[tuple[str, str], dict[str, list[int]]] = defaultdict(lambda: {k: [0, 0, 0, 0] for k in PLACES})
+    chars: dict[tuple[str, str], int] = defaultdict(int)
+    for r in results.get("runs", []):
+        text = texts.get(r["passage"])
+        if text is None or "steps" not in r:
+            continue
+        key = (r["who"], r["where"])
+        chars[key] += r["chars"]
+        for pos, chunk, shown in r["steps"]:
+            counts = groups[key][place_of(text[:pos] if pos else "\n", text[pos:])]
+            counts[0] += 1
+            counts[1] += bool(shown)
+            if accepts(chunk, text[pos:]):
+                counts[2] += 1
+                counts[3] += len(chunk)
+    return [{"who": who, "where": where, "place": place, "requests": c[0], "shown": c[1], "accepted": c[2],
+             "precision": c[2] / c[1] if c[1] else None, "saved": c[3] / chars[(who, where)]}
+            for (who, where), by in sorted(groups.items()) for place, c in by.items()]  # fmt: skip
+
+
+def place_table(rows: list[dict[str, Any]]):
+    from bench.report import num, pct
+
+    header = ["who", "where", "cursor", "requests", "shown", "accepted", "precision", "chars saved from here"]
+    body = [[r["who"], r["where"], r["place"], num(r["requests"]), num(r["shown"]), num(r["accepted"]),
+             pct(r["precision"]), pct(r["saved"])] for r in rows]  # fmt: skip
+    return "typing replay: where the characters are saved, by the cursor's place in the passage (all kinds)", header, body
 
 
 def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -358,11 +453,14 @@ def _saved(rs: list[dict[str, Any]]) -> float:
 
 
 def gate_variants(spec: str) -> dict[str, dict[str, Any]]:
-    """"off,default,0.5" -> {"gate off": {"minConfidence": 0}, "gate default": {}, "gate 0.5": {...}}."""
+    """"off,default,0.5" -> {"gate off": {"minConfidence": 0}, "gate default": {"minConfidence": None}, ...}.
+
+    The default is sent as null: settings are patched, so a variant that left the key out would
+    keep the previous variant's threshold (the gate off), not restore the model's own."""
     out: dict[str, dict[str, Any]] = {}
     for v in spec.split(","):
         if v == "default":
-            out["gate default"] = {}
+            out["gate default"] = {"minConfidence": None}
         else:
             out[f"gate {v}"] = {"minConfidence": 0.0 if v == "off" else float(v)}
     return out
@@ -395,23 +493,37 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prior", type=float, default=None, help="lexiconPrior for the 'on' variant")
     parser.add_argument("--gate", default="off,default", help="minConfidence variants: off, default, a number, or several")
     parser.add_argument("--no-peer", action="store_true")
+    parser.add_argument("--no-server", action="store_true", help="the peer alone (merge with a server run: --merge)")
+    parser.add_argument("--passages-from", type=Path, default=None, help="replay the passages of this result file")
+    parser.add_argument("--only-passages", default=None, help="replay only these passages (numbers from 0, comma-separated)")
+    parser.add_argument("--merge", nargs="+", type=Path, default=None,
+                        help="measure nothing: merge result files of the same passages (a server run, a peer run) into --out")
     parser.add_argument("--places", default="end,in place", help="where passages are typed: end, in place or both")
     parser.add_argument("--model", default=None, help="a catalogue name or a GGUF path for the server and the peer (default: the server's)")
     parser.add_argument("--peer", choices=("completion", "infill"), default="completion",
-                        help="completion: llama-cpp-python's create_completion; infill: llama.vim's /infill request "
-                             "on llama-server with the same model (for a model with FIM tokens)")
+                        help="completion: llama-cpp-python's create_completion; infill: llama.vim's request on "
+                             "llama-server with the same model (/infill; /completion for a model with no FIM tokens)")
     parser.add_argument("--out", type=Path, default=report.output_root() / "bench" / "results" / "replay.json")
     args = parser.parse_args(argv)
+    if args.merge:
+        results = merge([json.loads(p.read_text()) for p in args.merge])
+        results["settings"] = {"merged": [str(p) for p in args.merge]}
+        _print(results)
+        args.out.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
+        return 0
 
     tuning = build_cases(50, 0)
     used = used_files(tuning, check_cases(50, tuning))
     kinds = tuple(args.kinds.split(","))
-    items = [p for p in passages(args.per_kind, used, chars=args.chars) if p.kind in kinds]
+    items = interleaved([p for p in passages(args.per_kind, used, chars=args.chars) if p.kind in kinds])
+    if args.passages_from is not None:  # the passages of another run, exactly
+        listed = json.loads(args.passages_from.read_text())["passages"]
+        items = [passage_at(p["kind"], p["file"], p["start"], p["end"]) for p in listed]
     base = {"maxTokens": args.max_tokens, "threads": args.threads, **({"model": args.model} if args.model else {})}
     variants = {}
     for v in args.lexicon.split(","):
         lexicon = {"lexicon": v == "on", **({"lexiconPrior": args.prior} if args.prior is not None else {})}
-        for gate, settings in gate_variants(args.gate).items():
+        for gate, settings in gate_variants(args.gate).items() if not args.no_server else ():
             variants[f"lexicon {v}, {gate}"] = {**lexicon, **settings}
     watch = CpuWatch.start()
     llama_server = None
@@ -423,19 +535,28 @@ def main(argv: list[str] | None = None) -> int:
 
         llama_server = LlamaServer(slots=1, model=args.model, threads=args.threads, extra_args=SEED_ARGS).start(600)
         peer = InfillPeer(llama_server)
-        if peer.endpoint != "/infill":
-            raise SystemExit(f"--peer infill: the model has no FIM tokens ({getattr(peer, 'refused', '')})")
+        if peer.endpoint != "/infill":  # no FIM tokens: the same request on /completion (bench.infill)
+            print(f"[replay] no /infill for this model ({getattr(peer, 'refused', '')}): llama.vim's request on /completion",
+                  file=sys.stderr)  # fmt: skip
     else:
         peer = Peer(str(resolve_model(args.model)), threads=args.threads)
     try:
-        with LspClient(["--log-level", "warning"]) as client:
-            editor = ready_editor(client, base)
-            say = lambda m: print(f"[replay] {m}", file=sys.stderr, flush=True)  # noqa: E731
-            partial = args.out.with_suffix(".partial.json")
-            results = run(editor, peer, items, args.max_tokens, {k: {**base, **v} for k, v in variants.items()}, say,
-                          tuple(w == "in place" for w in args.places.split(",")),
-                          lambda r: partial.write_text(json.dumps(r, ensure_ascii=False) + "\n"))  # fmt: skip
-            server_cpu = process_cpu_seconds(client.pid) or 0.0
+        say = lambda m: print(f"[replay] {m}", file=sys.stderr, flush=True)  # noqa: E731
+        partial = args.out.with_suffix(".partial.json")
+
+        def replay_all(editor) -> dict[str, Any]:
+            return run(editor, peer, items, args.max_tokens, {k: {**base, **v} for k, v in variants.items()}, say,
+                       tuple(w == "in place" for w in args.places.split(",")),
+                       lambda r: partial.write_text(json.dumps(r, ensure_ascii=False) + "\n"),
+                       {int(n) for n in args.only_passages.split(",")} if args.only_passages else None)  # fmt: skip
+
+        server_cpu = 0.0
+        if args.no_server:
+            results = replay_all(None)
+        else:
+            with LspClient(["--log-level", "warning"]) as client:
+                results = replay_all(ready_editor(client, base))
+                server_cpu = process_cpu_seconds(client.pid) or 0.0
     finally:
         if peer is not None:
             peer.close()
@@ -443,14 +564,73 @@ def main(argv: list[str] | None = None) -> int:
             llama_server.stop()
     results["other_processes_cpu_share"] = watch.others_share(server_cpu)
     results["settings"] = {"threads": args.threads, "max_tokens": args.max_tokens, "variants": variants,
-                           "model": args.model, "peer": None if args.no_peer else args.peer}
-    print(report.render(table(results["table"])))
-    print(report.render(position_table(results["positions"])))
-    print(report.render(cursor_table(results["cursors"])))
+                           "model": args.model, "peer": None if args.no_peer else args.peer,
+                           "peer_endpoint": getattr(peer, "endpoint", None), "places": args.places,
+                           "command": "python -m bench.replay " + " ".join(sys.argv[1:] if argv is None else argv)}
+    _print(results)
     print(f"other processes used {100 * (results['other_processes_cpu_share'] or 0):.0f}% of the CPUs")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
     return 0
+
+
+def _print(results: dict[str, Any]) -> None:
+    from bench import report
+
+    print(report.render(table(results["table"])))
+    print(report.render(position_table(results["positions"])))
+    print(report.render(cursor_table(results["cursors"])))
+    print(report.render(place_table(results["places"])))
+
+
+def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Result files of the same passages (e.g. the servers' run and the peer's, measured at other
+    times) as one: their runs together, the tables made again. Latencies then compare across runs."""
+    def key(p: dict[str, Any]) -> tuple[str, int, int]:
+        return (p["file"], p["start"], p["end"])
+
+    # a run cut short (a .partial.json) or one of some passages (--only-passages) has some of them:
+    # the passages that every side (who and where) replayed
+    listed: dict[int, dict[str, Any]] = {}
+    for part in parts:
+        for n, p in enumerate(part["passages"]):
+            if n in listed and key(listed[n]) != key(p):
+                raise SystemExit("bench.replay --merge: the files replayed other passages")
+            listed.setdefault(n, p)
+    all_runs = [r for part in parts for r in part["runs"]]
+    sides = {(r["who"], r["where"]) for r in all_runs}
+    kept = sorted(n for n in listed if {(r["who"], r["where"]) for r in all_runs if r["passage"] == n} == sides)
+    renumber = {n: i for i, n in enumerate(kept)}
+    runs = [{**r, "passage": renumber[r["passage"]]} for r in all_runs if r["passage"] in renumber]
+    # a passage one side did not finish (`partial_chars`): every side's run of it cut to that many characters
+    cut = {}
+    for r in runs:
+        if r.get("partial_chars") is not None:
+            cut[r["passage"]] = min(cut.get(r["passage"], r["partial_chars"]), r["partial_chars"])
+    runs = [truncated(r, listed[kept[r["passage"]]], cut[r["passage"]]) if r["passage"] in cut else r for r in runs]
+    found = {"passages": [listed[n] for n in kept], "runs": runs, "table": summarize(runs), "positions": by_position(runs),
+             "cursors": by_cursor(runs), "parts": [{k: v for k, v in p.items() if k not in ("runs", "passages", "table",
+             "positions", "cursors", "places")} for p in parts]}  # fmt: skip
+    found["places"] = by_place(found)
+    return found
+
+
+def truncated(run: dict[str, Any], passage: dict[str, Any], chars: int) -> dict[str, Any]:
+    """`run` (with its steps) as the replay of the passage's first `chars` characters: its
+    requests before there, by the same rule, a word accepted across the end counted up to it."""
+    text = passage["text"]
+    source = read_text(Path(passage["file"])) or ""
+    before = source[: passage["start"]][-CONTEXT_BEFORE:]
+    tally = _Tally()
+    steps = [s for s in run["steps"] if s[0] < chars]
+    ms = run["ms"][: len(steps)]
+    for pos, chunk, shown in steps:
+        took = tally.step(before + text[:pos], text[pos:], chunk, shown)
+        if took > chars - pos:  # the accepted word goes past the cut: only its part before it counts
+            tally.accepted -= took - (chars - pos)
+    tally.ms = list(ms)
+    return {**{k: v for k, v in run.items() if k != "partial_chars"}, **tally.result(chars, run.get("begins_with_typed")),
+            "truncated_to": chars}  # fmt: skip
 
 
 def table(rows: list[dict[str, Any]]):

@@ -105,13 +105,13 @@ def test_the_server_replay_counts_the_same_way(fake_editor):
 
 
 class _InfillPeer:
-    """llama.vim's peer stand-in: `llama_vim(text, cursor)` answers `say(before, after)`; it
+    """llama.vim's peer stand-in: `llama_vim_shown(text, cursor)` answers `say(before, after)`; it
     records what it saw after the cursor."""
 
     def __init__(self, say) -> None:
         self.say, self.afters = say, []
 
-    def llama_vim(self, text: str, cursor: int) -> tuple[float, str, dict]:
+    def llama_vim_shown(self, text: str, cursor: int) -> tuple[float, str, dict]:
         self.afters.append(text[cursor:])
         return 1.0, self.say(text[:cursor], text[cursor:]), {}
 
@@ -139,3 +139,85 @@ def test_the_infill_peer_is_compared_placement_by_placement():
     rows = {(r["who"], r["where"], r["kind"]): r for r in summarize(runs)}
     assert rows[("server", "end", "all")]["saved_over_peer"] == pytest.approx(3.0)
     assert rows[("server", "in place", "all")]["saved_over_peer"] == pytest.approx(1.5)
+
+
+def test_llama_vims_rendering_of_a_whole_suggestion():
+    from bench.infill import local_context, render
+
+    text = "def f(x):\n    if x:\n  \n    return 1\n"
+    blank = text.index("  \n") + 2  # two spaces typed on a blank line
+    ctx = local_context(text, blank)
+    # llama.vim asked from the line's start; what it shows after the cursor skips the typed whitespace
+    assert render(ctx, "    y = 2\n", text, blank) == "  y = 2"
+    assert render(ctx, "    return 1", text, blank) == ""  # retypes the next non-blank line
+    end = text.index("if x:") + 5
+    ctx = local_context(text, end)
+    assert render(ctx, "\n        y = 2\n", text, end) == "\n        y = 2"  # a first line empty, lines below
+    assert render(ctx, "\n  \n    return 1", text, end) == ""  # the lines below repeat the buffer's
+    assert render(ctx, "", text, end) == "" and render(ctx, "\n\n", text, end) == ""
+    # /completion continues at the cursor: nothing is trimmed
+    assert render(local_context(text, blank), "  y = 2", text, blank, from_cursor=True) == "  y = 2"
+
+
+def test_the_completion_request_sends_the_text_before_the_cursor_raw():
+    from bench.infill import completion_request
+
+    body = completion_request("a\nb\nc = fo", 10)
+    assert body["prompt"] == "a\nb\nc = fo" and "input_prefix" not in body and "n_indent" not in body
+    assert body["samplers"] == ["top_k", "top_p"] and body["top_k"] == 40
+
+
+def test_places_tell_line_ends_and_indentation_apart():
+    from bench.replay import PLACES, place_of
+
+    line_end, indentation, inside, word_end, after_space, after_punct = PLACES
+    assert place_of("    x = f(a)", "\n    y") == line_end
+    assert place_of("x\n  ", "  y = 1") == indentation and place_of("x\n", "y") == indentation
+    assert place_of("x = fo", "o()") == inside and place_of("x = foo", "()") == word_end
+    assert place_of("x = ", "foo") == after_space and place_of("x = f(", "a)") == after_punct
+
+
+def test_the_models_table_puts_each_models_replay_beside_its_peer():
+    from bench.models import replay_rows, replay_table
+    from bench.replay import by_cursor, summarize
+
+    base = {"passage": 0, "kind": "python", "where": "in place", "chars": 100, "requests": 10, "ms": [5.0],
+            "begins_with_typed": True}  # fmt: skip
+
+    def run(who: str, accepted: int, accepts: int, shown: int) -> dict:
+        cursors = {"inside a word": [10, shown, accepts, accepted], "word start": [0] * 4, "after punctuation": [0] * 4}
+        return {**base, "who": who, "accepted": accepted, "accepts": accepts, "typed": 100 - accepted, "shown": shown,
+                "cursors": cursors}  # fmt: skip
+
+    runs = [run("server gate off", 50, 10, 40), run("server gate default", 45, 9, 20), run("peer", 40, 8, 40)]
+    found = {"runs": runs, "table": summarize(runs), "cursors": by_cursor(runs), "peer_endpoint": "/infill"}
+    rows = {r["who"]: r for r in replay_rows({"replay": {"m": found}})}
+    default = rows["server gate default"]
+    assert default["saved_over_peer"] == pytest.approx(45 / 40)
+    assert default["saved_over_gate_off"] == pytest.approx(0.9)
+    assert default["precision_over_gate_off"] == pytest.approx((9 / 20) / (10 / 40))
+    title, header, body = replay_table({"replay": {"m": found}})
+    assert len(body) == 3 and body[2][1] == "llama.vim's request (/infill)"
+
+
+def test_merge_cuts_every_side_to_what_the_slowest_finished(tmp_path):
+    from bench.replay import _Tally, merge
+
+    source = tmp_path / "f.txt"
+    source.write_text("Hi. ab cd ef\n")
+    passage = {"kind": "prose", "file": str(source), "start": 4, "end": 12, "chars": 8, "text": "ab cd ef"}
+
+    def run(who: str, words: list[str], upto: int | None = None) -> dict:
+        tally, pos, text = _Tally(), 0, passage["text"]
+        while pos < (upto or len(text)):
+            chunk = words.pop(0) if words else ""
+            tally.ms.append(1.0)
+            pos += tally.step("Hi. " + text[:pos], text[pos:], chunk, bool(chunk))
+        out = {"passage": 0, "kind": "prose", "who": who, "where": "in place", **tally.result(len(text), True)}
+        return {**out, "partial_chars": pos} if upto else out
+
+    ours = {"passages": [passage], "runs": [run("server", ["ab", " cd", " ef"])]}  # every word accepted
+    peer = {"passages": [passage], "runs": [run("peer", [], upto=3)]}  # typed "ab " and was stopped
+    rows = {r["who"]: r for r in merge([ours, peer])["table"] if r["kind"] == "all"}
+    assert rows["peer"]["chars"] == rows["server"]["chars"] == 3
+    assert rows["peer"]["not_typed"] == 0 and rows["server"]["not_typed"] == pytest.approx(3 / 3)
