@@ -1,0 +1,211 @@
+"""Several model servers (engine.multi) over fake llama-servers on hand-built distributions (no
+model): documents spread by their key, a call on a server that is down is made again on the next
+one with nothing of the first server carried over, a server that passes its probe again gets its
+documents back, and a balancer that moves a document (X-Cpc-Upstream) makes the engine check the
+new server and forget the old one. The real servers (and nginx) are in test_multi_server.py."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from engine import multi
+from engine.http_client import AFFINITY_HEADER, ModelServerClient, UpstreamChanged
+from engine.kv import Cancelled
+from engine.multi import ServerSet, affinity_key, rendezvous
+from engine.remote import RemoteRows
+from engine.sequence import Sequence
+from engine.types import ModelServerError, SamplingConfig, server_urls
+from tests.engine.fake_llama_server import FakeLlamaServer
+from tests.engine.test_remote_search import AB, PROMPT, TABLE, VOCAB, A, B, C, X
+
+
+def test_model_server_takes_one_url_or_several():
+    assert server_urls("http://a:1") == ("http://a:1",)
+    assert server_urls(" http://a:1, http://b:2\nhttp://c:3 ") == ("http://a:1", "http://b:2", "http://c:3")
+    assert server_urls("") == () and server_urls(None) == ()
+
+
+def test_documents_spread_over_the_servers_and_each_keeps_its_own():
+    urls = ("http://10.0.0.1:8080", "http://10.0.0.2:8080")
+    keys = [affinity_key(f"file:///src/m{i}.py") for i in range(200)]
+    first = [rendezvous(k, urls)[0] for k in keys]
+    assert 70 <= first.count(0) <= 130  # about half each
+    assert first == [rendezvous(k, urls)[0] for k in keys]  # stable
+    # a third server takes documents only from the others, and only about a third
+    three = urls + ("http://10.0.0.3:8080",)
+    moved = [i for i, k in enumerate(keys) if rendezvous(k, three)[0] != first[i]]
+    assert all(rendezvous(keys[i], three)[0] == 2 for i in moved) and 40 <= len(moved) <= 95
+
+
+def test_the_key_names_nothing():
+    key = affinity_key("file:///home/me/secret-plans.md")
+    assert "secret" not in key and len(key) == 24 and key == affinity_key("file:///home/me/secret-plans.md")
+
+
+def _ok(client):
+    return (2048, 1, {})
+
+
+def _set(servers, check=_ok):
+    rows = [RemoteRows(ModelServerClient(s.url, None, 5.0), VOCAB, 2048, 1, None, n_probs=1) for s in servers]
+    return ServerSet(rows, check, lambda url: ModelServerClient(url, None, 5.0))
+
+
+def _complete(kv, key: str, required: bytes = b"ab") -> list[int]:
+    """What engine.Engine.complete does with a backend: route, begin, the call, end, and once
+    more after `recover` says so."""
+    kv.route(key)
+    for attempt in (0, 1):
+        kv.begin(None, max_tokens=4)
+        try:
+            seq = Sequence(kv, VOCAB, SamplingConfig())
+            assert seq.decode_prompt(PROMPT, required, True, 8)
+            out = []
+            while len(out) < 4:
+                result = seq.sample_next()
+                if result.is_eos:
+                    break
+                out.append(result.token)
+            return out
+        except ModelServerError as error:
+            if attempt or not kv.recover(error):
+                raise
+        finally:
+            kv.end()
+    raise AssertionError("unreachable")
+
+
+def _key_for(servers: ServerSet, index: int) -> str:
+    return next(k for k in (affinity_key(str(i)) for i in range(100)) if rendezvous(k, servers.urls)[0] == index)
+
+
+@pytest.fixture
+def two():
+    servers = [FakeLlamaServer(VOCAB, TABLE), FakeLlamaServer(VOCAB, TABLE)]
+    yield servers
+    for s in servers:
+        s.close()
+
+
+def test_each_document_goes_to_its_own_server_with_its_key_on_every_request(two):
+    kv = _set(two)
+    try:
+        for index in (0, 1):
+            key = _key_for(kv, index)
+            before = [len(s.bodies) for s in two]
+            assert _complete(kv, key) == [AB, C]
+            assert len(two[index].bodies) > before[index] and len(two[1 - index].bodies) == before[1 - index]
+            assert all(f"{AFFINITY_HEADER}: {key}".encode() in h for h in two[index].headers[-2:])
+    finally:
+        kv.close()
+
+
+def test_a_down_server_s_document_goes_to_the_next_at_once_and_comes_back(two, monkeypatch):
+    monkeypatch.setattr(multi, "PROBE_FIRST_S", 0.05)
+    kv = _set(two)
+    key = _key_for(kv, 0)
+    try:
+        assert _complete(kv, key) == [AB, C]
+        assert kv.current == 0 and kv.node(PROMPT) is not None
+        port = two[0].port
+        two[0].close()  # nothing listens there now: refused
+        assert _complete(kv, key) == [AB, C] and kv.current == 0  # remembered rows need no server
+        kv.forget()  # so the next call must ask (as a new prompt would)
+        sent = len(two[1].bodies)
+        assert _complete(kv, key) == [AB, C]  # the same call, made again on the other server
+        assert kv.current == 1 and kv.failovers == 1 and kv.down() == (0,)
+        # the other server knew nothing of this document: its first request named no slot of the first
+        assert two[1].bodies[sent]["id_slot"] == -1 and two[1].bodies[sent]["cache_prompt"] is False
+        assert _complete(kv, key) == [AB, C] and kv.current == 1  # stays while the first is down
+        two[0] = FakeLlamaServer(VOCAB, TABLE, port=port)  # back, on the same port
+        deadline = time.monotonic() + 5
+        while kv.down() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert kv.down() == () and kv.returns == 1
+        assert _complete(kv, key) == [AB, C] and kv.current == 0
+        # what was known of it before it went down was forgotten: decoded again from position 0
+        assert two[0].bodies[0]["id_slot"] == -1 and two[0].bodies[0]["cache_prompt"] is False
+    finally:
+        kv.close()
+
+
+def test_all_servers_down_is_an_error_that_says_unreachable(two):
+    kv = _set(two)
+    for s in two:
+        s.close()
+    try:
+        with pytest.raises(ModelServerError) as raised:
+            _complete(kv, _key_for(kv, 0))
+        assert raised.value.kind == "unreachable"
+    finally:
+        kv.close()
+
+
+def test_a_server_that_comes_back_with_another_model_stays_out(two, monkeypatch):
+    monkeypatch.setattr(multi, "PROBE_FIRST_S", 0.05)
+    ready = threading.Event()
+
+    def check(client):
+        raise ModelServerError("model", client.url, "the server's model tokenizes text differently", "fix it")
+
+    kv = _set(two, check)
+    key = _key_for(kv, 0)
+    try:
+        port = two[0].port
+        two[0].close()
+        assert _complete(kv, key) == [AB, C] and kv.current == 1
+        two[0] = FakeLlamaServer(VOCAB, TABLE, port=port)
+        deadline = time.monotonic() + 5
+        while not kv.refused() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert "tokenizes text differently" in kv.refused()[two[0].url]
+        assert kv.down() == (0,) and _complete(kv, key) == [AB, C] and kv.current == 1
+        assert not two[0].bodies  # never asked for a completion
+    finally:
+        ready.set()
+        kv.close()
+
+
+def test_a_balancer_that_moves_the_document_makes_the_new_server_checked_and_the_old_forgotten():
+    server = FakeLlamaServer(VOCAB, TABLE)
+    checked = []
+    rows = RemoteRows(ModelServerClient(server.url, None, 5.0), VOCAB, 2048, 1, None, n_probs=1)
+    rows.check = lambda client, target: checked.append(client.upstream)
+    try:
+        server.upstream = "127.0.0.1:9001"
+        assert _complete(rows, "k", b"a")[:3] == [A, B, X] and not checked  # "ab" then needs a request
+        server.upstream = "127.0.0.1:9002"  # the balancer now answers from another server
+        rows.route("k")
+        rows.begin(None, max_tokens=4)
+        with pytest.raises(UpstreamChanged):
+            Sequence(rows, VOCAB, SamplingConfig()).decode_prompt(PROMPT, b"ab", True, 8)
+        rows.end()
+        assert rows.recover(UpstreamChanged(server.url, "127.0.0.1:9001", "127.0.0.1:9002"))
+        assert checked == ["127.0.0.1:9002"] and rows.node(PROMPT) is None and rows.upstream_changes == 1
+        sent = len(server.bodies)
+        assert _complete(rows, "k") == [AB, C]
+        assert server.bodies[sent]["id_slot"] == -1  # no slot of the other server
+    finally:
+        rows.close()
+        server.close()
+
+
+def test_a_cancel_is_not_a_failover(two):
+    kv = _set(two)
+    try:
+        kv.route(_key_for(kv, 0))
+        cancel = threading.Event()
+        cancel.set()
+        kv.begin(cancel, max_tokens=4)
+        try:
+            done = Sequence(kv, VOCAB, SamplingConfig(), cancel).decode_prompt(PROMPT, b"ab", True, 8)
+        except Cancelled:
+            done = False
+        kv.end()
+        assert not done
+        assert kv.failovers == 0 and kv.down() == ()
+    finally:
+        kv.close()
