@@ -332,6 +332,7 @@ class Engine:
             bytes_sent=after[1] - traffic[1],
             bytes_received=after[2] - traffic[2],
             fallback=",".join(self.kv.fallbacks[traffic[3] :]) or None,
+            server=getattr(self.kv, "answered", None),
         )
         return replace(completion, stats=stats)
 

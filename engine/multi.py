@@ -29,6 +29,7 @@ import logging
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 
@@ -239,6 +240,10 @@ class ServerSet:
         self.servers[self._current].end()
 
     @property
+    def answered(self) -> str:
+        return self.servers[self._current].answered
+
+    @property
     def held(self) -> int:
         return self.servers[self._current].held
 
@@ -259,6 +264,80 @@ class ServerSet:
             prober.stop()
         for rows in self.servers:
             rows.close()
+
+
+class BalancedSet(ServerSet):
+    """One URL that is a load balancer naming the server that answered (X-Cpc-Upstream): one
+    `RemoteRows` per server behind it, as for a list, so slots and numbers are never mixed.
+
+    Which server a document is on: the balancer decides (a consistent hash on X-Cpc-Document);
+    a new document asks once (GET /health with its key: the answer names the server), and a
+    moved one shows itself (UpstreamChanged: the call is made again with that server's rows).
+    A server seen for the first time, and one a document moves to, is checked first (slots,
+    vocabulary probe, the same model), through the balancer with the document's key, so on it."""
+
+    MAX_DOCUMENTS = 4096
+
+    def __init__(self, first: RemoteRows, make_rows: Callable[[], RemoteRows], check: Callable[[ModelServerClient, RemoteRows], object]) -> None:
+        super().__init__([first], lambda client: (), lambda url: ModelServerClient(url))
+        self.upstreams = [first.client.upstream or ""]
+        self._make_rows, self._check_rows = make_rows, check
+        self._where: OrderedDict[str, int] = OrderedDict()  # document key -> index of its server
+        self._probe = make_rows().client  # asks where a new document goes
+
+    def server_for(self, key: str | None) -> int:
+        if key in self._where:
+            self._where.move_to_end(key)
+            return self._where[key]
+        self._probe.affinity, self._probe.upstream = key, None
+        self._probe.get_json("/health", time.monotonic() + self._probe.timeout_s)
+        return self._learn(key, self._probe.upstream or self.upstreams[0], fresh_only=True)
+
+    def _learn(self, key: str | None, upstream: str, fresh_only: bool = False) -> int:
+        """The index of `upstream`'s rows (made and checked when new; checked again when a
+        document moves to it, unless `fresh_only`), remembered as `key`'s server."""
+        if upstream in self.upstreams:
+            i = self.upstreams.index(upstream)
+            if not fresh_only:
+                rows = self.servers[i]
+                rows.route(key)
+                self._check_rows(rows.client, rows)
+        else:
+            rows = self._make_rows()
+            rows.fallbacks = self.fallbacks
+            rows.client.upstream = upstream
+            rows.route(key)
+            self._check_rows(rows.client, rows)
+            self.servers.append(rows)
+            self.upstreams.append(upstream)
+            self.calls.append(0)
+            i = len(self.servers) - 1
+        if key is not None:
+            self._where[key] = i
+            while len(self._where) > self.MAX_DOCUMENTS:
+                self._where.popitem(last=False)
+        return i
+
+    def recover(self, error: BaseException) -> bool:
+        """A document the balancer moved: made again at once on the rows of the server it went
+        to (checked first). Anything else is the balancer's own trouble: not ours to retry."""
+        if not isinstance(error, UpstreamChanged):
+            return False
+        self.servers[self._current].client.upstream = error.before  # those rows stay that server's
+        self.failovers += 1
+        nxt = self._learn(self._key, error.after)
+        self._current, self._retrying = nxt, True
+        self.calls[nxt] += 1
+        self.servers[nxt].route(self._key)
+        return True
+
+    @property
+    def upstream_changes(self) -> int:
+        return self.failovers
+
+    def close(self) -> None:
+        super().close()
+        self._probe.close()
 
 
 def connect_all(config, urls: tuple[str, ...], min_prompt_tokens: int):

@@ -188,6 +188,11 @@ class RemoteRows:
         (http_client.AFFINITY_HEADER), so a balancer keeps it on one server."""
         self.client.affinity = key
 
+    @property
+    def answered(self) -> str:
+        """Which server answered last: the URL, or behind a balancer the upstream it named."""
+        return self.client.upstream or self.client.url
+
     def recover(self, error: BaseException) -> bool:
         """After a failed call: True when it may be made again at once. So only when a balancer
         moved the document to another server (UpstreamChanged): that server's model is checked

@@ -138,10 +138,21 @@ def connect(config: EngineConfig, min_prompt_tokens: int):
         return connect_all(config, urls, min_prompt_tokens)
     client = client_for(config, urls[0])
     try:
-        return _connect(client, config, min_prompt_tokens)
+        model, remote, vocab, model_id = _connect(client, config, min_prompt_tokens)
     except BaseException:
         client.close()
         raise
+    if client.upstream is None:
+        return model, remote, vocab, model_id
+    # A load balancer that names the server behind it (X-Cpc-Upstream): one RemoteRows per server.
+    from engine.multi import BalancedSet
+
+    def make_rows() -> RemoteRows:
+        rows = RemoteRows(client_for(config, urls[0]), vocab, remote.n_ctx, remote.total_slots, config.model_server_slot)
+        rows.check = remote.check
+        return rows
+
+    return model, BalancedSet(remote, make_rows, remote.check), vocab, model_id
 
 
 def load_vocabulary(config: EngineConfig) -> tuple[LlamaModel, VocabIndex]:

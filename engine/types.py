@@ -130,6 +130,7 @@ class DecodeStats:
     bytes_received: int = 0
     fallback: str | None = None  # e.g. "mask" when per-step masking on the server had to be used
     alternative_decodes: int = 0  # extra decodes spent finishing the alternatives' words
+    server: str | None = None  # the model server that answered (its URL; behind a balancer, its upstream)
 
 
 @dataclass(frozen=True)

@@ -69,7 +69,9 @@ class FakeLlamaServer(LoopbackHttpServer):
         self.bodies: list[dict] = []
         self.headers: list[bytes] = []  # each request's head
         self.prefill_delay_s = 0.0  # before answering a prefill (a slow prompt decode)
-        self.upstream: str | None = None  # sent as X-Cpc-Upstream (a balancer's answering server)
+        # sent as X-Cpc-Upstream (a balancer's answering server): a name, or a function of the
+        # request's head (a balancer's hash on X-Cpc-Document)
+        self.upstream = None
         super().__init__(port=port)
 
     def logprobs(self, path: tuple[int, ...]) -> list[float]:
@@ -82,6 +84,7 @@ class FakeLlamaServer(LoopbackHttpServer):
     def handle(self, conn: socket.socket, head: bytes, body: bytes) -> None:
         path = head.split(b" ")[1].decode()
         self.headers.append(head)
+        self._head = head
         if path == "/completion":
             request = json.loads(body)
             self.bodies.append(request)
@@ -90,7 +93,7 @@ class FakeLlamaServer(LoopbackHttpServer):
                 time.sleep(self.prefill_delay_s)
                 self._send(conn, b"200 OK", json.dumps({"id_slot": 0, "timings": {"prompt_n": len(request["prompt"])}}).encode())
                 return
-            extra = b"X-Cpc-Upstream: %s\r\n" % self.upstream.encode() if self.upstream else b""
+            extra = self._upstream_header()
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n%s\r\n" % extra)
             try:
                 for event in events:
@@ -102,8 +105,12 @@ class FakeLlamaServer(LoopbackHttpServer):
         else:
             self._send(conn, b"200 OK", b'{"status": "ok"}')
 
+    def _upstream_header(self) -> bytes:
+        name = self.upstream(self._head) if callable(self.upstream) else self.upstream
+        return b"X-Cpc-Upstream: %s\r\n" % name.encode() if name else b""
+
     def _send(self, conn: socket.socket, status: bytes, body: bytes) -> None:
-        extra = b"X-Cpc-Upstream: %s\r\n" % self.upstream.encode() if self.upstream else b""
+        extra = self._upstream_header()
         conn.sendall(b"HTTP/1.1 %s\r\nContent-Type: application/json\r\n%sContent-Length: %d\r\n\r\n%s" % (status, extra, len(body), body))
 
     def _complete(self, request: dict):

@@ -209,3 +209,42 @@ def test_a_cancel_is_not_a_failover(two):
         assert kv.failovers == 0 and kv.down() == ()
     finally:
         kv.close()
+
+
+def test_behind_a_balancer_each_server_gets_its_own_rows_and_a_moved_document_goes_with_it():
+    from engine.multi import BalancedSet
+
+    server = FakeLlamaServer(VOCAB, TABLE)
+    route = {"k1": "10.0.0.1:8080", "k2": "10.0.0.2:8080"}
+
+    def upstream(head: bytes) -> str:
+        for line in head.decode("latin-1").split("\r\n"):
+            if line.lower().startswith(AFFINITY_HEADER.lower() + ":"):
+                return route[line.split(":", 1)[1].strip()]
+        return "10.0.0.1:8080"  # no key: the first server
+
+    server.upstream = upstream
+    checked: list[str] = []
+
+    def make_rows() -> RemoteRows:
+        return RemoteRows(ModelServerClient(server.url, None, 5.0), VOCAB, 2048, 1, None, n_probs=1)
+
+    first = make_rows()
+    first.client.upstream = "10.0.0.1:8080"  # what first contact saw
+    kv = BalancedSet(first, make_rows, lambda client, rows: checked.append(client.upstream))
+    try:
+        assert _complete(kv, "k1") == [AB, C] and kv.answered == "10.0.0.1:8080"
+        assert _complete(kv, "k2") == [AB, C] and kv.answered == "10.0.0.2:8080"
+        assert kv.upstreams == ["10.0.0.1:8080", "10.0.0.2:8080"] and checked == ["10.0.0.2:8080"]
+        assert kv.servers[0].node(PROMPT) is not None and kv.servers[1].node(PROMPT) is not None
+        route["k1"] = "10.0.0.2:8080"  # the first server went down: the balancer sends k1 on
+        kv.servers[0].forget()  # (a prompt the rows do not know: the call must ask)
+        sent = len(server.bodies)
+        assert _complete(kv, "k1") == [AB, C] and kv.answered == "10.0.0.2:8080"
+        assert kv.upstream_changes == 1 and checked == ["10.0.0.2:8080", "10.0.0.2:8080"]
+        assert kv.servers[0].client.upstream == "10.0.0.1:8080"  # those rows still stand for the first
+        # the retry named only the second server's slots (the fake's are all 0, learnt from it)
+        assert all(b["id_slot"] in (-1, 0) for b in server.bodies[sent:])
+    finally:
+        kv.close()
+        server.close()
