@@ -152,6 +152,8 @@ def failover(settings: dict[str, Any], doc: Typing, servers: list[LlamaServer], 
     try:
         editor.open(uri, doc.base)
         editor.inline(uri, timeout=120)  # the cold document, before the clock starts
+        previous = editor.stats() or {}
+        last_server = previous.get("server")
         origin = time.monotonic()
         for k, ch in enumerate(typing):
             due = origin + k * PACE_S
@@ -159,7 +161,7 @@ def failover(settings: dict[str, Any], doc: Typing, servers: list[LlamaServer], 
             editor.type(uri, ch)
             sent = time.monotonic()
             if k == KILL_AFTER_KEYS and not killed:
-                answering = name_of(rows[-1]["server"] or "") if rows else None
+                answering = name_of(last_server or "")
                 victim = servers[answering if answering is not None else 0]
                 _, pending = client.send("textDocument/inlineCompletion", editor.inline_params(uri))
                 time.sleep(0.02)  # the request is on its way (decoding, when it must)
@@ -179,6 +181,7 @@ def failover(settings: dict[str, Any], doc: Typing, servers: list[LlamaServer], 
                 row = _ask(editor, uri, previous)
                 row["ms"] = (time.monotonic() - sent) * 1000
             previous = row.pop("stats")
+            last_server = row["server"] or last_server
             rows.append({"key": k, "t": sent - origin, **row})
             if "back" in events and sent - events["back"] > AFTER_BACK_S:
                 break

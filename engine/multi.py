@@ -39,7 +39,7 @@ from engine.types import ModelServerError, server_urls  # noqa: F401  (server_ur
 
 logger = logging.getLogger(__name__)
 
-PROBE_FIRST_S, PROBE_MAX_S = 0.5, 4.0  # a down server is asked again after this, doubling
+PROBE_FIRST_S, PROBE_MAX_S = 0.5, 2.0  # a down server is asked again after this, doubling (a refused connection costs nothing)
 _SALT = os.urandom(16)  # per process: the key says nothing about the document to anyone else
 
 
