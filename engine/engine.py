@@ -48,6 +48,9 @@ MIB = 1024 * 1024
 MAX_REMEMBERED = 15  # sequences beyond the live one, whatever the budget
 RIVALS = 16  # most probable coverings looked at for the margin (engine.signals)
 CONTEXT_SHARE = 4  # other files' chunks take at most 1/CONTEXT_SHARE of the context window
+# A remote call that failed may be made again at once when its backend says so (engine.multi: on
+# the next server; behind a balancer: once through it, and once with the server it moved to).
+RETRIES = 2
 
 
 @dataclass
@@ -287,7 +290,7 @@ class Engine:
         before = self.kv.decoded
         done = True
         self._route(request)
-        for attempt in (0, 1):
+        for attempt in range(RETRIES + 1):
             self.kv.begin(cancel, 0, request.sampling.single_line)
             failed = None
             try:
@@ -301,7 +304,7 @@ class Engine:
                 self.kv.end()
             if failed is None:
                 break
-            if attempt or not self._recover(failed):
+            if attempt == RETRIES or not self._recover(failed):
                 raise failed
         ms = (time.perf_counter() - started) * 1000
         return Prefetched(len(prompt), self.kv.decoded - before, done, ms)
@@ -312,7 +315,7 @@ class Engine:
         cancel = cancel or threading.Event()
         traffic = self._traffic()
         self._route(request)
-        for attempt in (0, 1):
+        for attempt in range(RETRIES + 1):
             self.kv.begin(cancel, request.max_tokens, request.sampling.single_line)
             failed = None
             try:
@@ -323,7 +326,7 @@ class Engine:
                 self.kv.end()
             if failed is None:
                 break
-            if attempt or not self._recover(failed):
+            if attempt == RETRIES or not self._recover(failed):
                 raise failed
         after = self._traffic()
         stats = replace(
@@ -347,7 +350,7 @@ class Engine:
 
     def _recover(self, error: ModelServerError) -> bool:
         """A remote call failed: may it be made again at once (another server, or the server a
-        balancer moved the document to, checked first)? Once per call."""
+        balancer moved the document to, checked first)? At most RETRIES times per call."""
         recover = getattr(self.kv, "recover", None)
         return bool(recover is not None and recover(error))
 

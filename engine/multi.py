@@ -283,6 +283,7 @@ class BalancedSet(ServerSet):
         self.upstreams = [first.client.upstream or ""]
         self._make_rows, self._check_rows = make_rows, check
         self._where: OrderedDict[str, int] = OrderedDict()  # document key -> index of its server
+        self._cut_retried = False
         self._probe = make_rows().client  # asks where a new document goes
 
     def server_for(self, key: str | None) -> int:
@@ -318,11 +319,20 @@ class BalancedSet(ServerSet):
                 self._where.popitem(last=False)
         return i
 
+    def route(self, key: str | None) -> None:
+        self._cut_retried = False
+        super().route(key)
+
     def recover(self, error: BaseException) -> bool:
         """A document the balancer moved: made again at once on the rows of the server it went
-        to (checked first). Anything else is the balancer's own trouble: not ours to retry."""
+        to (checked first). An answer cut short or a connection that broke (its server died
+        mid-answer: the balancer cannot send that one on) is made again once, through the
+        balancer, which then sends it to a server that is up. Anything else is not ours to retry."""
         if not isinstance(error, UpstreamChanged):
-            return False
+            if self._cut_retried or not isinstance(error, ModelServerError) or error.kind not in ("unreachable", "protocol"):
+                return False
+            self._cut_retried, self._retrying = True, True
+            return True
         self.servers[self._current].client.upstream = error.before  # those rows stay that server's
         self.failovers += 1
         nxt = self._learn(self._key, error.after)
