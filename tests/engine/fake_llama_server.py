@@ -72,6 +72,7 @@ class FakeLlamaServer(LoopbackHttpServer):
         # sent as X-Cpc-Upstream (a balancer's answering server): a name, or a function of the
         # request's head (a balancer's hash on X-Cpc-Document)
         self.upstream = None
+        self.connection_close = False  # say so (each connection serves one request): for a proxy's keep-alive
         super().__init__(port=port)
 
     def logprobs(self, path: tuple[int, ...]) -> list[float]:
@@ -107,7 +108,8 @@ class FakeLlamaServer(LoopbackHttpServer):
 
     def _upstream_header(self) -> bytes:
         name = self.upstream(self._head) if callable(self.upstream) else self.upstream
-        return b"X-Cpc-Upstream: %s\r\n" % name.encode() if name else b""
+        close = b"Connection: close\r\n" if self.connection_close else b""
+        return close + (b"X-Cpc-Upstream: %s\r\n" % name.encode() if name else b"")
 
     def _send(self, conn: socket.socket, status: bytes, body: bytes) -> None:
         extra = self._upstream_header()

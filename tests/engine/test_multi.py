@@ -248,3 +248,45 @@ def test_behind_a_balancer_each_server_gets_its_own_rows_and_a_moved_document_go
     finally:
         kv.close()
         server.close()
+
+
+def test_behind_debian_s_nginx_documents_stick_and_follow_a_failover(two, monkeypatch):
+    """The balancer configuration docs/shared-server.md gives (bench/balancer.py), for real, in
+    front of two fakes: the hash keeps each key on one server, X-Cpc-Upstream names it, and a
+    server that stops listening sends its keys on, which the engine follows with that server's
+    own rows."""
+    from bench.balancer import Balancer, nginx_binary
+    from engine.multi import BalancedSet
+
+    if nginx_binary() is None:
+        pytest.skip("nginx is not installed: scripts/load-balancer.sh (make install-test) installs Debian's")
+    for s in two:
+        s.connection_close = True  # the fakes serve one request per connection
+    with Balancer([f"127.0.0.1:{s.port}" for s in two], fail_timeout_s=1) as balancer:
+        def make_rows() -> RemoteRows:
+            return RemoteRows(ModelServerClient(balancer.url, None, 5.0), VOCAB, 2048, 1, None, n_probs=1)
+
+        first = make_rows()
+        first.client.get_json("/health")  # first contact: learns the upstream of the key-less requests
+        assert first.client.upstream in {f"127.0.0.1:{s.port}" for s in two}
+        checked: list[str] = []
+        kv = BalancedSet(first, make_rows, lambda client, rows: checked.append(client.upstream))
+        try:
+            keys = [affinity_key(str(i)) for i in range(12)]
+            where = {}
+            for key in keys:
+                assert _complete(kv, key) == [AB, C]
+                where[key] = kv.answered
+            assert len(set(where.values())) == 2  # both servers have documents
+            for key in keys:
+                kv.route(key)
+                assert kv.answered == where[key]  # and each keeps its own
+            victim = next(s for s in two if f"127.0.0.1:{s.port}" == where[keys[0]])
+            victim.close()
+            moved = [k for k in keys if where[k] == where[keys[0]]]
+            kv.forget()
+            for key in moved:
+                assert _complete(kv, key) == [AB, C] and kv.answered != where[key]
+            assert kv.upstream_changes >= 1
+        finally:
+            kv.close()
