@@ -59,17 +59,22 @@ def _client(settings: dict[str, Any]) -> LspClient:
     return client
 
 
-def decoded_total(server: LlamaServer) -> int | None:
-    """Prompt tokens the server has decoded since it started (its /metrics, --metrics)."""
+def prompt_counters(server: LlamaServer) -> tuple[int, int] | None:
+    """(prompt tokens decoded, prompt tokens reused from its cache) since the server started
+    (its /metrics, --metrics: prompt_tokens_total and prompt_tokens_cached_total)."""
     try:
         with urllib.request.urlopen(server.url + "/metrics", timeout=5) as response:
             text = response.read().decode()
     except OSError:
         return None
+    found = {}
     for line in text.splitlines():
-        if line.startswith("llamacpp:prompt_tokens_total"):
-            return int(float(line.split()[-1]))
-    return None
+        name, _, value = line.partition(" ")
+        if name in ("llamacpp:prompt_tokens_total", "llamacpp:prompt_tokens_cached_total"):
+            found[name] = int(float(value))
+    if len(found) < 2:
+        return None
+    return found["llamacpp:prompt_tokens_total"], found["llamacpp:prompt_tokens_cached_total"]
 
 
 def _ask(editor: Editor, uri: str, previous: dict | None) -> dict[str, Any]:
@@ -86,7 +91,7 @@ def _ask(editor: Editor, uri: str, previous: dict | None) -> dict[str, Any]:
 
 def spread(settings: dict[str, Any], docs: list[Typing], servers: list[LlamaServer]) -> dict[str, Any]:
     """DOCS documents typed in turn, ROUNDS times each, through one language server."""
-    before = [decoded_total(s) for s in servers]
+    before = [prompt_counters(s) for s in servers]
     client = _client(settings)
     editor = Editor(client)
     rows: list[dict[str, Any]] = []
@@ -107,7 +112,7 @@ def spread(settings: dict[str, Any], docs: list[Typing], servers: list[LlamaServ
                     rows.append({"round": r, "doc": d, "key": k, **row})
     finally:
         client.shutdown()
-    after = [decoded_total(s) for s in servers]
+    after = [prompt_counters(s) for s in servers]
     engine_rows = [r for r in rows if r["engine"] and r["prompt"]]
     prompt = sum(r["prompt"] for r in engine_rows)
     decoded = sum(r["decoded"] or 0 for r in engine_rows)
@@ -122,13 +127,23 @@ def spread(settings: dict[str, Any], docs: list[Typing], servers: list[LlamaServ
         "engine_answers": len(engine_rows),
         "reuse_share": (1 - decoded / prompt) if prompt else None,
         "reuse_share_round2": _reuse([r for r in engine_rows if r["round"] > 0]),
-        "servers_decoded": sum((a or 0) - (b or 0) for a, b in zip(after, before)) if None not in before + after else None,
-        "servers_decoded_each": [(a or 0) - (b or 0) for a, b in zip(after, before)],
+        **_server_side(before, after),
         "documents_per_server": {s: sum(s in v for v in by_doc.values()) for s in sorted({x for v in by_doc.values() for x in v})},
         "documents_that_moved": sum(len(v) > 1 for v in by_doc.values()),
         "median_ms": median([r["ms"] for r in rows]),
         "rows": rows,
     }
+
+
+def _server_side(before: list, after: list) -> dict[str, Any]:
+    """What the servers' own counters say over the run (prefetches included)."""
+    if None in before + after:
+        return {"servers_decoded": None, "servers_reused": None, "servers_reuse_share": None, "servers_decoded_each": None}
+    decoded = [a[0] - b[0] for a, b in zip(after, before)]
+    reused = [a[1] - b[1] for a, b in zip(after, before)]
+    total = sum(decoded) + sum(reused)
+    return {"servers_decoded": sum(decoded), "servers_reused": sum(reused),
+            "servers_reuse_share": sum(reused) / total if total else None, "servers_decoded_each": decoded}
 
 
 def _reuse(rows: list[dict[str, Any]]) -> float | None:
@@ -277,11 +292,12 @@ def tables(results: dict[str, Any]) -> list[Table]:
     for way, r in results.get("spread", {}).items():
         per = ", ".join(f"{v}" for v in r["documents_per_server"].values())
         rows.append([way, num(r["keystrokes"], 0), f"{r['answered']}/{r['keystrokes']}", per, num(r["documents_that_moved"], 0),
-                     pct(r["reuse_share"]), pct(r["reuse_share_round2"]), num(r["servers_decoded"], 0), num(r["median_ms"])])  # fmt: skip
+                     pct(r["reuse_share"]), pct(r["reuse_share_round2"]), num(r["servers_decoded"], 0),
+                     pct(r["servers_reuse_share"]), num(r["median_ms"])])  # fmt: skip
     out.append((f"multi: {results.get('docs')} documents typed in turn, {results.get('rounds')} rounds, two llama-servers of "
                 f"{results.get('slots')} slots (one: the first alone)",
                 ["modelServer", "keystrokes", "answered", "documents per server", "moved", "prompt reused", "reused coming back",
-                 "prompt tokens decoded (servers)", "median ms"], rows))  # fmt: skip
+                 "prompt tokens decoded (servers)", "reused (servers)", "median ms"], rows))  # fmt: skip
     rows = []
     for way, r in results.get("failover", {}).items():
         rows.append([way, f"{r['answered']}/{r['keystrokes']}", num(r["killed_at_key"], 0), num(r["to_next_suggestion_ms"]),
