@@ -32,6 +32,12 @@ class LoopbackHttpServer:
         threading.Thread(target=self._serve, daemon=True).start()
 
     def close(self) -> None:
+        """Stop listening at once, as a dead process would (a plain close leaves a thread blocked
+        in accept() holding the socket, which then takes one more connection)."""
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self.sock.close()
 
     def handle(self, conn: socket.socket, head: bytes, body: bytes) -> None:

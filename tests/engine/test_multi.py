@@ -290,3 +290,29 @@ def test_behind_debian_s_nginx_documents_stick_and_follow_a_failover(two, monkey
             assert kv.upstream_changes >= 1
         finally:
             kv.close()
+
+
+class _DiesMidStream(FakeLlamaServer):
+    """Sends the head of its first stream, then dies (stops listening, drops the connection):
+    a server killed while it answers."""
+
+    def handle(self, conn, head, body):
+        if b"/completion" in head.split(b"\r\n", 1)[0] and b'"stream": true' in body.replace(b'"stream":true', b'"stream": true'):
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+            self.close()
+            return
+        super().handle(conn, head, body)
+
+
+def test_a_server_that_dies_while_it_answers_sends_the_keystroke_to_the_next_at_once(monkeypatch):
+    monkeypatch.setattr(multi, "PROBE_FIRST_S", 60.0)  # no probe during the test
+    servers = [_DiesMidStream(VOCAB, TABLE), FakeLlamaServer(VOCAB, TABLE)]
+    kv = _set(servers)
+    key = _key_for(kv, 0)
+    try:
+        assert _complete(kv, key) == [AB, C]  # the cut stream, then the same call on the other server
+        assert kv.current == 1 and kv.failovers == 1 and kv.down() == (0,)
+    finally:
+        kv.close()
+        for s in servers:
+            s.close()
