@@ -35,6 +35,7 @@ from engine.types import (  # BudgetError is defined with the types so callers n
     DecodeStats,
     EngineConfig,
     ModelLoadError,
+    ModelServerError,
     Prefetched,
     SamplingConfig,
     Signals,

@@ -322,6 +322,15 @@ class BalancedSet(ServerSet):
     def route(self, key: str | None) -> None:
         self._cut_retried = False
         super().route(key)
+        self._quiet_others()
+
+    def _quiet_others(self) -> None:
+        """Close the streams other rows left open (nearly done): behind one balancer they may be
+        on the server this call goes to, where a stream still decoding beside this call's
+        prompt would share its batches and move its numbers."""
+        for i, rows in enumerate(self.servers):
+            if i != self._current:
+                rows._close_walk()
 
     def recover(self, error: BaseException) -> bool:
         """A document the balancer moved: made again at once on the rows of the server it went
@@ -339,6 +348,7 @@ class BalancedSet(ServerSet):
         self._current, self._retrying = nxt, True
         self.calls[nxt] += 1
         self.servers[nxt].route(self._key)
+        self._quiet_others()
         return True
 
     @property

@@ -137,6 +137,11 @@ def connect(config: EngineConfig, min_prompt_tokens: int):
 
         return connect_all(config, urls, min_prompt_tokens)
     client = client_for(config, urls[0])
+    # First contact names a document too: a balancer sends requests without a key round robin
+    # (nginx's hash does), so its checks would land on both servers in turn.
+    from engine.multi import affinity_key
+
+    client.affinity = affinity_key("")
     try:
         model, remote, vocab, model_id = _connect(client, config, min_prompt_tokens)
     except BaseException:
