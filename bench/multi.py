@@ -45,7 +45,7 @@ SLOTS = 4
 DOCS, ROUNDS, KEYS = 8, 2, 6
 SIZE = 214  # tokens per document (bench.prompts.SIZES[1])
 PACE_S = 0.15  # a keystroke every 150 ms: a fast typist
-KILL_AFTER_KEYS, BACK_S, AFTER_BACK_S = 6, 4.0, 6.0
+KILL_AFTER_KEYS, BACK_S, AFTER_BACK_S = 6, 4.0, 30.0
 WAYS = ("one", "list", "nginx")
 
 
@@ -79,11 +79,18 @@ def prompt_counters(server: LlamaServer) -> tuple[int, int] | None:
 
 def _ask(editor: Editor, uri: str, previous: dict | None) -> dict[str, Any]:
     reply = editor.inline(uri, timeout=120)
+    return _row(editor, reply, reply.ms, previous)
+
+
+def _row(editor: Editor, reply: Any, ms: float, previous: dict | None) -> dict[str, Any]:
+    """One keystroke's answer: shown or not, and whether the engine made it (its answer count
+    grew) by asking a server (round trips > 0: `server` is then the one asked)."""
     stats = editor.stats() or {}
-    fresh = bool(stats) and stats != previous  # the engine made this answer (not typed along one shown)
+    fresh = stats.get("engineAnswers", 0) > (previous or {}).get("engineAnswers", 0)
+    asked = fresh and (stats.get("roundTrips") or 0) > 0
     return {
-        "ms": reply.ms, "shown": insert_text(reply) is not None, "error": reply.error is not None,
-        "engine": fresh, "server": stats.get("server") if fresh else None,
+        "ms": ms, "shown": reply is not None and insert_text(reply) is not None, "error": reply is None or reply.error is not None,
+        "engine": fresh, "asked": asked, "server": stats.get("server") if asked else None,
         "prompt": stats.get("promptTokens") if fresh else None, "decoded": stats.get("decodedTokens") if fresh else None,
         "stats": stats,
     }  # fmt: skip
@@ -160,7 +167,6 @@ def failover(settings: dict[str, Any], doc: Typing, servers: list[LlamaServer], 
     start = text.find(doc.base) + len(doc.base)
     typing = text[start : start + 400]
     rows: list[dict[str, Any]] = []
-    previous: dict | None = None
     killed: dict[str, Any] = {}
     events: dict[str, float] = {}
     restarter: threading.Thread | None = None
@@ -171,8 +177,7 @@ def failover(settings: dict[str, Any], doc: Typing, servers: list[LlamaServer], 
         last_server = previous.get("server")
         origin = time.monotonic()
         for k, ch in enumerate(typing):
-            due = origin + k * PACE_S
-            time.sleep(max(0.0, due - time.monotonic()))
+            time.sleep(PACE_S)  # the next key a typist's interval after the last answer
             editor.type(uri, ch)
             sent = time.monotonic()
             if k == KILL_AFTER_KEYS and not killed:
@@ -183,7 +188,8 @@ def failover(settings: dict[str, Any], doc: Typing, servers: list[LlamaServer], 
                 victim.kill()
                 events["killed"] = time.monotonic()
                 killed = {"server": victim.url, "key": k}
-                row = _row_after_send(editor, pending.result(120), sent, previous)
+                reply = pending.result(120)
+                row = _row(editor, reply, (time.monotonic() - sent) * 1000, previous)
 
                 def back() -> None:
                     time.sleep(BACK_S)
@@ -198,7 +204,8 @@ def failover(settings: dict[str, Any], doc: Typing, servers: list[LlamaServer], 
             previous = row.pop("stats")
             last_server = row["server"] or last_server
             rows.append({"key": k, "t": sent - origin, **row})
-            if "back" in events and sent - events["back"] > AFTER_BACK_S:
+            home = "back" in events and row["server"] and _same(row["server"], killed["server"])
+            if home or ("back" in events and sent - events["back"] > AFTER_BACK_S):
                 break
     finally:
         if restarter is not None:
@@ -207,22 +214,12 @@ def failover(settings: dict[str, Any], doc: Typing, servers: list[LlamaServer], 
     return _failover_summary(rows, killed, events, origin)
 
 
-def _row_after_send(editor: Editor, reply: Any, sent: float, previous: dict | None) -> dict[str, Any]:
-    stats = editor.stats() or {}
-    fresh = bool(stats) and stats != previous
-    shown = reply is not None and insert_text(reply) is not None
-    return {
-        "ms": (time.monotonic() - sent) * 1000, "shown": shown, "error": reply is None or reply.error is not None,
-        "engine": fresh, "server": stats.get("server") if fresh else None, "prompt": None, "decoded": None, "stats": stats,
-    }  # fmt: skip
-
-
 def _failover_summary(rows: list[dict[str, Any]], killed: dict[str, Any], events: dict[str, float], origin: float) -> dict[str, Any]:
     kill_t = events.get("killed", origin) - origin
     back_t = events.get("back", origin) - origin if "back" in events else None
     after = [r for r in rows if r["t"] >= kill_t - 1e-9]
     first = next((r for r in after if r["shown"]), None)
-    first_other = next((r for r in after if r["engine"] and r["server"] and not _same(r["server"], killed.get("server", ""))), None)
+    first_other = next((r for r in after if r["asked"] and not _same(r["server"], killed.get("server", ""))), None)
     victim = killed.get("server", "")
     home = None
     if back_t is not None:
@@ -263,7 +260,7 @@ def run(args: Any, count_tokens: Callable[[str], int], say: Callable[[str], None
     docs = documents(count_tokens, SIZE, DOCS + 1, min_word=KEYS + 1, first_line=1200)
     try:
         out["spread"] = {}
-        for way in WAYS if not getattr(args, "quick", False) else ("list",):
+        for way in () if getattr(args, "failover_only", False) else WAYS if not getattr(args, "quick", False) else ("list",):
             for s in servers:  # each way starts from empty slots
                 s.restart()
             say(f"spread and reuse: {way}, {DOCS} documents x {ROUNDS} rounds")
@@ -334,15 +331,22 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m bench.multi", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--failover-only", action="store_true", help="measure the failover again, keep the rest of --out")
     parser.add_argument("--out", type=Path, default=report.output_root() / "bench" / "results" / "multi.json")
     args = parser.parse_args(argv)
     vocab = LlamaModel(resolve_model(None), vocab_only=True)
+    whole = json.loads(args.out.read_text()) if args.out.exists() else {}
     try:
         results = run(args, lambda text: len(vocab.tokenize(text.encode(), add_bos=True)))
     finally:
         vocab.close()
+    if args.failover_only and "multi" in whole:
+        whole["multi"]["failover"] = results["failover"]
+        results = whole["multi"]
+    else:
+        whole["multi"] = results
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=1) + "\n")
+    args.out.write_text(json.dumps(whole, indent=1) + "\n")
     for table in tables(results) + [report.targets_table(targets(results))]:
         print(report.render(table))
     return 0
