@@ -186,7 +186,7 @@ class ServerSet:
         nxt = self.server_for(self._key)
         if nxt in self._down:
             return False
-        logger.info("model server %s is down; its documents go to %s", self.urls[self._current], self.urls[nxt])
+        logger.info("model server %s is down (%s); its documents go to %s", self.urls[self._current], error.problem, self.urls[nxt])
         self.failovers += 1
         self._current, self._retrying = nxt, True
         self.calls[nxt] += 1
@@ -219,6 +219,7 @@ class ServerSet:
             del self._down[i]
             rows = self.servers[i]
             rows.forget()
+            rows.client.close()  # connections kept from before it went down are dead
             rows.client._succeeded()  # its back-off is over: it answered the probe
             if prober.result is not None:
                 slot_ctx, total_slots = prober.result[:2]
