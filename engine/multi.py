@@ -74,6 +74,7 @@ class _Prober:
             try:
                 self.result = self._check(client)
             except ModelServerError as error:
+                logger.debug("probing a model server that was down: %s", error.problem)
                 if error.kind not in ("unreachable", "timeout"):
                     if self.refused != str(error):
                         logger.warning("model server back but refused: %s", error)
@@ -377,6 +378,7 @@ def connect_all(config, urls: tuple[str, ...], min_prompt_tokens: int):
             try:
                 found.append(first.props(client, budget))
             except ModelServerError as error:
+                logger.debug("probing a model server that was down: %s", error.problem)
                 if error.kind not in ("unreachable", "timeout"):
                     raise
                 found.append(None)
