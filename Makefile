@@ -1,7 +1,8 @@
 # Two entry points that set everything up on a fresh machine:
 #   make demo   install, then complete one mid-word sentence with the default model
 #   make test   install with the test extras, llama.cpp's llama-server (scripts/llama-server.sh,
-#               cached), Debian's stunnel for the https:// tests (scripts/tls-proxy.sh), the extension's Node packages and a real VS Code (code-server, Node 24,
+#               cached), Debian's stunnel for the https:// tests (scripts/tls-proxy.sh), Debian's nginx for
+#               the load-balancer tests (scripts/load-balancer.sh), the extension's Node packages and a real VS Code (code-server, Node 24,
 #               Chromium: scripts/vscode-env.sh, cached), then pytest on two workers
 #   make test-fast   the same install, then every test that does not need the real model (< 30 s)
 #   make vsix   package the VS Code extension: editors/vscode/cpc-lsp.vsix
@@ -28,6 +29,7 @@ install-test: $(PY)
 	$(PY) -m pip install --quiet --find-links "$$(scripts/llama-wheel.sh $(PY))" -e '.[test,bench]'
 	scripts/llama-server.sh $(PY) >/dev/null
 	scripts/tls-proxy.sh >/dev/null
+	scripts/load-balancer.sh >/dev/null
 	$(NPM_CI_VSCODE)
 	@if [ "$$CPC_SKIP_VSCODE" = 1 ]; then echo "CPC_SKIP_VSCODE=1: not installing the real-VS-Code test"; \
 	else scripts/vscode-env.sh >/dev/null; fi

@@ -6,7 +6,9 @@ Order (one thing at a time, so measurements do not compete for the cores):
 2. the real server (`python -m lsp_server`) over stdio: keystrokes next to the peer, cancellation,
    the exact method on the quality cases (with its covering-search decodes), peak memory;
 3. `remote`: the server with `modelServer` on a llama-server over loopback, beside the in-process
-   server and llama.vim's request on the same llama-server (bench/remote.py).
+   server and llama.vim's request on the same llama-server (bench/remote.py);
+4. `multi`: two llama-servers, as a list in `modelServer` and behind nginx: documents spread,
+   prompt reuse against one server, a server killed mid-typing and back (bench/multi.py).
 Results go to bench/results/latest.json (quick: quick.json); a full run also writes the plots
 under docs/ and the README snippet docs/results.md. Those paths are in the source checkout when
 the benchmarks run from one, else in the current directory (`bench.report.output_root`).
@@ -34,7 +36,7 @@ from lsp_server.settings import Settings
 ROOT = report.output_root()  # the checkout, else the current directory (not site-packages)
 RESULTS = ROOT / "bench" / "results"
 DOCS = ROOT / "docs"
-PARTS = ("engine", "keystrokes", "cancel", "quality", "replay", "remote")
+PARTS = ("engine", "keystrokes", "cancel", "quality", "replay", "remote", "multi")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -215,6 +217,10 @@ def _targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
         from bench import remote
 
         checks += remote.targets(results["remote"])
+    if "multi" in results:
+        from bench import multi
+
+        checks += multi.targets(results["multi"])
     if "quality" in results:
         for row in results["quality"]["rows"]:
             if row["method"] in ("mask", "exact"):
@@ -251,6 +257,10 @@ def _tables(results: dict[str, Any], args) -> list[report.Table]:
         from bench import remote
 
         tables += remote.tables(results["remote"])
+    if "multi" in results:
+        from bench import multi
+
+        tables += multi.tables(results["multi"])
     checks = _targets(results)
     if checks:
         tables.append(report.targets_table(checks))
@@ -308,7 +318,7 @@ def _measure(args, parts, cases, results: dict[str, Any]) -> None:
 
     watch = CpuWatch.start()
     started = time.perf_counter()
-    client = _start_server(args) if set(parts) - {"engine", "remote"} else None
+    client = _start_server(args) if set(parts) - {"engine", "remote", "multi"} else None
     engine = None
     try:
         engine = Engine.load(EngineConfig(model_path=args.model or None, threads=args.threads or None))
@@ -324,6 +334,13 @@ def _measure(args, parts, cases, results: dict[str, Any]) -> None:
                 client.shutdown()
                 client = None
             results["remote"] = remote.run(args, cases, engine.count_tokens, _say)
+        if "multi" in parts:
+            from bench import multi
+
+            if client is not None:
+                client.shutdown()
+                client = None
+            results["multi"] = multi.run(args, engine.count_tokens, _say)
     finally:
         if client is not None:
             client.shutdown()

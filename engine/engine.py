@@ -35,6 +35,7 @@ from engine.types import (  # BudgetError is defined with the types so callers n
     DecodeStats,
     EngineConfig,
     ModelLoadError,
+    ModelServerError,
     Prefetched,
     SamplingConfig,
     Signals,
@@ -48,6 +49,9 @@ MIB = 1024 * 1024
 MAX_REMEMBERED = 15  # sequences beyond the live one, whatever the budget
 RIVALS = 16  # most probable coverings looked at for the margin (engine.signals)
 CONTEXT_SHARE = 4  # other files' chunks take at most 1/CONTEXT_SHARE of the context window
+# A remote call that failed may be made again at once when its backend says so (engine.multi: on
+# the next server; behind a balancer: once through it, and once with the server it moved to).
+RETRIES = 2
 
 
 @dataclass
@@ -286,14 +290,23 @@ class Engine:
         prompt = self.prompt_tokens(request, self._reserve(request))
         before = self.kv.decoded
         done = True
-        self.kv.begin(cancel, 0, request.sampling.single_line)
-        try:
-            if prompt:  # see `complete` for an empty one
-                self.kv.prefill(prompt, cancel)
-        except Cancelled:
-            done = False
-        finally:
-            self.kv.end()
+        self._route(request)
+        for attempt in range(RETRIES + 1):
+            self.kv.begin(cancel, 0, request.sampling.single_line)
+            failed = None
+            try:
+                if prompt:  # see `complete` for an empty one
+                    self.kv.prefill(prompt, cancel)
+            except Cancelled:
+                done = False
+            except ModelServerError as error:
+                failed = error
+            finally:
+                self.kv.end()
+            if failed is None:
+                break
+            if attempt == RETRIES or not self._recover(failed):
+                raise failed
         ms = (time.perf_counter() - started) * 1000
         return Prefetched(len(prompt), self.kv.decoded - before, done, ms)
 
@@ -302,11 +315,20 @@ class Engine:
         usable: the next call tries again)."""
         cancel = cancel or threading.Event()
         traffic = self._traffic()
-        self.kv.begin(cancel, request.max_tokens, request.sampling.single_line)
-        try:
-            completion = self._complete(request, cancel)
-        finally:
-            self.kv.end()
+        self._route(request)
+        for attempt in range(RETRIES + 1):
+            self.kv.begin(cancel, request.max_tokens, request.sampling.single_line)
+            failed = None
+            try:
+                completion = self._complete(request, cancel)
+            except ModelServerError as error:
+                failed = error
+            finally:
+                self.kv.end()
+            if failed is None:
+                break
+            if attempt == RETRIES or not self._recover(failed):
+                raise failed
         after = self._traffic()
         stats = replace(
             completion.stats,
@@ -314,8 +336,24 @@ class Engine:
             bytes_sent=after[1] - traffic[1],
             bytes_received=after[2] - traffic[2],
             fallback=",".join(self.kv.fallbacks[traffic[3] :]) or None,
+            server=getattr(self.kv, "answered", None),
         )
         return replace(completion, stats=stats)
+
+    def _route(self, request: CompletionRequest) -> None:
+        """Tell a remote backend which document this is (engine.multi: the server it goes to, and
+        the key a load balancer keeps it on one server by); the in-process cache has no use for it."""
+        route = getattr(self.kv, "route", None)
+        if route is not None:
+            from engine.multi import affinity_key
+
+            route(affinity_key(request.document if request.document else request.prompt[:256]))
+
+    def _recover(self, error: ModelServerError) -> bool:
+        """A remote call failed: may it be made again at once (another server, or the server a
+        balancer moved the document to, checked first)? At most RETRIES times per call."""
+        recover = getattr(self.kv, "recover", None)
+        return bool(recover is not None and recover(error))
 
     def _traffic(self) -> tuple[int, int, int, int]:
         """(round trips, bytes sent, bytes received, fallbacks so far) of a remote backend."""

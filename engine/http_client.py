@@ -41,6 +41,24 @@ BACKOFF_KINDS = ("unreachable",)  # a server that is down; never "timeout" (a sl
 MAX_HEADER_BYTES = 64 * 1024
 MAX_BODY_BYTES = 64 * 1024 * 1024
 IDLE_CONNECTIONS = 2  # kept-alive connections waiting for the next request
+# Sent on every request: an opaque, salted hash naming the document (engine.multi.affinity_key),
+# so a load balancer can keep a document on one server (nginx: `hash $http_x_cpc_document
+# consistent`). Never the document's text or name, never a key.
+AFFINITY_HEADER = "X-Cpc-Document"
+# Read from every answer when a balancer adds it (nginx: `add_header X-Cpc-Upstream
+# $upstream_addr always`): which server answered. A change means the slots and the numbers known
+# so far are another server's (UpstreamChanged).
+UPSTREAM_HEADER = "x-cpc-upstream"
+
+
+class UpstreamChanged(ModelServerError):
+    """A load balancer's answer came from another server than the last one (UPSTREAM_HEADER):
+    what we know of slots and distributions belongs to the other server, so the caller checks the
+    new one's model and forgets what it knew (engine.remote `recover`) before asking again."""
+
+    def __init__(self, url: str, before: str, after: str) -> None:
+        super().__init__("unreachable", url, "the load balancer moved this document to another server", "Nothing to do: the next request is sent there")
+        self.before, self.after = before, after
 
 
 class StreamCancelled(Exception):
@@ -105,6 +123,8 @@ class ModelServerClient:
         self._backoff_s = 0.0
         self._blocked_until = 0.0
         self._last_error: ModelServerError | None = None
+        self.affinity: str | None = None  # AFFINITY_HEADER's value for the next requests
+        self.upstream: str | None = None  # the server behind a balancer that answered last
 
     def __repr__(self) -> str:  # never the key
         return f"ModelServerClient({self.url!r})"
@@ -165,6 +185,8 @@ class ModelServerClient:
         head = [f"{method} {self._base}{path} HTTP/1.1", f"Host: {self.host}:{self.port}", "Accept: */*", "Connection: keep-alive"]
         if self._key:
             head.append(f"Authorization: Bearer {self._key}")
+        if self.affinity:
+            head.append(f"{AFFINITY_HEADER}: {self.affinity}")
         if body is not None:
             head += ["Content-Type: application/json", f"Content-Length: {len(payload)}"]
         return ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + payload
@@ -220,7 +242,21 @@ class ModelServerClient:
         except BaseException:
             conn.close()
             raise
+        self._note_upstream(conn, headers)
         return conn, status, headers
+
+    def _note_upstream(self, conn: _Connection, headers: dict[str, str]) -> None:
+        """Which server behind a balancer answered (the last of nginx's tried list); a change from
+        the last answer's raises UpstreamChanged (before the status is looked at: an answer of the
+        other server to a slot it does not have is no error of ours)."""
+        tried = headers.get(UPSTREAM_HEADER)
+        if not tried:
+            return
+        answered = tried.split(",")[-1].strip().split(" : ")[-1].strip()
+        before, self.upstream = self.upstream, answered
+        if before is not None and before != answered:
+            conn.close()
+            raise UpstreamChanged(self.url, before, answered)
 
     # --- kept-alive connections ---------------------------------------------------------------
 

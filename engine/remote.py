@@ -46,13 +46,14 @@ import math
 import threading
 import time
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from engine.covering import Covering
-from engine.http_client import EventStream, ModelServerClient, Pending, StreamCancelled
+from engine.http_client import EventStream, ModelServerClient, Pending, StreamCancelled, UpstreamChanged
 from engine.kv import Cancelled, common_prefix_length, placement
 from engine.types import ModelServerError
 from engine.vocab import VocabIndex
@@ -175,6 +176,38 @@ class RemoteRows:
         self.decoded = 0  # prompt tokens the server decoded for us (its timings' prompt_n)
         self.fallbacks: list[str] = []  # one entry per unproven covering ("unproven" | "mask")
         self.switches = 0
+        # Checks a server's model (engine.remote_load `ServerCheck`): run again on the server a
+        # balancer moved a document to, before any of its numbers are used.
+        self.check: Callable[[ModelServerClient, "RemoteRows"], None] | None = None
+        self.upstream_changes = 0  # documents a balancer moved to another server (UpstreamChanged)
+
+    # --- which server ----------------------------------------------------------------------
+
+    def route(self, key: str | None) -> None:
+        """The document the next calls are for: its opaque key goes on every request
+        (http_client.AFFINITY_HEADER), so a balancer keeps it on one server."""
+        self.client.affinity = key
+
+    @property
+    def answered(self) -> str:
+        """Which server answered last: the URL, or behind a balancer the upstream it named."""
+        return self.client.upstream or self.client.url
+
+    def recover(self, error: BaseException) -> bool:
+        """After a failed call: True when it may be made again at once. So only when a balancer
+        moved the document to another server (UpstreamChanged): that server's model is checked
+        (through the balancer, with the same key, so on that server), and everything known of
+        slots and distributions, which was the other server's, is forgotten. The retry then
+        decodes its prompt there from position 0 and proves its choice on that server's numbers
+        only. A server with another model raises ModelServerError("model")."""
+        if not isinstance(error, UpstreamChanged):
+            return False
+        with self._lock:
+            self.upstream_changes += 1
+            self.forget()
+            if self.check is not None:
+                self.check(self.client, self)
+        return True
 
     # --- the KvCache surface ---------------------------------------------------------------
 

@@ -20,6 +20,7 @@ local vocabulary stays the way here.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from engine.http_client import ModelServerClient
@@ -30,14 +31,143 @@ from engine.types import EngineConfig, ModelServerError
 from engine.vocab import VocabIndex
 
 
-def connect(config: EngineConfig, min_prompt_tokens: int) -> tuple[LlamaModel, RemoteRows, VocabIndex, str]:
-    """(vocabulary-only model, remote rows, vocabulary index, the server's model id) for
-    `config.model_server`."""
-    client = ModelServerClient(config.model_server or "", config.model_server_api_key, config.model_server_timeout_s, config.model_server_ca_file)
+@dataclass(frozen=True)
+class ServerCheck:
+    """What a server must show before its numbers are used: the local vocabulary's size and its
+    tokens of the probe text (computed once, so a check needs no model: it runs again on a server
+    that comes back, or that a balancer moved a document to), and slots big enough for `n_ctx`."""
+
+    n_vocab: int
+    probe: dict[bool, tuple[int, ...]]  # add_special -> the local vocabulary's tokens of PROBE_TEXT
+    min_ctx: int  # the smallest slot a prompt and a completion fit in
+    # The model's shape as /v1/models reports it (parameters, size, width, vocabulary): every
+    # server behind one `modelServer` must run the same model, not only the same tokenizer
+    # (None: whatever the first server runs, see `identity_of`).
+    identity: tuple | None = None
+
+    @classmethod
+    def of(cls, model: LlamaModel, min_ctx: int) -> ServerCheck:
+        return cls(model.n_vocab, {b: tuple(model.tokenize(PROBE_TEXT.encode(), add_bos=b)) for b in (False, True)}, min_ctx)
+
+    def props(self, client: ModelServerClient, budget: float) -> tuple[int, int, dict]:
+        """(tokens per slot, slots, /props) of a healthy server; raises ModelServerError."""
+        health = client.get_json("/health", time.monotonic() + budget)
+        if not isinstance(health, dict) or health.get("status") != "ok":
+            raise client.protocol("/health did not say ok")
+        props = client.get_json("/props", time.monotonic() + budget)  # not public: a wrong key fails here
+        try:
+            settings = props["default_generation_settings"]
+            slot_ctx = int(settings["n_ctx"])
+            total_slots = int(props.get("total_slots", 1))
+        except (KeyError, TypeError, ValueError):
+            raise client.protocol("/props lacks default_generation_settings.n_ctx") from None
+        if slot_ctx < self.min_ctx:
+            raise client.error(
+                "model", f"the server's slots hold {slot_ctx} tokens each, too few for a prompt and a completion",
+                f"Start llama-server with --ctx-size of at least {self.min_ctx} times --parallel",
+            )
+        return slot_ctx, total_slots, props
+
+    def vocabulary(self, client: ModelServerClient, budget: float) -> tuple | None:
+        """The server's model tokenizes as the local vocabulary does, and is the model `identity`
+        names; ModelServerError("model") if not. Returns the server's identity."""
+        remedy = "Set `model` to a local copy of the GGUF the server runs (its vocabulary is read, not its weights), or point `modelServer` at a server running this model"
+        models = client.get_json("/v1/models", time.monotonic() + budget)
+        theirs_id = identity_of(models)
+        if self.identity is not None and theirs_id is not None and theirs_id != self.identity:
+            raise ModelServerError(
+                "model", client.url, "the server runs another model than the other servers of `modelServer` "
+                f"(parameters, size, width, vocabulary: {theirs_id} against {self.identity})",
+                "Run the same GGUF on every llama-server behind `modelServer` (or behind its load balancer)",
+            )
+        try:
+            n_vocab = int(models["data"][0]["meta"]["n_vocab"])
+        except (KeyError, TypeError, ValueError, IndexError):
+            n_vocab = None  # older servers: the tokenization probe below still decides
+        if n_vocab is not None and n_vocab != self.n_vocab:
+            raise ModelServerError("model", client.url, f"the server's model has {n_vocab} tokens, the local vocabulary {self.n_vocab}", remedy)
+        for add_special in (False, True):
+            answer = client.post_json("/tokenize", {"content": PROBE_TEXT, "add_special": add_special}, time.monotonic() + budget)
+            try:
+                theirs = tuple(int(t) for t in answer["tokens"])
+            except (KeyError, TypeError, ValueError):
+                raise client.protocol("/tokenize did not return token ids") from None
+            if theirs != self.probe[add_special]:
+                raise ModelServerError("model", client.url, "the server's model tokenizes text differently from the local vocabulary", remedy)
+        return theirs_id
+
+    def __call__(self, client: ModelServerClient, rows: RemoteRows | None = None, budget: float = 1.0) -> tuple[int, int, dict]:
+        """The whole check of one server (its slots, then its vocabulary); with `rows`, their
+        slot count is updated to this server's."""
+        slot_ctx, total_slots, props = self.props(client, budget)
+        self.vocabulary(client, budget)
+        if rows is not None:
+            if slot_ctx < rows.n_ctx:
+                raise client.error(
+                    "model", f"the server's slots hold {slot_ctx} tokens each, fewer than the {rows.n_ctx} the other servers hold",
+                    "Start every llama-server behind `modelServer` with the same --ctx-size and --parallel",
+                )
+            rows.total_slots = total_slots
+        return slot_ctx, total_slots, props
+
+
+def identity_of(models: object) -> tuple | None:
+    """(n_params, size, n_embd, n_vocab) from a /v1/models answer; None when it has no meta."""
     try:
-        return _connect(client, config, min_prompt_tokens)
+        meta = models["data"][0]["meta"]
+        return tuple(int(meta[k]) for k in ("n_params", "size", "n_embd", "n_vocab"))
+    except (KeyError, TypeError, ValueError, IndexError):
+        return None
+
+
+def client_for(config: EngineConfig, url: str) -> ModelServerClient:
+    return ModelServerClient(url, config.model_server_api_key, config.model_server_timeout_s, config.model_server_ca_file)
+
+
+def connect(config: EngineConfig, min_prompt_tokens: int):
+    """(vocabulary-only model, remote rows, vocabulary index, the server's model id) for
+    `config.model_server`: one URL gives a `RemoteRows`, several a `ServerSet` (engine.multi)."""
+    from engine.types import server_urls
+
+    urls = server_urls(config.model_server)
+    if not urls:
+        raise ModelServerError("url", config.model_server, "no model server URL given", "Set `modelServer` to a URL like http://127.0.0.1:8080")
+    if len(urls) > 1:
+        from engine.multi import connect_all
+
+        return connect_all(config, urls, min_prompt_tokens)
+    client = client_for(config, urls[0])
+    # First contact names a document too: a balancer sends requests without a key round robin
+    # (nginx's hash does), so its checks would land on both servers in turn.
+    from engine.multi import affinity_key
+
+    client.affinity = affinity_key("")
+    try:
+        model, remote, vocab, model_id = _connect(client, config, min_prompt_tokens)
     except BaseException:
         client.close()
+        raise
+    if client.upstream is None:
+        return model, remote, vocab, model_id
+    # A load balancer that names the server behind it (X-Cpc-Upstream): one RemoteRows per server.
+    from engine.multi import BalancedSet
+
+    def make_rows() -> RemoteRows:
+        rows = RemoteRows(client_for(config, urls[0]), vocab, remote.n_ctx, remote.total_slots, config.model_server_slot)
+        rows.check = remote.check
+        return rows
+
+    return model, BalancedSet(remote, make_rows, remote.check), vocab, model_id
+
+
+def load_vocabulary(config: EngineConfig) -> tuple[LlamaModel, VocabIndex]:
+    """The local GGUF's vocabulary (no weights)."""
+    model = LlamaModel(resolve_model(config.model_path), vocab_only=True)
+    try:
+        pieces = model.pieces()
+        return model, VocabIndex(pieces, *model.special_flags(pieces))
+    except BaseException:
+        model.close()
         raise
 
 
@@ -47,26 +177,12 @@ def _connect(
     # Each request has its own budget (at least 1 s): reading the local vocabulary between them
     # can take longer than a small budget on a loaded machine, and is not the server's time.
     budget = max(config.model_server_timeout_s, 1.0)
-
-    def deadline() -> float:
-        return time.monotonic() + budget
-
-    health = client.get_json("/health", deadline())
-    if not isinstance(health, dict) or health.get("status") != "ok":
-        raise client.protocol("/health did not say ok")
-    props = client.get_json("/props", deadline())  # not public: a wrong key fails here
+    check = ServerCheck(0, {}, 2 * min_prompt_tokens)
+    slot_ctx, total_slots, props = check.props(client, budget)
+    model, vocab = load_vocabulary(config)
     try:
-        settings = props["default_generation_settings"]
-        slot_ctx = int(settings["n_ctx"])
-        total_slots = int(props.get("total_slots", 1))
-    except (KeyError, TypeError, ValueError):
-        raise client.protocol("/props lacks default_generation_settings.n_ctx") from None
-    path = resolve_model(config.model_path)
-    model = LlamaModel(path, vocab_only=True)
-    try:
-        pieces = model.pieces()
-        vocab = VocabIndex(pieces, *model.special_flags(pieces))
-        _check_vocabulary(client, model, deadline)
+        check = ServerCheck.of(model, 2 * min_prompt_tokens)
+        check = replace(check, identity=check.vocabulary(client, budget))
     except BaseException:
         model.close()
         raise
@@ -78,6 +194,7 @@ def _connect(
             f"Start llama-server with --ctx-size of at least {2 * min_prompt_tokens} times --parallel",
         )
     remote = RemoteRows(client, vocab, n_ctx, total_slots, config.model_server_slot, n_probs=_n_probs())
+    remote.check = lambda c, rows: check(c, rows, budget)
     return model, remote, vocab, server_model_id(props)
 
 
@@ -110,23 +227,3 @@ def server_model_id(props: object) -> str:
     except OSError:
         pass
     return f"server:{path.name}"
-
-
-def _check_vocabulary(client: ModelServerClient, model: LlamaModel, deadline) -> None:
-    remedy = "Set `model` to a local copy of the GGUF the server runs (its vocabulary is read, not its weights), or point `modelServer` at a server running this model"
-    models = client.get_json("/v1/models", deadline())
-    try:
-        n_vocab = int(models["data"][0]["meta"]["n_vocab"])
-    except (KeyError, TypeError, ValueError, IndexError):
-        n_vocab = None  # older servers: the tokenization probe below still decides
-    if n_vocab is not None and n_vocab != model.n_vocab:
-        raise ModelServerError("model", client.url, f"the server's model has {n_vocab} tokens, the local vocabulary {model.n_vocab}", remedy)
-    for add_special in (False, True):
-        answer = client.post_json("/tokenize", {"content": PROBE_TEXT, "add_special": add_special}, deadline())
-        try:
-            theirs = [int(t) for t in answer["tokens"]]
-        except (KeyError, TypeError, ValueError):
-            raise client.protocol("/tokenize did not return token ids") from None
-        ours = list(model.tokenize(PROBE_TEXT.encode(), add_bos=add_special))
-        if theirs != ours:
-            raise ModelServerError("model", client.url, "the server's model tokenizes text differently from the local vocabulary", remedy)

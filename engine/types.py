@@ -7,8 +7,15 @@ positions or request identity. Everything it is told arrives in a `CompletionReq
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
+
+
+def server_urls(value: str | None) -> tuple[str, ...]:
+    """`EngineConfig.model_server` as URLs: one, or several separated by commas or white space
+    (several: engine.multi keeps each document on one of them)."""
+    return tuple(u for u in re.split(r"[\s,]+", value or "") if u)
 
 
 @dataclass(frozen=True)
@@ -22,7 +29,7 @@ class EngineConfig:
     batch_tokens: int = 512
     memory_budget_mib: int = 128  # KV of earlier prompts (other documents) kept decoded, LRU
     draft_tokens: int = 0  # prompt-lookup drafts per step; 0: off (slower on this model: see bench)
-    model_server: str | None = None  # a llama-server URL (http://127.0.0.1:8080); None/"": in-process
+    model_server: str | None = None  # llama-server URL(s) (http://127.0.0.1:8080; several: commas); None/"": in-process
     model_server_api_key: str | None = field(default=None, repr=False)  # never in a repr or a log
     model_server_timeout_s: float = 5.0  # one request's time budget against the server
     model_server_slot: int | None = None  # None: the engine picks its slot per document
@@ -99,6 +106,10 @@ class CompletionRequest:
     # Text from other files of the workspace, laid out before the current file; None: the current
     # file alone (the prompt is then exactly what it was without this feature).
     context: RepoContext | None = None
+    # What names the document (the LSP URI): only its salted hash leaves the engine
+    # (engine.multi.affinity_key), as the key that keeps a document on one model server; None:
+    # the start of the prompt names it. Never sent, never logged.
+    document: str | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -119,6 +130,7 @@ class DecodeStats:
     bytes_received: int = 0
     fallback: str | None = None  # e.g. "mask" when per-step masking on the server had to be used
     alternative_decodes: int = 0  # extra decodes spent finishing the alternatives' words
+    server: str | None = None  # the model server that answered (its URL; behind a balancer, its upstream)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ import ipaddress
 from urllib.parse import urlsplit
 
 from engine import EngineConfig
+from engine.types import server_urls
 from lsp_server import routing
 
 
@@ -24,13 +25,18 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def clear_text_warning(url: str | None) -> str | None:
-    """The warning for a plain http:// URL to another machine, else None."""
-    if not url:
-        return None
+def clear_text_warning(urls: str | None) -> str | None:
+    """The warning for a plain http:// URL to another machine (the first of `modelServer`'s URLs
+    that is one), else None."""
+    for url in server_urls(urls):
+        parts = urlsplit(url)
+        if parts.scheme == "http" and not is_loopback(parts.hostname or ""):
+            return _warning(url)
+    return None
+
+
+def _warning(url: str) -> str:
     parts = urlsplit(url)
-    if parts.scheme != "http" or is_loopback(parts.hostname or ""):
-        return None
     return (
         f"cpc-lsp: modelServer {url} is plain http:// to another machine: the text before your cursor "
         "crosses the network in clear, and so does the API key. Use it only on a network you trust, or "

@@ -245,6 +245,36 @@ class Url(Kind):
 
 
 @dataclass(frozen=True)
+class Urls(Kind):
+    """One URL (`Url`), or several (a list, or one string with commas or spaces between them):
+    several model servers, each document kept on one (engine.multi). Stored as one string,
+    "url1, url2", in the order given."""
+
+    def check(self, value: Any) -> str | None:
+        if isinstance(value, list):
+            if not all(isinstance(v, str) for v in value):
+                raise Invalid("expected a URL, or a list of URLs")
+            items = [v for v in value if v.strip()]
+        elif isinstance(value, str):
+            items = [v for v in re.split(r"[\s,]+", value) if v]
+        else:
+            raise Invalid("expected a URL like http://127.0.0.1:8080, a list of them, or empty")
+        urls = [Url().check(v) for v in items]
+        if len(set(urls)) < len(urls):
+            raise Invalid("expected each URL once")
+        return ", ".join(u for u in urls if u) or None
+
+    def json_schema(self) -> dict[str, Any]:
+        return {"type": ["string", "array"], "items": {"type": "string"}}
+
+    def allowed(self) -> str:
+        return "an http:// URL, several (a list, or separated by commas), or empty"
+
+    def to_json(self, value: Any) -> Any:
+        return "" if value is None else value
+
+
+@dataclass(frozen=True)
 class Secret(Kind):
     """A string that is never shown: not in a problem message, a log line or a repr (`hidden`)."""
 

@@ -256,7 +256,7 @@ class CpcServer(LanguageServer):
             cursor = doc.offset_at(edit[0].start_line, edit[0].start_character, self.encoding) + edit[1]
         parts = split(doc.text, cursor, self.settings.fim_suffix_lines or None)
         context = self.context_for(uri, doc, cursor)
-        self.scheduler.prefetch(request_for(parts, self.settings, context=context, language=doc.language_id), tag=unquote(uri))
+        self.scheduler.prefetch(request_for(parts, self.settings, context=context, language=doc.language_id, document=uri), tag=unquote(uri))
 
     def context_for(self, uri: str, doc: Document, cursor: int) -> RepoContext | None:
         """Other files' chunks for `doc`'s prompt (lsp_server.context); None when the setting is
@@ -302,7 +302,7 @@ class CpcServer(LanguageServer):
         context = self.context_for(uri, doc, cursor)
         request = request_for(
             parts, settings, candidates, block, alternatives=settings.alternatives, context=context,
-            language=doc.language_id,
+            language=doc.language_id, document=uri,
         )
         job = self.scheduler.submit(request, tag=unquote(uri))
         try:

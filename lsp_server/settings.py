@@ -24,7 +24,7 @@ from typing import Any
 from engine import CompletionRequest, EngineConfig, SamplingConfig, catalogue
 from lsp_server import schema
 from lsp_server.schema import (
-    SECTION, Bool, Choice, Int, Invalid, Number, OptionalNumber, OptionalPath, Secret, Spec, Strings, Url, setting, specs,
+    SECTION, Bool, Choice, Int, Invalid, Number, OptionalNumber, OptionalPath, Secret, Spec, Strings, Urls, setting, specs,
 )  # fmt: skip
 
 _SAMPLING, _REQUEST, _ENGINE = SamplingConfig(), CompletionRequest(""), EngineConfig()
@@ -173,11 +173,13 @@ class Settings:
         "and keeps what it decoded.",
     )
     model_server: str | None = setting(
-        None, Url(),
+        None, Urls(),
         "URL of a llama-server to run the model on (e.g. `http://gpu-box:8080`) instead of in this "
         "process; empty: in-process. Suggestions stay exact. The text before the cursor is sent to it: "
         "plain http:// to another machine crosses the network in clear (see the README's \"Use a shared "
-        "server\"). Changing it reconnects.",
+        "server\"). Several URLs (a list, or separated by commas), all running the same model: each "
+        "document stays on one of them, and goes to the next while its own is down "
+        "(docs/shared-server.md, \"More than one server\"). Changing it reconnects.",
         scope="machine-overridable",
     )
     model_server_api_key: str | None = setting(

@@ -29,6 +29,7 @@ class Suggestion:
 def request_for(
     split: Split, settings: Settings, candidates: tuple[str, ...] = (), block: Block | None = None,
     alternatives: int = 0, context: RepoContext | None = None, language: str | None = None,
+    document: str | None = None,
 ) -> CompletionRequest:
     """The engine request for `settings.method`: "exact" (the covering search), "mask" (per-step
     masking, seed 001) or "naive" (the partial word left in the prompt, no constraint; with a
@@ -38,7 +39,8 @@ def request_for(
     With `block` the suggestion may span lines (`multiLineTokens`), ending where the block does.
     `alternatives`: other first words to ask for (engine.alternatives; they may cost decodes).
     `context`: other files' chunks (lsp_server.context) laid out before the current file.
-    `language`: the document's languageId, which picks the default model (lsp_server.routing)."""
+    `language`: the document's languageId, which picks the default model (lsp_server.routing).
+    `document`: its URI, which keeps it on one model server (the engine sends only a salted hash)."""
     naive = settings.method == "naive"
     sampling = settings.sampling()
     max_tokens = settings.max_tokens
@@ -63,6 +65,7 @@ def request_for(
         alternatives=alternatives,
         language=language,
         context=context,
+        document=document,
     )
 
 

@@ -22,15 +22,22 @@ class LoopbackHttpServer:
     """A bare HTTP/1.1 server on 127.0.0.1 for fakes: one thread per connection, each request
     read whole (head and Content-Length body) and handed to `handle`."""
 
-    def __init__(self, backlog: int = 16) -> None:
+    def __init__(self, backlog: int = 16, port: int = 0) -> None:
         self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", port))
         self.sock.listen(backlog)
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         threading.Thread(target=self._serve, daemon=True).start()
 
     def close(self) -> None:
+        """Stop listening at once, as a dead process would (a plain close leaves a thread blocked
+        in accept() holding the socket, which then takes one more connection)."""
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self.sock.close()
 
     def handle(self, conn: socket.socket, head: bytes, body: bytes) -> None:
@@ -63,11 +70,16 @@ class FakeLlamaServer(LoopbackHttpServer):
     """`table[path] = {token: prob}` is the distribution after prompt + path (path: the tokens
     after the prompt's first `prompt_len`)."""
 
-    def __init__(self, vocab: VocabIndex, table: dict[tuple[int, ...], dict[int, float]], prompt_len: int = 1) -> None:
+    def __init__(self, vocab: VocabIndex, table: dict[tuple[int, ...], dict[int, float]], prompt_len: int = 1, port: int = 0) -> None:
         self.vocab, self.table, self.prompt_len = vocab, table, prompt_len
         self.bodies: list[dict] = []
+        self.headers: list[bytes] = []  # each request's head
         self.prefill_delay_s = 0.0  # before answering a prefill (a slow prompt decode)
-        super().__init__()
+        # sent as X-Cpc-Upstream (a balancer's answering server): a name, or a function of the
+        # request's head (a balancer's hash on X-Cpc-Document)
+        self.upstream = None
+        self.connection_close = False  # say so (each connection serves one request): for a proxy's keep-alive
+        super().__init__(port=port)
 
     def logprobs(self, path: tuple[int, ...]) -> list[float]:
         row = [UNLISTED] * self.vocab.size
@@ -78,6 +90,8 @@ class FakeLlamaServer(LoopbackHttpServer):
 
     def handle(self, conn: socket.socket, head: bytes, body: bytes) -> None:
         path = head.split(b" ")[1].decode()
+        self.headers.append(head)
+        self._head = head
         if path == "/completion":
             request = json.loads(body)
             self.bodies.append(request)
@@ -86,7 +100,8 @@ class FakeLlamaServer(LoopbackHttpServer):
                 time.sleep(self.prefill_delay_s)
                 self._send(conn, b"200 OK", json.dumps({"id_slot": 0, "timings": {"prompt_n": len(request["prompt"])}}).encode())
                 return
-            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+            extra = self._upstream_header()
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n%s\r\n" % extra)
             try:
                 for event in events:
                     chunk = b"data: " + json.dumps(event).encode() + b"\n\n"
@@ -97,9 +112,14 @@ class FakeLlamaServer(LoopbackHttpServer):
         else:
             self._send(conn, b"200 OK", b'{"status": "ok"}')
 
-    @staticmethod
-    def _send(conn: socket.socket, status: bytes, body: bytes) -> None:
-        conn.sendall(b"HTTP/1.1 %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (status, len(body), body))
+    def _upstream_header(self) -> bytes:
+        name = self.upstream(self._head) if callable(self.upstream) else self.upstream
+        close = b"Connection: close\r\n" if self.connection_close else b""
+        return close + (b"X-Cpc-Upstream: %s\r\n" % name.encode() if name else b"")
+
+    def _send(self, conn: socket.socket, status: bytes, body: bytes) -> None:
+        extra = self._upstream_header()
+        conn.sendall(b"HTTP/1.1 %s\r\nContent-Type: application/json\r\n%sContent-Length: %d\r\n\r\n%s" % (status, extra, len(body), body))
 
     def _complete(self, request: dict):
         grammar = request.get("grammar", "")
