@@ -20,6 +20,7 @@ from engine.types import (
     SamplingConfig,
     Signals,
     WordEnd,
+    server_urls,
 )
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "SamplingConfig",
     "Signals",
     "WordEnd",
+    "server_urls",
     "resolve_model",
 ]
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 import ipaddress
 from urllib.parse import urlsplit
 
-from engine import EngineConfig
-from engine.types import server_urls
+from engine import EngineConfig, server_urls
 from lsp_server import routing
 
 
