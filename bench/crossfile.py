@@ -49,6 +49,7 @@ from lsp_server.chunks import STOP
 from lsp_server.split import is_word_char
 
 WORK = Path("/tmp/cpc-lsp-bench-crossfile")
+REGION_LINES = 150  # the probes of a target lie in this many consecutive lines
 TYPED = 3  # requests after 1..TYPED letters of the identifier (while at least one letter remains)
 RING_CHUNKS, RING_LINES = 16, 64  # llama.vim's ring_n_chunks, ring_chunk_size
 NOT_PROJECT = frozenset({"NULL", "exports", "module", "require"})  # defined by the language, whoever repeats them
@@ -183,10 +184,11 @@ def cross_identifiers(project: Project, target: str) -> frozenset[str]:
                      and not (n.startswith("__") and n.endswith("__")))
 
 
-def probes(project: Project, target: str, per_target: int, local_share: float = 0.5) -> list[Probe]:
-    """`per_target` cross probes (one a line, spread evenly over the file after its first 10
-    lines) and about `local_share` as many local ones, in file order."""
-    text = (project.root / target).read_text()
+def probes(project: Project, target: str, per_target: int, local_share: float = 0.4) -> list[Probe]:
+    """`per_target` cross probes (one a line, spread evenly over the REGION_LINES lines of the
+    file, after its first 10, that hold the most) and about `local_share` as many local ones, in
+    file order."""
+    text = full = (project.root / target).read_text()
     cross = cross_identifiers(project, target)
     lines = text.splitlines(keepends=True)
     found: dict[str, list[Probe]] = {"cross": [], "local": []}
@@ -217,7 +219,15 @@ def probes(project: Project, target: str, per_target: int, local_share: float = 
             best = best or probe
         if best is not None:
             found[best.cls].append(best)
-    picked = _spread(found["cross"], per_target) + _spread(found["local"], round(per_target * local_share))
+    # one region of the file (REGION_LINES lines, the one with the most cross probes): consecutive
+    # probes a few lines apart decode a few lines each, where probes spread over a file would each
+    # move the window and decode it whole (a shared 2-core machine cannot afford that)
+    crosses = [full.count("\n", 0, q.start) for q in found["cross"]]
+    first = max(range(len(crosses)), key=lambda i: sum(1 for n in crosses[i:] if n < crosses[i] + REGION_LINES), default=0)
+    top = crosses[first] + REGION_LINES if crosses else 0
+    within = lambda q: (crosses[first] if crosses else 0) <= full.count("\n", 0, q.start) < top  # noqa: E731
+    picked = _spread([q for q in found["cross"] if within(q)], per_target)
+    picked += _spread([q for q in found["local"] if within(q)], round(per_target * local_share))
     return sorted(picked, key=lambda p: p.start)
 
 
@@ -337,9 +347,15 @@ def coverage(project: Project, target: str, items: list[Probe], budget: int) -> 
         chosen = chooser.choose(uri, doc, cursor, docs.items(), budget)
         every = [c for source in chooser.sources(uri, doc, docs.items()) for c in chooser.chunker.chunks(source)]
         word = probe.word
-        defining = [c for c in every if re.search(rf"\b{re.escape(word)}\b", c.text) and word in defined_in(c.text, project.kind)]
-        out.append({"word": word, "cls": probe.cls, "chosen": [f"{c.path}:{c.start}" for c in chosen],
-                    "chosen_defines": any(c in defining for c in chosen), "chosen_mentions": any(word in c.text for c in chosen),
+        if isinstance(chosen, list):  # the chooser of chunks alone (before lsp_server.outline)
+            shown, labels = "".join(c.text for c in chosen), [f"{c.path}:{c.start}" for c in chosen]
+        else:
+            files = chosen.files()
+            shown, labels = "".join(f.text for f in files), [f"{f.path}:{f.text.count(chr(10))} lines" for f in files]
+        defining = [c for c in every if word in defined_in(c.text, project.kind)]
+        out.append({"word": word, "cls": probe.cls, "chosen": labels, "chars": len(shown),
+                    "chosen_defines": word in defined_in(shown, project.kind),
+                    "chosen_mentions": re.search(rf"\b{re.escape(word)}\b", shown) is not None,
                     "defining": [f"{c.path}:{c.start}" for c in defining]})  # fmt: skip
     return out
 
@@ -471,7 +487,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default="qwen2.5-coder-0.5b", help="comma-separated catalogue names or paths")
     parser.add_argument("--split", default="tune", choices=("tune", "held", "all"))
     parser.add_argument("--projects", default=None, help="comma-separated project names (default: the split's)")
-    parser.add_argument("--per-target", type=int, default=10, help="cross probes per target file")
+    parser.add_argument("--per-target", type=int, default=8, help="cross probes per target file")
     parser.add_argument("--variants", default="off,on", help="off, on (extraContext), peer (llama.vim's /infill with and without its ring)")
     parser.add_argument("--window", type=int, default=2048, help="contextTokens")
     parser.add_argument("--context-tokens", type=int, default=512, help="extraContextTokens of the 'on' variant")
