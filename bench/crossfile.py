@@ -487,6 +487,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default="qwen2.5-coder-0.5b", help="comma-separated catalogue names or paths")
     parser.add_argument("--split", default="tune", choices=("tune", "held", "all"))
     parser.add_argument("--projects", default=None, help="comma-separated project names (default: the split's)")
+    parser.add_argument("--targets", type=int, default=None, help="the first N targets of each project (default: all)")
     parser.add_argument("--per-target", type=int, default=8, help="cross probes per target file")
     parser.add_argument("--variants", default="off,on", help="off, on (extraContext), peer (llama.vim's /infill with and without its ring)")
     parser.add_argument("--window", type=int, default=2048, help="contextTokens")
@@ -501,7 +502,7 @@ def main(argv: list[str] | None = None) -> int:
     say = lambda m: print(f"[crossfile] {m}", file=sys.stderr, flush=True)  # noqa: E731
     chosen = [p for p in projects(args.work, say) if (args.split == "all" or p.split == args.split)
               and (args.projects is None or p.name in args.projects.split(","))]  # fmt: skip
-    plan = [(p, t, probes(p, t, args.per_target)) for p in chosen for t in p.targets]
+    plan = [(p, t, probes(p, t, args.per_target)) for p in chosen for t in p.targets[: args.targets]]
     say(f"{sum(len(i) for _, _, i in plan)} probes ({sum(x.cls == 'cross' for _, _, i in plan for x in i)} cross) "
         f"in {len(plan)} targets of {len(chosen)} projects")  # fmt: skip
     base = {"maxTokens": args.max_tokens, "minConfidence": 0, "alternatives": 0, "memoryBudgetMib": 0,
@@ -556,8 +557,11 @@ def peer_runs(model: str, plan, args, say, label: str) -> list[dict[str, Any]]:
     from bench.llama_server import start_llama_server
 
     runs = []
+    # --n-predict: llama-server sizes input_extra as n_ctx - n_batch - 2 * its own n_predict, and its
+    # default (-1) makes the prompt 3 tokens too long for the context: every ring request was refused
+    # ("request (2051 tokens) exceeds the available context size (2048 tokens)")
     server = start_llama_server(slots=1, ctx=args.window, model=model, threads=args.threads,
-                                extra_args=("--batch-size", "1024", "--ubatch-size", "512"))  # fmt: skip
+                                extra_args=("--batch-size", "1024", "--ubatch-size", "512", "--n-predict", str(args.max_tokens)))  # fmt: skip
     try:
         peer = RingPeer(server, args.max_tokens)
         for project, target, items in plan:
