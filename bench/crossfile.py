@@ -268,14 +268,15 @@ class Doc:
         self.client.notify("textDocument/didClose", {"textDocument": {"uri": self.uri}})
 
 
-def ask(client: LspClient, doc: Doc, offset: int) -> tuple[str | None, float, int]:
-    """(insertText, ms, prompt tokens decoded: 0 when the engine was not called)."""
+def ask(client: LspClient, doc: Doc, offset: int) -> tuple[str | None, float, int | None]:
+    """(insertText, ms, prompt tokens decoded: None when the engine was not called, e.g. a letter
+    typed along the suggestion shown, answered from it)."""
     before = client.call("cpcLsp/stats", None) or {}
     params = {"textDocument": {"uri": doc.uri}, "position": doc.position(offset), "context": {"triggerKind": 2}}
     reply = client.request("textDocument/inlineCompletion", params, timeout=900)
     after = client.call("cpcLsp/stats", None) or {}
     engine = after.get("engineAnswers", 0) > before.get("engineAnswers", 0)
-    return insert_text(reply), reply.ms, after.get("decodedTokens", 0) if engine else 0
+    return insert_text(reply), reply.ms, after.get("decodedTokens", 0) if engine else None
 
 
 def judge(shown: str | None, text: str, cursor: int) -> bool:
@@ -321,7 +322,7 @@ def run_target(client: LspClient, project: Project, target: str, items: list[Pro
                 else:
                     line_ms, line_decoded = ms, decoded
             out.append({"word": probe.word, "cls": probe.cls, "line": full.count("\n", 0, probe.start) + 1,
-                        "line_ms": line_ms, "line_decoded": line_decoded, "requests": requests})  # fmt: skip
+                        "line_ms": line_ms, "line_decoded": line_decoded, "requests": requests, "engine_flag": True})  # fmt: skip
     finally:
         doc.close()
     return {"cold": cold, "probes": out}
@@ -428,7 +429,31 @@ def run_peer(peer: RingPeer, project: Project, target: str, items: list[Probe], 
 # --- summary ------------------------------------------------------------------------------------
 
 
+UNSEEN_BEFORE_CHARS = 4_000  # about the current file's share of a 2,048-token window before the cursor
+UNSEEN_AFTER_LINES = 8  # fimSuffixLines
+
+
+def mark_unseen(runs: list[dict[str, Any]], work: Path = WORK) -> None:
+    """Class "cross, unseen" for a cross probe whose identifier the current file's own text in the
+    prompt does not contain (UNSEEN_BEFORE_CHARS before the line, UNSEEN_AFTER_LINES after it):
+    only another file can tell the model that name. Judged on the file, after the run."""
+    roots = {p.name: p.root for p in projects(work, lambda m: None)}
+    texts: dict[tuple[str, str], str] = {}
+    for run in runs:
+        key = (run["project"], run["target"])
+        if key not in texts:
+            texts[key] = (roots[run["project"]] / run["target"]).read_text()
+        lines = texts[key].splitlines(keepends=True)
+        for probe in run["probes"]:
+            if probe["cls"] != "cross":
+                continue
+            before = "".join(lines[: probe["line"] - 1])[-UNSEEN_BEFORE_CHARS:]
+            after = "".join(lines[probe["line"] : probe["line"] + UNSEEN_AFTER_LINES])
+            probe["unseen"] = re.search(rf"\b{re.escape(probe['word'])}\b", before + after) is None
+
+
 def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    mark_unseen(runs)
     groups: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {}
     for run in runs:
         for kind in (run["kind"], "all"):
@@ -438,26 +463,33 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         probes_ = [p for r in rs for p in r["probes"]]
 
         def share(cls: str | None, first_only: bool) -> tuple[float | None, int]:
-            reqs = [q for p in probes_ if cls is None or p["cls"] == cls for q in p["requests"] if not first_only or q["k"] == 1]
+            reqs = [q for p in probes_ if cls is None or p["cls"] == cls or (cls == "unseen" and p.get("unseen"))
+                    for q in p["requests"] if not first_only or q["k"] == 1]  # fmt: skip
             return (sum(q["right"] for q in reqs) / len(reqs) if reqs else None), len(reqs)
+
+        unseen, n_unseen = share("unseen", False)
 
         cross1, n_cross1 = share("cross", True)
         cross, n_cross = share("cross", False)
         local, n_local = share("local", False)
         all_, n_all = share(None, False)
-        warm = [q for p in probes_ for q in p["requests"] if q["k"] >= 2]
+        # a warm keystroke: a letter of a word whose prompt the engine has already seen (an earlier
+        # letter of it answered by the engine; in runs before the engine flag was kept, k >= 2)
+        warm = [q for p in probes_ for i, q in enumerate(p["requests"]) if q["k"] >= 2
+                and (any(x["decoded"] is not None for x in p["requests"][:i]) if p.get("engine_flag") else True)]
         colds = [r["cold"] for r in rs if r.get("cold")]
         rows.append({
             "model": model, "split": split, "variant": variant, "kind": kind, "targets": len(rs),
             "cross_probes": sum(p["cls"] == "cross" for p in probes_), "local_probes": sum(p["cls"] == "local" for p in probes_),
             "cross_right_k1": cross1, "cross_requests_k1": n_cross1, "cross_right": cross, "cross_requests": n_cross,
+            "unseen_probes": sum(bool(p.get("unseen")) for p in probes_), "unseen_right": unseen, "unseen_requests": n_unseen,
             "local_right": local, "all_right": all_, "all_requests": n_all,
             "cold_ms": median([c["ms"] for c in colds]), "cold_tokens": median([c["decoded"] for c in colds if c["decoded"] is not None]),
             "line_ms": median([p["line_ms"] for p in probes_]),
             "line_tokens": median([p["line_decoded"] for p in probes_ if p["line_decoded"] is not None]),
             "new_word_ms": median([q["ms"] for p in probes_ for q in p["requests"] if q["k"] == 1]),
             "warm_ms": median([q["ms"] for q in warm]), "warm_keystrokes": len(warm),
-            "warm_zero": sum(q["decoded"] == 0 for q in warm if q["decoded"] is not None) / len(warm) if warm else None,
+            "warm_zero": sum(not q["decoded"] for q in warm) / len(warm) if warm else None,  # None: no engine call
         })  # fmt: skip
     base = {(r["model"], r["split"], r["kind"]): r for r in rows if r["variant"] == "context off"}
     for r in rows:
@@ -472,10 +504,10 @@ def table(rows: list[dict[str, Any]]) -> report.Table:
     from bench.report import num, pct, times
 
     header = ["model", "split", "kind", "variant", "cross probes", "cross right (1st letter)", "cross right (1-3 letters)",
-              "local right", "all right", "cold tokens", "cold ms", "cold / off", "line-start ms (median)",
+              "unseen cross probes", "unseen cross right (1-3)", "local right", "all right", "cold tokens", "cold ms", "cold / off", "line-start ms (median)",
               "warm ms", "warm keys with 0 decoded"]  # fmt: skip
     body = [[r["model"], r["split"], r["kind"], r["variant"], num(r["cross_probes"]), pct(r["cross_right_k1"]),
-             pct(r["cross_right"]), pct(r["local_right"]), pct(r["all_right"]), num(r["cold_tokens"], 0),
+             pct(r["cross_right"]), num(r["unseen_probes"]), pct(r["unseen_right"]), pct(r["local_right"]), pct(r["all_right"]), num(r["cold_tokens"], 0),
              num(r["cold_ms"], 0), times(r["cold_ms_over_off"]), num(r["line_ms"], 0), num(r["warm_ms"], 0),
              f"{pct(r['warm_zero'])} of {r['warm_keystrokes']}"] for r in rows]  # fmt: skip
     return "cross-file probes: first word right at identifiers other files define, context off vs on", header, body
