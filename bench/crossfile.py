@@ -452,6 +452,17 @@ def mark_unseen(runs: list[dict[str, Any]], work: Path = WORK) -> None:
             probe["unseen"] = re.search(rf"\b{re.escape(probe['word'])}\b", before + after) is None
 
 
+def paired(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The runs of the (model, target)s that every variant of that model has (a fair comparison
+    when some runs did not finish)."""
+    variants: dict[str, set[str]] = {}
+    have: dict[tuple[str, str], set[str]] = {}
+    for r in runs:
+        variants.setdefault(r["model"], set()).add(r["variant"])
+        have.setdefault((r["model"], r["target"]), set()).add(r["variant"])
+    return [r for r in runs if have[(r["model"], r["target"])] == variants[r["model"]]]
+
+
 def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     mark_unseen(runs)
     groups: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {}
@@ -528,6 +539,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--label", default="", help="appended to the 'context on' variant's name (e.g. the chooser's version)")
     parser.add_argument("--merge", type=Path, nargs="*", default=[], help="earlier results whose runs join this table")
+    parser.add_argument("--paired", action="store_true", help="the table over the targets every variant of a model has")
     parser.add_argument("--work", type=Path, default=WORK)
     parser.add_argument("--out", type=Path, default=report.output_root() / "bench" / "results" / "crossfile.json")
     args = parser.parse_args(argv)
@@ -575,6 +587,8 @@ def main(argv: list[str] | None = None) -> int:
                     client.shutdown()
         if "peer" in wanted:
             runs += peer_runs(model, plan, args, say, label)
+    if args.paired:
+        runs = paired(runs)
     rows = summarize(runs)
     print(report.render(table(rows)))
     report.write_json(args.out, {"settings": {**base, "threads": args.threads, "context_tokens": args.context_tokens,
