@@ -278,14 +278,22 @@ class RingPeer:
         self.ring = [c for c in self.ring if c["filename"] != name][-(RING_CHUNKS - 1) :] + [{"filename": name, "text": chunk}]
 
     def complete(self, before: str, after: str, extra: bool) -> tuple[float, str]:
-        line_start = before.rfind("\n") + 1
-        body = {"input_prefix": before[:line_start], "prompt": before[line_start:], "input_suffix": after,
-                "input_extra": self.ring if extra else [], "n_predict": self.max_tokens, "cache_prompt": True,
-                "stream": False, "temperature": 0.0, "stop": ["\n"], "id_slot": 0}  # fmt: skip
+        """(ms, the text after the cursor it suggests). The body is llama.vim's own
+        (bench.infill.llama_vim_request: prefix lines, the line up to the cursor as `prompt`, the
+        suffix lines) with the ring in `input_extra`, greedy and without its time limits. A refusal
+        raises: an earlier version sent its own body and silently scored every refusal as a miss."""
+        from bench.infill import llama_vim_request, local_context
+
+        text = before + after
+        ctx = local_context(text, len(before))
+        body = {**llama_vim_request(ctx, 0), "input_extra": self.ring if extra else [], "n_predict": self.max_tokens,
+                "top_k": 1, "t_max_prompt_ms": 600_000, "t_max_predict_ms": 600_000}  # fmt: skip
         started = time.perf_counter()
         status, answer = self.infill._post(body)
         ms = (time.perf_counter() - started) * 1000
-        return ms, answer.get("content", "") if status == 200 and isinstance(answer, dict) else ""
+        if status != 200 or not isinstance(answer, dict):
+            raise RuntimeError(f"llama-server refused the /infill request ({status}): {str(answer)[:300]}")
+        return ms, answer.get("content", "")
 
     def replay(self, passage: Passage, extra: bool) -> dict[str, Any]:
         requests = []
@@ -424,7 +432,10 @@ def peer_runs(model: str, items: list[Passage], args, say, label: str) -> list[d
     from bench.llama_server import start_llama_server
 
     runs = []
-    server = start_llama_server(slots=1, ctx=args.window, model=model, threads=args.threads)
+    server = start_llama_server(slots=1, ctx=args.window, model=model, threads=args.threads,
+                                extra_args=("--batch-size", "1024", "--ubatch-size", "512", "--n-predict", str(args.max_tokens)))
+    # --n-predict: llama-server sizes input_extra as n_ctx - n_batch - 2 * its own n_predict; its default
+    # (-1) made every ring request 3 tokens too long for the context, and the server refused them all
     try:
         peer = RingPeer(server, args.max_tokens)
         for n, passage in enumerate(items):

@@ -15,13 +15,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from engine import RepoContext
-from lsp_server.chunks import Chunk, Chunker, as_files, choose, definitions, identifiers, near_cursor
+from engine import ContextFile, RepoContext
+from lsp_server.chunks import Chunk, Chunker, choose, definitions, identifiers, near_cursor
 from lsp_server.documents import Document
+from lsp_server.outline import Entry, Outliner, as_view, pick, used_names
 from lsp_server.workspace import Source, Workspace
 
 CHANGE_SHARE = 0.5  # a new choice is adopted when more than this share of its chunks are new
 MAX_TYPED = 64  # the partial word at the cursor is looked for this far back
+MIN_TYPED = 3  # a partial word this long picks the definitions it begins (lsp_server.chunks' too)
+OUTLINE_SHARE = 1.0  # definitions may take the whole budget; chunks get what they leave
 DEFINITIONS_SCAN_CHARS = 262_144  # the current file's definitions are looked for this far (bounded work)
 
 
@@ -29,6 +32,22 @@ DEFINITIONS_SCAN_CHARS = 262_144  # the current file's definitions are looked fo
 class Choice:
     keys: frozenset[str]
     context: RepoContext | None
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """What goes in: definition lines (lsp_server.outline) and whole chunks (lsp_server.chunks)."""
+
+    entries: tuple[Entry, ...]
+    chunks: tuple[Chunk, ...]
+
+    @property
+    def keys(self) -> frozenset[str]:
+        return frozenset([*(e.key for e in self.entries), *(c.key for c in self.chunks)])
+
+    def files(self) -> tuple[ContextFile, ...]:
+        view = as_view(((c.path, c.start, c.text) for c in self.chunks), self.entries)
+        return tuple(ContextFile(path, text) for path, text in view)
 
 
 def at_line_start(text: str, cursor: int) -> bool:
@@ -51,8 +70,9 @@ class ContextChooser:
     def __init__(self, workspace: Workspace | None = None) -> None:
         self.workspace = workspace or Workspace()
         self.chunker = Chunker()
+        self.outliner = Outliner()
         self._chosen: dict[str, Choice] = {}
-        self._defined: dict[str, tuple[str, frozenset[str]]] = {}
+        self._defined: dict[str, tuple[str, frozenset[str], dict[str, int]]] = {}
         self.choices = 0  # contexts adopted (a new layout each: for stats)
 
     def forget(self, key: str | None = None) -> None:
@@ -74,27 +94,36 @@ class ContextChooser:
         if previous is not None and not at_line_start(doc.text, cursor):
             return previous.context
         chosen = self.choose(key, doc, cursor, documents, max_tokens)
-        keys = frozenset(c.key for c in chosen)
+        keys = chosen.keys
         if previous is not None and not substantial(previous.keys, keys):
             return previous.context
         context = None
-        if chosen:
+        if keys:
             path, _ = self.workspace.describe(doc.uri)
-            context = RepoContext(as_files(chosen), path=path, name=self.workspace.name, max_tokens=max_tokens)
+            context = RepoContext(chosen.files(), path=path, name=self.workspace.name, max_tokens=max_tokens)
         self._chosen[key] = Choice(keys, context)
         self.choices += context is not None
         return context
 
     def choose(
         self, key: str, doc: Document, cursor: int, documents: Iterable[tuple[str, Document]], max_tokens: int
-    ) -> list[Chunk]:
-        """The chunks that fit `max_tokens`, best first by lsp_server.chunks, in a stable order."""
-        chunks = [c for source in self.sources(key, doc, documents) for c in self.chunker.chunks(source)]
+    ) -> Chosen:
+        """Within `max_tokens`: first the definitions of the names this file uses and does not
+        define (lsp_server.outline: dozens fit where one chunk does), then, in what is left, the
+        chunks most like the cursor's neighbourhood (lsp_server.chunks)."""
+        sources = self.sources(key, doc, documents)
         near = identifiers(near_cursor(doc.text, cursor))
         start = cursor
         while start > 0 and cursor - start < MAX_TYPED and (doc.text[start - 1].isalnum() or doc.text[start - 1] == "_"):
             start -= 1
-        return choose(chunks, near, self._defined_in(key, doc.text), max_tokens, doc.text[start:cursor])
+        typed = doc.text[start:cursor]
+        defined, uses = self._defined_in(key, doc.text)
+        entries = pick((e for s in sources for e in self.outliner.entries(s)), uses, near, defined,
+                       round(max_tokens * OUTLINE_SHARE), typed if len(typed) >= MIN_TYPED else "")  # fmt: skip
+        used = sum(e.tokens for e in entries) + sum(len(t) // 3 + 1 for e in entries for _, t in e.head)
+        used += 8 * len({e.path for e in entries})
+        chunks = [c for s in sources for c in self.chunker.chunks(s)]
+        return Chosen(tuple(entries), tuple(choose(chunks, near, defined, max_tokens - used, typed)))
 
     def sources(self, key: str, doc: Document, documents: Iterable[tuple[str, Document]]) -> list[Source]:
         """The open documents (not this one), the files this one imports, regions of closed ones."""
@@ -120,9 +149,11 @@ class ContextChooser:
                 found.append(region)
         return found
 
-    def _defined_in(self, key: str, text: str) -> frozenset[str]:
+    def _defined_in(self, key: str, text: str) -> tuple[frozenset[str], dict[str, int]]:
+        """(the names this document defines, how often it uses each identifier), per text."""
         cached = self._defined.get(key)
         if cached is None or cached[0] is not text:
-            cached = (text, definitions(text[:DEFINITIONS_SCAN_CHARS]))
+            scan = text[:DEFINITIONS_SCAN_CHARS]
+            cached = (text, definitions(scan), used_names(scan))
             self._defined[key] = cached
-        return cached[1]
+        return cached[1], cached[2]

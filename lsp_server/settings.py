@@ -216,7 +216,8 @@ class Settings:
     )
     extra_context_tokens: int = setting(
         512, Int(0, 65_536),
-        "Most prompt tokens the other files' chunks take (with `extraContext`); at most a quarter of "
+        "Most prompt tokens the other files' text takes (with `extraContext`): first the definition lines "
+        "of the names this file uses and does not define, then whole chunks; at most a quarter of "
         "`contextTokens` is used. They are chosen again only at the start of a line, so typing "
         "inside a word still reuses the whole prompt.",
     )

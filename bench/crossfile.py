@@ -1,0 +1,627 @@
+"""Cross-file cursors: the identifiers another file of the project defines, typed with the siblings open.
+
+The typing replay (bench.context) meets such a cursor only when the model misses a word's first
+letter, so it sees a handful. This benchmark aims at them (CrossCodeEval's question, on real
+projects none of which is this one): in a target file of a project, with the project's other
+files open, each *probe* is an identifier occurrence. The user starts its line afresh (the line's
+text removed after its indentation; a request there, which is where the server chooses the
+context again), types the line up to the identifier and its first letters (requests after 1, 2
+and 3 of them while more remain: the first is a new word, the next ones warm keystrokes). A
+request is right when the next word it suggests is exactly the rest of the identifier.
+
+Probes are *cross* (the identifier is defined in another file of the project and not in the
+target) or *local* (any other identifier of 4+ characters: the control, "no worse on all
+cursors"). The projects have a split decided before any run: `tune` (looked at while improving
+the choice of chunks) and `held` (run only to check). Python: the standard library's `email`,
+`json`, `asyncio` and `http` (copied to a plain folder: pyenv's git ignores its versions/); JavaScript:
+npm's own `semver`, `cacache` and `minipass-fetch`; C: the `ujson` and `lz4` sdists from PyPI and
+nettle's examples (Debian's nettle-dev).
+
+Per request: right or not, ms, prompt tokens decoded (cpcLsp/stats). The cold cost is the first
+request of each target after an unrelated document (nothing of it in the KV cache, memoryBudgetMib 0).
+`--peer` adds llama.vim's /infill request on llama-server (same model, same probes) with its ring
+buffer in `input_extra`, and without it.
+
+`python -m bench.crossfile --models qwen2.5-coder-0.5b --split tune`
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tarfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench import report
+from bench.context import LANGUAGE_IDS, _is_code, start_server
+from bench.lsp_client import LspClient, insert_text
+from bench.replay import accepts, next_word
+from bench.stats import median, ratio
+from lsp_server.chunks import STOP
+from lsp_server.split import is_word_char
+
+WORK = Path("/tmp/cpc-lsp-bench-crossfile")
+REGION_LINES = 150  # the probes of a target lie in this many consecutive lines
+TYPED = 3  # requests after 1..TYPED letters of the identifier (while at least one letter remains)
+RING_CHUNKS, RING_LINES = 16, 64  # llama.vim's ring_n_chunks, ring_chunk_size
+NOT_PROJECT = frozenset({"NULL", "exports", "module", "require"})  # defined by the language, whoever repeats them
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class Project:
+    name: str
+    kind: str  # python | javascript | c
+    split: str  # tune | held
+    root: Path
+    files: tuple[str, ...]  # opened (the targets among them are typed in turn)
+    targets: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Probe:
+    target: str
+    line_start: int  # offset of the line's first character
+    indent_end: int  # offset after its indentation: where the user starts the line
+    line_end: int  # offset of its newline
+    start: int  # the identifier's offset
+    word: str
+    cls: str  # cross | local
+
+
+def _stdlib(work: Path, package: str) -> Path:
+    folder = work / "python"
+    if not (folder / package).is_dir():
+        shutil.copytree(Path(sysconfig.get_paths()["stdlib"]) / package, folder / package,
+                        ignore=shutil.ignore_patterns("__pycache__", "tests"))  # fmt: skip
+    return folder
+
+
+def _npm(work: Path, package: str) -> Path:
+    """npm's own copy of a package (it ships with Node), copied so the package is the workspace."""
+    folder = work / "js" / package
+    if not folder.is_dir():
+        npm_modules = Path(shutil.which("npm") or "/usr/bin/npm").resolve().parent.parent / "node_modules"
+        shutil.copytree(npm_modules / package, folder)
+    return folder
+
+
+def _sdist(work: Path, name: str, version: str, say) -> Path:
+    folder = work / "c" / f"{name}-{version}"
+    if not folder.is_dir():
+        say(f"downloading the {name} {version} sdist from PyPI")
+        (work / "c").mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps", f"{name}=={version}",
+                        "-d", str(work / "c")], check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+        with tarfile.open(work / "c" / f"{name}-{version}.tar.gz") as tar:
+            tar.extractall(work / "c", filter="data")
+    return folder
+
+
+def _nettle(work: Path) -> Path:
+    folder = work / "c" / "nettle-examples"
+    if not folder.is_dir():
+        shutil.copytree("/usr/share/doc/nettle-dev/examples", folder)
+    return folder
+
+
+def projects(work: Path, say) -> list[Project]:
+    """The projects, their open files and targets; the split is fixed here, before any run."""
+    email = tuple(f"email/{n}" for n in ("message.py", "_policybase.py", "charset.py", "utils.py", "errors.py",
+                                         "_encoded_words.py", "iterators.py", "generator.py", "header.py"))  # fmt: skip
+    asyncio = tuple(f"asyncio/{n}" for n in ("base_events.py", "events.py", "futures.py", "tasks.py", "coroutines.py",
+                                             "exceptions.py", "base_futures.py", "base_tasks.py", "transports.py",
+                                             "protocols.py", "streams.py", "constants.py", "log.py"))  # fmt: skip
+    http = tuple(f"http/{n}" for n in ("__init__.py", "client.py", "server.py", "cookiejar.py", "cookies.py"))
+    json_ = tuple(f"json/{n}" for n in ("__init__.py", "decoder.py", "encoder.py", "scanner.py"))
+    semver = ("classes/range.js", "classes/comparator.js", "classes/semver.js", "internal/re.js",
+              "internal/parse-options.js", "internal/constants.js", "internal/debug.js", "internal/identifiers.js")  # fmt: skip
+    cacache = tuple(f"lib/{n}" for n in ("get.js", "put.js", "index.js", "entry-index.js", "memoization.js", "verify.js",
+                                         "rm.js", "content/read.js", "content/write.js", "content/rm.js",
+                                         "content/path.js", "util/tmp.js", "util/glob.js", "util/hash-to-segments.js"))  # fmt: skip
+    fetch = tuple(f"lib/{n}" for n in ("index.js", "body.js", "request.js", "response.js", "headers.js",
+                                       "fetch-error.js", "abort-error.js", "blob.js"))  # fmt: skip
+    ujson = ("lib/ultrajson.h", "lib/ultrajsonenc.c", "lib/ultrajsondec.c", "python/objToJSON.c", "python/JSONtoObj.c",
+             "python/ujson.c")  # fmt: skip
+    lz4 = ("lz4libs/lz4.h", "lz4libs/lz4hc.h", "lz4libs/lz4frame.h", "lz4libs/lz4frame_static.h", "lz4libs/xxhash.h",
+           "lz4libs/lz4frame.c", "lz4/frame/_frame.c", "lz4/block/_block.c")  # fmt: skip
+    nettle = ("io.h", "io.c", "rsa-session.h", "read_rsa_key.c", "rsa-encrypt.c", "rsa-decrypt.c", "rsa-keygen.c",
+              "rsa-sign.c", "timing.h", "timing.c")  # fmt: skip
+    return [
+        Project("email", "python", "tune", _stdlib(work, "email"), email, ("email/message.py", "email/generator.py")),
+        Project("semver", "javascript", "tune", _npm(work, "semver"), semver, ("classes/range.js", "classes/comparator.js")),
+        Project("ujson", "c", "tune", _sdist(work, "ujson", "5.10.0", say), ujson, ("python/objToJSON.c", "python/JSONtoObj.c")),
+        Project("asyncio", "python", "held", _stdlib(work, "asyncio"), asyncio, ("asyncio/base_events.py", "asyncio/tasks.py")),
+        Project("http", "python", "held", _stdlib(work, "http"), http, ("http/client.py", "http/server.py")),
+        Project("json", "python", "held", _stdlib(work, "json"), json_, ("json/__init__.py", "json/decoder.py")),
+        Project("cacache", "javascript", "held", _npm(work, "cacache"), cacache, ("lib/get.js", "lib/entry-index.js")),
+        Project("minipass-fetch", "javascript", "held", _npm(work, "minipass-fetch"), fetch, ("lib/index.js", "lib/body.js")),
+        Project("lz4", "c", "held", _sdist(work, "lz4", "4.3.3", say), lz4, ("lz4libs/lz4frame.c", "lz4/frame/_frame.c")),
+        Project("nettle", "c", "held", _nettle(work), nettle, ("rsa-encrypt.c", "rsa-decrypt.c", "rsa-keygen.c")),
+    ]
+
+
+# What the benchmark counts as a definition: its own patterns, stricter than the server's
+# (lsp_server.chunks.definitions), so the scored set does not follow the chooser it measures.
+_STRINGS = {
+    "python": re.compile(r'"""[\s\S]*?"""|\'\'\'[\s\S]*?\'\'\'|#[^\n]*'),
+    "javascript": re.compile(r"/\*[\s\S]*?\*/|//[^\n]*"),
+    "c": re.compile(r"/\*[\s\S]*?\*/|//[^\n]*"),
+}
+_DEFINED = {
+    "python": (r"^[ \t]*(?:async[ \t]+)?def[ \t]+(\w+)", r"^[ \t]*class[ \t]+(\w+)", r"^(\w+)[ \t]*(?::[^=\n]+)?=[^=]"),
+    "javascript": (r"\bfunction[ \t]*\*?[ \t]*(\w+)", r"\bclass[ \t]+(\w+)", r"^(?:const|let|var)[ \t]+(\w+)[ \t]*=",
+                   r"\bexports\.(\w+)[ \t]*=",
+                   r"^[ \t]+(?:static[ \t]+|async[ \t]+|get[ \t]+|set[ \t]+)*(?!if\b|for\b|while\b|switch\b|catch\b|return\b)(\w+)[ \t]*\([^)\n]*\)[ \t]*\{"),
+    "c": (r"^[ \t]*#[ \t]*define[ \t]+(\w+)", r"\b(?:struct|enum|union)[ \t]+(\w+)[ \t]*\{", r"\}[ \t]*(\w+)[ \t]*;",
+          r"^[ \t]*typedef[^;{(]*?\b(\w+)[ \t]*;", r"^(?:[A-Za-z_]\w*[ \t\*]+)+\**(\w+)[ \t]*\(",
+          r"^[ \t]+(\w+)[ \t]*(?:=[^,\n]*)?,?[ \t]*$"),  # the last: an enum's members, one a line
+}
+
+
+def defined_in(text: str, kind: str) -> frozenset[str]:
+    """The names a file defines, by the benchmark's own patterns (comments and docstrings removed)."""
+    code = _STRINGS[kind].sub("", text)
+    return frozenset(n for p in _DEFINED[kind] for n in re.findall(p, code, re.M) if n not in STOP)
+
+
+def cross_identifiers(project: Project, target: str) -> frozenset[str]:
+    """Names another file of the project defines and the target does not (4+ characters)."""
+    own = defined_in((project.root / target).read_text(), project.kind)
+    others: set[str] = set()
+    for name in project.files:
+        if name != target:
+            others |= defined_in((project.root / name).read_text(), project.kind)
+    return frozenset(n for n in others - own if len(n) >= 4 and n not in STOP and n not in NOT_PROJECT
+                     and not (n.startswith("__") and n.endswith("__")))
+
+
+def probes(project: Project, target: str, per_target: int, local_share: float = 0.4) -> list[Probe]:
+    """`per_target` cross probes (one a line, spread evenly over the REGION_LINES lines of the
+    file, after its first 10, that hold the most) and about `local_share` as many local ones, in
+    file order."""
+    text = full = (project.root / target).read_text()
+    cross = cross_identifiers(project, target)
+    lines = text.splitlines(keepends=True)
+    found: dict[str, list[Probe]] = {"cross": [], "local": []}
+    offset = 0
+    in_block_comment = False
+    for number, line in enumerate(lines):
+        line_start, offset = offset, offset + len(line)
+        body = line.strip()
+        if "/*" in body and "*/" not in body:
+            in_block_comment = True
+        if in_block_comment:
+            in_block_comment = "*/" not in body
+            continue
+        if number < 10 or not line.endswith("\n") or not _is_code(line) or body.startswith(('"""', "'''")):
+            continue
+        indent_end = line_start + len(line) - len(line.lstrip(" \t"))
+        code = line.split("#", 1)[0] if project.kind == "python" else line.split("//", 1)[0]
+        best: Probe | None = None
+        for m in _WORD.finditer(code):
+            word = m.group()
+            if len(word) < 4 or word in STOP or _in_string(code, m.start()):
+                continue
+            cls = "cross" if word in cross else "local"
+            probe = Probe(target, line_start, indent_end, offset - 1, line_start + m.start(), word, cls)
+            if cls == "cross":
+                best = probe
+                break
+            best = best or probe
+        if best is not None:
+            found[best.cls].append(best)
+    # one region of the file (REGION_LINES lines, the one with the most cross probes): consecutive
+    # probes a few lines apart decode a few lines each, where probes spread over a file would each
+    # move the window and decode it whole (a shared 2-core machine cannot afford that)
+    crosses = [full.count("\n", 0, q.start) for q in found["cross"]]
+    first = max(range(len(crosses)), key=lambda i: sum(1 for n in crosses[i:] if n < crosses[i] + REGION_LINES), default=0)
+    top = crosses[first] + REGION_LINES if crosses else 0
+    within = lambda q: (crosses[first] if crosses else 0) <= full.count("\n", 0, q.start) < top  # noqa: E731
+    picked = _spread([q for q in found["cross"] if within(q)], per_target)
+    picked += _spread([q for q in found["local"] if within(q)], round(per_target * local_share))
+    return sorted(picked, key=lambda p: p.start)
+
+
+def _in_string(code: str, at: int) -> bool:
+    """Inside a quoted string on this line (an even count of quotes before means outside)."""
+    before = code[:at]
+    return any(before.count(q) % 2 == 1 for q in ('"', "'", "`"))
+
+
+def _spread(items: list[Probe], n: int) -> list[Probe]:
+    if len(items) <= n:
+        return list(items)
+    step = len(items) / n
+    return [items[int(i * step + step / 2)] for i in range(n)]
+
+
+class Doc:
+    """The target document, whole-text changes (the editor's full sync), cursor at an offset."""
+
+    def __init__(self, client: LspClient, uri: str, text: str, language: str) -> None:
+        self.client, self.uri, self.text, self.version = client, uri, text, 1
+        client.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": language, "version": 1, "text": text}})
+
+    def set(self, text: str) -> None:
+        if text == self.text:
+            return
+        self.version += 1
+        self.text = text
+        self.client.notify("textDocument/didChange", {"textDocument": {"uri": self.uri, "version": self.version},
+                                                      "contentChanges": [{"text": text}]})  # fmt: skip
+
+    def position(self, offset: int) -> dict[str, int]:
+        before = self.text[:offset]
+        line_start = before.rfind("\n") + 1
+        return {"line": before.count("\n"), "character": len(before[line_start:].encode("utf-16-le")) // 2}
+
+    def close(self) -> None:
+        self.client.notify("textDocument/didClose", {"textDocument": {"uri": self.uri}})
+
+
+def ask(client: LspClient, doc: Doc, offset: int) -> tuple[str | None, float, int | None]:
+    """(insertText, ms, prompt tokens decoded: None when the engine was not called, e.g. a letter
+    typed along the suggestion shown, answered from it)."""
+    before = client.call("cpcLsp/stats", None) or {}
+    params = {"textDocument": {"uri": doc.uri}, "position": doc.position(offset), "context": {"triggerKind": 2}}
+    reply = client.request("textDocument/inlineCompletion", params, timeout=900)
+    after = client.call("cpcLsp/stats", None) or {}
+    engine = after.get("engineAnswers", 0) > before.get("engineAnswers", 0)
+    return insert_text(reply), reply.ms, after.get("decodedTokens", 0) if engine else None
+
+
+def judge(shown: str | None, text: str, cursor: int) -> bool:
+    """The suggested next word is exactly what the file goes on with."""
+    word_start = cursor
+    while word_start > 0 and is_word_char(text[word_start - 1]):
+        word_start -= 1
+    word = text[word_start:cursor]
+    chunk = next_word(shown[len(word) :]) if shown is not None and shown.startswith(word) else ""
+    return accepts(chunk, text[cursor:])
+
+
+def states(full: str, probe: Probe):
+    """(document text, cursor, typed letters) for the line start and each letter typed."""
+    tail = full[probe.line_end :]
+    yield full[: probe.indent_end] + tail, probe.indent_end, 0
+    for k in range(1, min(TYPED, len(probe.word) - 1) + 1):
+        cursor = probe.start + k
+        yield full[:cursor] + tail, cursor, k
+
+
+def run_target(client: LspClient, project: Project, target: str, items: list[Probe], settings: dict[str, Any],
+               open_docs: dict[str, Doc]) -> dict[str, Any]:  # fmt: skip
+    """Every probe of a target, in file order, on one server with the siblings open."""
+    full = (project.root / target).read_text()
+    unrelated = Doc(client, "untitled:unrelated", "Nothing in this sentence is like the project's files, so the cache is", "plaintext")
+    ask(client, unrelated, len(unrelated.text))
+    unrelated.close()
+    doc = Doc(client, (project.root / target).as_uri(), full, LANGUAGE_IDS.get(Path(target).suffix, "plaintext"))
+    out = []
+    cold: dict[str, Any] | None = None
+    try:
+        for probe in items:
+            requests = []
+            for text, cursor, k in states(full, probe):
+                doc.set(text)
+                shown, ms, decoded = ask(client, doc, cursor)
+                if cold is None:
+                    cold = {"ms": ms, "decoded": decoded}
+                if k:
+                    requests.append({"k": k, "right": judge(shown, full, cursor), "ms": ms, "decoded": decoded,
+                                     "shown": (shown or "")[:40]})  # fmt: skip
+                else:
+                    line_ms, line_decoded = ms, decoded
+            out.append({"word": probe.word, "cls": probe.cls, "line": full.count("\n", 0, probe.start) + 1,
+                        "line_ms": line_ms, "line_decoded": line_decoded, "requests": requests, "engine_flag": True})  # fmt: skip
+    finally:
+        doc.close()
+    return {"cold": cold, "probes": out}
+
+
+def coverage(project: Project, target: str, items: list[Probe], budget: int) -> list[dict[str, Any]]:
+    """Offline, with the server's own chooser: at each probe's line start, the chunks chosen (as
+    the server chooses them at that keystroke), whether one defines the probe's identifier, and
+    whether any chunk of the open files does (so could have been chosen)."""
+    from lsp_server.context import ContextChooser
+    from lsp_server.documents import Document
+
+    chooser = ContextChooser()
+    chooser.workspace.set_roots([str(project.root)])
+    docs = {(project.root / rel).as_uri(): Document((project.root / rel).as_uri(), (project.root / rel).read_text())
+            for rel in project.files if rel != target}  # fmt: skip
+    full = (project.root / target).read_text()
+    uri = (project.root / target).as_uri()
+    out = []
+    for probe in items:
+        text, cursor, _ = next(states(full, probe))
+        doc = Document(uri, text)
+        chosen = chooser.choose(uri, doc, cursor, docs.items(), budget)
+        every = [c for source in chooser.sources(uri, doc, docs.items()) for c in chooser.chunker.chunks(source)]
+        word = probe.word
+        if isinstance(chosen, list):  # the chooser of chunks alone (before lsp_server.outline)
+            shown, labels = "".join(c.text for c in chosen), [f"{c.path}:{c.start}" for c in chosen]
+        else:
+            files = chosen.files()
+            shown, labels = "".join(f.text for f in files), [f"{f.path}:{f.text.count(chr(10))} lines" for f in files]
+        defining = [c for c in every if word in defined_in(c.text, project.kind)]
+        out.append({"word": word, "cls": probe.cls, "chosen": labels, "chars": len(shown),
+                    "chosen_defines": word in defined_in(shown, project.kind),
+                    "chosen_mentions": re.search(rf"\b{re.escape(word)}\b", shown) is not None,
+                    "defining": [f"{c.path}:{c.start}" for c in defining]})  # fmt: skip
+    return out
+
+
+# --- the llama.vim-style peer -------------------------------------------------------------------
+
+
+class RingPeer:
+    """llama.vim's /infill request (bench.infill) with its ring buffer in `input_extra`: a chunk of
+    RING_LINES lines of each file entered (its first lines: the cursor is at the top of a file
+    just opened), at most RING_CHUNKS, as `{"filename": ..., "text": ...}` objects (llama-server's
+    format, tools/server/server-context.cpp). Greedy (`top_k` 1) and without llama.vim's time
+    limits, so a slow machine does not cut its answer short: its best case."""
+
+    def __init__(self, server, max_tokens: int) -> None:
+        from bench.infill import InfillPeer
+
+        self.infill = InfillPeer(server, max_tokens)
+        self.max_tokens = max_tokens
+        self.ring: list[dict[str, str]] = []
+
+    def entered(self, name: str, text: str) -> None:
+        chunk = "".join(text.splitlines(keepends=True)[:RING_LINES])
+        self.ring = [c for c in self.ring if c["filename"] != name][-(RING_CHUNKS - 1) :] + [{"filename": name, "text": chunk}]
+
+    def ask(self, text: str, cursor: int, extra: bool) -> tuple[str, float, dict[str, Any]]:
+        from bench.infill import llama_vim_request, local_context
+
+        ctx = local_context(text, cursor)
+        body = {**llama_vim_request(ctx, 0), "input_extra": self.ring if extra else [], "n_predict": self.max_tokens,
+                "top_k": 1, "t_max_prompt_ms": 600_000, "t_max_predict_ms": 600_000}  # fmt: skip
+        body["response_fields"] = [*body["response_fields"], "timings/prompt_n"]
+        started = time.perf_counter()
+        status, answer = self.infill._post(body)
+        ms = (time.perf_counter() - started) * 1000
+        if status != 200 or not isinstance(answer, dict):
+            raise RuntimeError(f"llama-server refused the /infill request ({status}): {str(answer)[:300]}")
+        return ctx.middle + answer.get("content", ""), ms, answer
+
+
+def run_peer(peer: RingPeer, project: Project, target: str, items: list[Probe], extra: bool) -> dict[str, Any]:
+    full = (project.root / target).read_text()
+    peer.ring = []
+    for rel in project.files:
+        if rel != target:
+            peer.entered(rel, (project.root / rel).read_text())
+    peer.ask("Nothing in this sentence is like the project's files, so the cache is", 70, False)
+    out, cold = [], None
+    for probe in items:
+        requests = []
+        for text, cursor, k in states(full, probe):
+            shown_line, ms, answer = peer.ask(text, cursor, extra)
+            decoded = (answer.get("timings") or {}).get("prompt_n")
+            if cold is None:
+                cold = {"ms": ms, "decoded": decoded}
+            if k:
+                # what it shows is the line from the line's start: keep the part from the word on
+                line_start = text.rfind("\n", 0, cursor) + 1
+                word_start = probe.start
+                shown = shown_line[word_start - line_start :]
+                requests.append({"k": k, "right": judge(shown, full, cursor), "ms": ms, "decoded": decoded,
+                                 "shown": shown[:40]})  # fmt: skip
+            else:
+                line_ms, line_decoded = ms, decoded
+        out.append({"word": probe.word, "cls": probe.cls, "line": full.count("\n", 0, probe.start) + 1,
+                    "line_ms": line_ms, "line_decoded": line_decoded, "requests": requests})  # fmt: skip
+    return {"cold": cold, "probes": out}
+
+
+# --- summary ------------------------------------------------------------------------------------
+
+
+UNSEEN_BEFORE_CHARS = 4_000  # about the current file's share of a 2,048-token window before the cursor
+UNSEEN_AFTER_LINES = 8  # fimSuffixLines
+
+
+def mark_unseen(runs: list[dict[str, Any]], work: Path = WORK) -> None:
+    """Class "cross, unseen" for a cross probe whose identifier the current file's own text in the
+    prompt does not contain (UNSEEN_BEFORE_CHARS before the line, UNSEEN_AFTER_LINES after it):
+    only another file can tell the model that name. Judged on the file, after the run."""
+    roots = {p.name: p.root for p in projects(work, lambda m: None)}
+    texts: dict[tuple[str, str], str] = {}
+    for run in runs:
+        key = (run["project"], run["target"])
+        if key not in texts:
+            texts[key] = (roots[run["project"]] / run["target"]).read_text()
+        lines = texts[key].splitlines(keepends=True)
+        for probe in run["probes"]:
+            if probe["cls"] != "cross":
+                continue
+            before = "".join(lines[: probe["line"] - 1])[-UNSEEN_BEFORE_CHARS:]
+            after = "".join(lines[probe["line"] : probe["line"] + UNSEEN_AFTER_LINES])
+            probe["unseen"] = re.search(rf"\b{re.escape(probe['word'])}\b", before + after) is None
+
+
+def paired(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The runs of the (model, target)s that every variant of that model has (a fair comparison
+    when some runs did not finish)."""
+    variants: dict[str, set[str]] = {}
+    have: dict[tuple[str, str], set[str]] = {}
+    for r in runs:
+        variants.setdefault(r["model"], set()).add(r["variant"])
+        have.setdefault((r["model"], r["target"]), set()).add(r["variant"])
+    return [r for r in runs if have[(r["model"], r["target"])] == variants[r["model"]]]
+
+
+def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    mark_unseen(runs)
+    groups: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {}
+    for run in runs:
+        for kind in (run["kind"], "all"):
+            groups.setdefault((run["model"], run["split"], run["variant"], kind), []).append(run)
+    rows = []
+    for (model, split, variant, kind), rs in groups.items():
+        probes_ = [p for r in rs for p in r["probes"]]
+
+        def share(cls: str | None, first_only: bool) -> tuple[float | None, int]:
+            reqs = [q for p in probes_ if cls is None or p["cls"] == cls or (cls == "unseen" and p.get("unseen"))
+                    for q in p["requests"] if not first_only or q["k"] == 1]  # fmt: skip
+            return (sum(q["right"] for q in reqs) / len(reqs) if reqs else None), len(reqs)
+
+        unseen, n_unseen = share("unseen", False)
+
+        cross1, n_cross1 = share("cross", True)
+        cross, n_cross = share("cross", False)
+        local, n_local = share("local", False)
+        all_, n_all = share(None, False)
+        # a warm keystroke: a letter of a word whose prompt the engine has already seen (an earlier
+        # letter of it answered by the engine; in runs before the engine flag was kept, k >= 2)
+        warm = [q for p in probes_ for i, q in enumerate(p["requests"]) if q["k"] >= 2
+                and (any(x["decoded"] is not None for x in p["requests"][:i]) if p.get("engine_flag") else True)]
+        colds = [r["cold"] for r in rs if r.get("cold")]
+        rows.append({
+            "model": model, "split": split, "variant": variant, "kind": kind, "targets": len(rs),
+            "cross_probes": sum(p["cls"] == "cross" for p in probes_), "local_probes": sum(p["cls"] == "local" for p in probes_),
+            "cross_right_k1": cross1, "cross_requests_k1": n_cross1, "cross_right": cross, "cross_requests": n_cross,
+            "unseen_probes": sum(bool(p.get("unseen")) for p in probes_), "unseen_right": unseen, "unseen_requests": n_unseen,
+            "local_right": local, "all_right": all_, "all_requests": n_all,
+            "cold_ms": median([c["ms"] for c in colds]), "cold_tokens": median([c["decoded"] for c in colds if c["decoded"] is not None]),
+            "line_ms": median([p["line_ms"] for p in probes_]),
+            "line_tokens": median([p["line_decoded"] for p in probes_ if p["line_decoded"] is not None]),
+            "new_word_ms": median([q["ms"] for p in probes_ for q in p["requests"] if q["k"] == 1]),
+            "warm_ms": median([q["ms"] for q in warm]), "warm_keystrokes": len(warm),
+            "warm_zero": sum(not q["decoded"] for q in warm) / len(warm) if warm else None,  # None: no engine call
+        })  # fmt: skip
+    base = {(r["model"], r["split"], r["kind"]): r for r in rows if r["variant"] == "context off"}
+    for r in rows:
+        b = base.get((r["model"], r["split"], r["kind"]))
+        for key in ("cold_ms", "cold_tokens", "line_ms"):
+            r[f"{key}_over_off"] = ratio(r[key], b[key]) if b and r is not b else None
+    rows.sort(key=lambda r: (r["model"], r["split"], r["kind"] != "all", r["kind"], r["variant"]))
+    return rows
+
+
+def table(rows: list[dict[str, Any]]) -> report.Table:
+    from bench.report import num, pct, times
+
+    header = ["model", "split", "kind", "variant", "cross probes", "cross right (1st letter)", "cross right (1-3 letters)",
+              "unseen cross probes", "unseen cross right (1-3)", "local right", "all right", "cold tokens", "cold ms", "cold / off", "line-start ms (median)",
+              "warm ms", "warm keys with 0 decoded"]  # fmt: skip
+    body = [[r["model"], r["split"], r["kind"], r["variant"], num(r["cross_probes"]), pct(r["cross_right_k1"]),
+             pct(r["cross_right"]), num(r["unseen_probes"]), pct(r["unseen_right"]), pct(r["local_right"]), pct(r["all_right"]), num(r["cold_tokens"], 0),
+             num(r["cold_ms"], 0), times(r["cold_ms_over_off"]), num(r["line_ms"], 0), num(r["warm_ms"], 0),
+             f"{pct(r['warm_zero'])} of {r['warm_keystrokes']}"] for r in rows]  # fmt: skip
+    return "cross-file probes: first word right at identifiers other files define, context off vs on", header, body
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m bench.crossfile`: cross-file probes; results in bench/results/crossfile.json."""
+    parser = argparse.ArgumentParser(prog="python -m bench.crossfile", description=main.__doc__.split(":")[0])
+    parser.add_argument("--models", default="qwen2.5-coder-0.5b", help="comma-separated catalogue names or paths")
+    parser.add_argument("--split", default="tune", choices=("tune", "held", "all"))
+    parser.add_argument("--projects", default=None, help="comma-separated project names (default: the split's)")
+    parser.add_argument("--targets", type=int, default=None, help="the first N targets of each project (default: all)")
+    parser.add_argument("--per-target", type=int, default=8, help="cross probes per target file")
+    parser.add_argument("--variants", default="off,on", help="off, on (extraContext), peer (llama.vim's /infill with and without its ring)")
+    parser.add_argument("--window", type=int, default=2048, help="contextTokens")
+    parser.add_argument("--context-tokens", type=int, default=512, help="extraContextTokens of the 'on' variant")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--label", default="", help="appended to the 'context on' variant's name (e.g. the chooser's version)")
+    parser.add_argument("--merge", type=Path, nargs="*", default=[], help="earlier results whose runs join this table")
+    parser.add_argument("--paired", action="store_true", help="the table over the targets every variant of a model has")
+    parser.add_argument("--work", type=Path, default=WORK)
+    parser.add_argument("--out", type=Path, default=report.output_root() / "bench" / "results" / "crossfile.json")
+    args = parser.parse_args(argv)
+    say = lambda m: print(f"[crossfile] {m}", file=sys.stderr, flush=True)  # noqa: E731
+    chosen = [p for p in projects(args.work, say) if (args.split == "all" or p.split == args.split)
+              and (args.projects is None or p.name in args.projects.split(","))]  # fmt: skip
+    plan = [(p, t, probes(p, t, args.per_target)) for p in chosen for t in p.targets[: args.targets]]
+    say(f"{sum(len(i) for _, _, i in plan)} probes ({sum(x.cls == 'cross' for _, _, i in plan for x in i)} cross) "
+        f"in {len(plan)} targets of {len(chosen)} projects")  # fmt: skip
+    base = {"maxTokens": args.max_tokens, "minConfidence": 0, "alternatives": 0, "memoryBudgetMib": 0,
+            "contextTokens": args.window, "prefetch": False}  # fmt: skip
+    variants = {"context off": {"extraContext": False},
+                "context on" + args.label: {"extraContext": True, "extraContextTokens": args.context_tokens}}  # fmt: skip
+    wanted = set(args.variants.split(","))
+    runs: list[dict[str, Any]] = []
+    for earlier in args.merge:
+        runs += json.loads(earlier.read_text())["runs"]
+    for model in filter(None, args.models.split(",")):
+        label = Path(model).name
+        for variant, settings in variants.items():
+            if variant.split()[1] not in wanted:
+                continue
+            for project in chosen:
+                client = start_server(model, project.root, args.threads, {**base, **settings})
+                try:
+                    opened = {}
+                    for rel in project.files:
+                        opened[rel] = Doc(client, (project.root / rel).as_uri(), (project.root / rel).read_text(),
+                                          LANGUAGE_IDS.get(Path(rel).suffix, "plaintext"))  # fmt: skip
+                    for p, target, items in plan:
+                        if p is not project:
+                            continue
+                        opened.pop(target).close()  # typed in its own place, as in the editor
+                        result = run_target(client, project, target, items, settings, opened)
+                        runs.append({"model": label, "variant": variant, "kind": project.kind, "split": project.split,
+                                     "project": project.name, "target": target, **result})  # fmt: skip
+                        report.write_json(args.out.with_suffix(".partial.json"), {"runs": runs})
+                        reqs = [q for x in result["probes"] for q in x["requests"] if x["cls"] == "cross"]
+                        say(f"{label} {variant} {project.name} {target}: cross {sum(q['right'] for q in reqs)}/{len(reqs)}, "
+                            f"cold {result['cold']['ms']:.0f} ms {result['cold']['decoded']} tokens")  # fmt: skip
+                        rel_text = (project.root / target).read_text()
+                        opened[target] = Doc(client, (project.root / target).as_uri(), rel_text,
+                                             LANGUAGE_IDS.get(Path(target).suffix, "plaintext"))  # fmt: skip
+                finally:
+                    client.shutdown()
+        if "peer" in wanted:
+            runs += peer_runs(model, plan, args, say, label)
+    if args.paired:
+        runs = paired(runs)
+    rows = summarize(runs)
+    print(report.render(table(rows)))
+    report.write_json(args.out, {"settings": {**base, "threads": args.threads, "context_tokens": args.context_tokens,
+                                              "models": args.models, "split": args.split, "per_target": args.per_target,
+                                              "typed": TYPED}, "table": rows, "runs": runs})  # fmt: skip
+    return 0
+
+
+def peer_runs(model: str, plan, args, say, label: str) -> list[dict[str, Any]]:
+    """llama.vim on llama-server as llama.vim's README starts it for FIM (batch 1024), with our
+    context window: the prefix takes 3/4 of a batch, the suffix the rest, `input_extra` what is left."""
+    from bench.llama_server import start_llama_server
+
+    runs = []
+    # --n-predict: llama-server sizes input_extra as n_ctx - n_batch - 2 * its own n_predict, and its
+    # default (-1) makes the prompt 3 tokens too long for the context: every ring request was refused
+    # ("request (2051 tokens) exceeds the available context size (2048 tokens)")
+    server = start_llama_server(slots=1, ctx=args.window, model=model, threads=args.threads,
+                                extra_args=("--batch-size", "1024", "--ubatch-size", "512", "--n-predict", str(args.max_tokens)))  # fmt: skip
+    try:
+        peer = RingPeer(server, args.max_tokens)
+        for project, target, items in plan:
+            for variant, extra in (("peer, no ring", False), ("peer, ring (input_extra)", True)):
+                result = run_peer(peer, project, target, items, extra)
+                runs.append({"model": label, "variant": variant, "kind": project.kind, "split": project.split,
+                             "project": project.name, "target": target, **result})  # fmt: skip
+                report.write_json(args.out.with_suffix(".partial.json"), {"runs": runs})
+                reqs = [q for x in result["probes"] for q in x["requests"] if x["cls"] == "cross"]
+                say(f"peer {variant} {project.name} {target}: cross {sum(q['right'] for q in reqs)}/{len(reqs)}")
+    finally:
+        server.stop()
+    return runs
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

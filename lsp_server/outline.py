@@ -1,0 +1,268 @@
+"""The definition lines of other files: the names the current file uses and does not define, in few tokens.
+
+A 32-line chunk costs about 300 tokens, so the default budget (512) holds one or two, and at the
+start of a line (when the choice is made) nothing says which of the sibling files' hundreds of
+chunks defines the name about to be typed: measured on real projects, the chosen chunks held the
+definition of the identifier typed next at about one cursor in eight. A definition's line alone
+(``def get_event_loop():``, ``LZ4FLIB_API size_t LZ4F_compressBound(size_t srcSize, ...);``,
+``class Range {``) costs about 10 to 30 tokens, so the budget holds dozens: an outline of what
+the current file calls, like a stub file (Aider's repository map and Tabby's declarations are
+the same idea).
+
+Each file's lines are read once per text (`Outliner`, like `Chunker`): per language, the lines
+that define a name (functions, classes, methods, module-level and ``self.``/``this.``
+assignments; C macros, functions, typedefs, struct fields and enum members), each with the line
+that encloses it (a method's class, a field's struct) when there is one. Comments and docstrings
+are skipped.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from lsp_server.workspace import Source, language_of
+
+CHARS_PER_TOKEN = 3  # as lsp_server.chunks: cautious for code
+MAX_LINE_CHARS = 160  # a longer definition line is cut (its name is near its start)
+MAX_ENTRIES = 4_096  # per file: a bigger outline is generated code
+
+_PY = (
+    re.compile(r"^([ \t]*)(?:async[ \t]+)?def[ \t]+([A-Za-z_]\w*)"),
+    re.compile(r"^([ \t]*)class[ \t]+([A-Za-z_]\w*)"),
+    re.compile(r"^()([A-Za-z_]\w*)[ \t]*(?::[^=\n]+)?=(?!=)"),
+    re.compile(r"^([ \t]+)self\.([A-Za-z_]\w*)[ \t]*(?::[^=\n]+)?=(?!=)"),
+)
+_JS_KEYWORDS = r"(?!(?:if|for|while|switch|catch|return|function|else|do|try|with|new|typeof|await)\b)"
+_JS = (
+    re.compile(r"^([ \t]*)(?:export[ \t]+)?(?:default[ \t]+)?(?:async[ \t]+)?function[ \t]*\*?[ \t]*([\w$]+)"),
+    re.compile(r"^([ \t]*)(?:export[ \t]+)?(?:default[ \t]+)?class[ \t]+([\w$]+)"),
+    re.compile(r"^()(?:export[ \t]+)?(?:const|let|var)[ \t]+([\w$]+)[ \t]*="),
+    re.compile(r"^([ \t]*)(?:module\.)?exports\.([\w$]+)[ \t]*="),
+    re.compile(r"^([ \t]+)this\.([\w$]+)[ \t]*=(?!=)"),
+    re.compile(r"^([ \t]+)(?:static[ \t]+|async[ \t]+|get[ \t]+|set[ \t]+|\*)*" + _JS_KEYWORDS + r"([\w$]+)[ \t]*\([^)\n]*\)[ \t]*\{"),
+    re.compile(r"^([ \t]*)" + _JS_KEYWORDS + r"([\w$]+)[ \t]*:[ \t]*(?:async[ \t]+)?(?:function\b|\([^)\n]*\)[ \t]*=>)"),
+)
+_C_KEYWORDS = r"(?!(?:return|else|if|while|for|switch|case|goto|do|sizeof)\b)"
+_C = (
+    re.compile(r"^([ \t]*)#[ \t]*define[ \t]+([A-Za-z_]\w*)"),
+    re.compile(r"^()" + _C_KEYWORDS + r"(?:[A-Za-z_]\w*[ \t\*]+)+\**([A-Za-z_]\w*)[ \t]*\("),  # a function at column 0
+    re.compile(r"^([ \t]*)typedef\b[^;{(]*?\b([A-Za-z_]\w*)[ \t]*;"),
+    re.compile(r"^()\}[ \t]*([A-Za-z_]\w*)[ \t]*;"),  # the end of a typedef struct/enum
+    re.compile(r"^([ \t]*)(?:typedef[ \t]+)?(?:struct|enum|union)[ \t]+([A-Za-z_]\w*)[ \t]*\{?[ \t]*$"),
+)
+_C_MEMBER = re.compile(r"^([ \t]+)" + _C_KEYWORDS + r"(?:(?:const|unsigned|signed|struct|enum)[ \t]+)*(?:[A-Za-z_]\w*[ \t\*]+)+\**([A-Za-z_]\w*)[ \t]*(?:\[[^\]]*\])?[ \t]*;")
+_C_ENUMERATOR = re.compile(r"^([ \t]+)([A-Za-z_]\w*)[ \t]*(?:=[^,;{}]*)?,?[ \t]*(?:/[/*].*)?$")
+_C_BLOCK = re.compile(r"\b(struct|union|enum)\b[^;()]*\{[ \t]*(?:/[/*].*)?$")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One definition line of a source: `key` is stable across keystrokes (the source's key and
+    the line), `head` the lines shown before it (the class of a method, the struct of a field)."""
+
+    key: str
+    path: str
+    line: int
+    name: str
+    text: str
+    head: tuple[tuple[int, str], ...] = ()
+
+    @property
+    def tokens(self) -> int:
+        return len(self.text) // CHARS_PER_TOKEN + 1
+
+
+def _cut(line: str) -> str:
+    line = line.rstrip("\r\n")
+    return (line if len(line) <= MAX_LINE_CHARS else line[:MAX_LINE_CHARS]) + "\n"
+
+
+def outline(text: str, language: str | None) -> list[tuple[int, str, str, tuple[tuple[int, str], ...]]]:
+    """(line, name, line text, enclosing lines) of each definition in `text`, in order."""
+    if language == "python":
+        return _outline_python(text)
+    if language in ("javascript", "c"):
+        return _outline_braces(text, language)
+    return []
+
+
+def _outline_python(text: str) -> list[tuple[int, str, str, tuple[tuple[int, str], ...]]]:
+    out = []
+    classes: list[tuple[int, int, str]] = []  # (indent, line, text) of the enclosing classes
+    in_string: str | None = None
+    for number, line in enumerate(text.splitlines()):
+        if in_string is not None:
+            if line.count(in_string) % 2 == 1:
+                in_string = None
+            continue
+        stripped = line.lstrip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        indent = len(line) - len(stripped)
+        while classes and classes[-1][0] >= indent:
+            classes.pop()
+        for pattern in _PY:
+            m = pattern.match(line)
+            if m:
+                head = tuple((n, t) for _, n, t in classes[-1:])
+                out.append((number, m.group(2), _cut(line), head))
+                if stripped.startswith("class"):
+                    classes.append((indent, number, _cut(line)))
+                break
+        for quote in ('"""', "'''"):
+            if line.count(quote) % 2 == 1:
+                in_string = quote
+                break
+        if len(out) >= MAX_ENTRIES:
+            break
+    return out
+
+
+def _outline_braces(text: str, language: str) -> list[tuple[int, str, str, tuple[tuple[int, str], ...]]]:
+    """JavaScript and C: definitions by line, with the enclosing class (JS) or struct/enum (C)."""
+    patterns = _JS if language == "javascript" else _C
+    out = []
+    blocks: list[tuple[int, tuple[int, str] | None, str | None]] = []  # (depth it opened at, its line if kind, kind)
+    depth = 0
+    in_comment = False
+    for number, line in enumerate(text.splitlines()):
+        if in_comment:
+            if "*/" in line:
+                in_comment = False
+            continue
+        stripped = line.strip()
+        if stripped.startswith("/*") and "*/" not in stripped:
+            in_comment = True
+            continue
+        if not stripped or stripped.startswith(("//", "/*", "*")):
+            continue
+        inner = blocks[-1] if blocks else None
+        found = None
+        if language == "c" and inner is not None and inner[2] in ("struct", "union"):
+            found = _C_MEMBER.match(line)
+        elif language == "c" and inner is not None and inner[2] == "enum":
+            found = _C_ENUMERATOR.match(line)
+        if found is None:
+            for pattern in patterns:
+                found = pattern.match(line)
+                if found:
+                    break
+        if found is not None:
+            enclosing = next((b[1] for b in reversed(blocks) if b[1] is not None), None)
+            out.append((number, found.group(2), _cut(line), (enclosing,) if enclosing else ()))
+        code = _strip_literals(line)
+        opened = code.count("{")
+        closed = code.count("}")
+        if opened > closed:
+            kind = None
+            if language == "c":
+                m = _C_BLOCK.search(code)
+                kind = m.group(1) if m else None
+            elif re.search(r"\bclass\b", code):
+                kind = "class"
+            blocks.append((depth, (number, _cut(line)) if kind else None, kind))
+        depth += opened - closed
+        while blocks and depth <= blocks[-1][0]:
+            blocks.pop()
+        if len(out) >= MAX_ENTRIES:
+            break
+    return out
+
+
+def _strip_literals(line: str) -> str:
+    """The line without strings and a trailing // comment (their braces do not count)."""
+    line = re.sub(r'"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'|`(?:\\.|[^`\\])*`', '""', line)
+    return line.split("//", 1)[0]
+
+
+class Outliner:
+    """Entries of each source, remembered while its text is the same object."""
+
+    def __init__(self) -> None:
+        self._cache: dict[str, tuple[str, list[Entry]]] = {}
+
+    def entries(self, source: Source) -> list[Entry]:
+        cached = self._cache.get(source.key)
+        if cached is None or cached[0] is not source.text:
+            language = language_of(source.path)
+            made = [Entry(f"{source.key}#{line}", source.path, line, name, text, head)
+                    for line, name, text, head in outline(source.text, language)]  # fmt: skip
+            cached = (source.text, made)
+            self._cache[source.key] = cached
+        return cached[1]
+
+    def forget(self, keys: Iterable[str]) -> None:
+        for key in keys:
+            self._cache.pop(key, None)
+
+
+NEAR_WEIGHT = 3  # a name used near the cursor counts as three uses elsewhere in the file
+TYPED_WEIGHT = 100  # a name the partial word begins: what is being typed now
+FILE_TOKENS = 8  # a file's header (separator and path) in the layout
+PER_NAME = 2  # definitions of one name kept (e.g. a declaration and its definition in two files)
+
+
+def pick(
+    entries: Iterable[Entry], uses: dict[str, int], near: frozenset[str], defined_here: frozenset[str], budget: int,
+    typed: str = "",
+) -> list[Entry]:  # fmt: skip
+    """The definitions of the names the current file uses and does not define, most used first
+    (a use near the cursor counts NEAR_WEIGHT), within `budget` tokens (with their enclosing
+    lines and each file's header), in a stable order (path, then line)."""
+    scored = []
+    for entry in entries:
+        name = entry.name
+        if name in defined_here or name.startswith("__"):
+            continue
+        score = uses.get(name, 0) + (NEAR_WEIGHT if name in near else 0)
+        if typed and name != typed and name.startswith(typed):
+            score += TYPED_WEIGHT
+        if score > 0:
+            scored.append((score, entry))
+    scored.sort(key=lambda se: (-se[0], se[1].path, se[1].line))
+    chosen: list[Entry] = []
+    seen: set[tuple[str, str]] = set()
+    per_name: dict[str, int] = {}
+    lines: set[tuple[str, int]] = set()
+    paths: set[str] = set()
+    left = budget
+    for _, entry in scored:
+        if (entry.path, entry.name) in seen or per_name.get(entry.name, 0) >= PER_NAME:
+            continue
+        cost = entry.tokens + sum(len(t) // CHARS_PER_TOKEN + 1 for n, t in entry.head if (entry.path, n) not in lines)
+        cost += FILE_TOKENS if entry.path not in paths else 0
+        if cost > left:
+            continue
+        left -= cost
+        chosen.append(entry)
+        seen.add((entry.path, entry.name))
+        per_name[entry.name] = per_name.get(entry.name, 0) + 1
+        lines.add((entry.path, entry.line))
+        lines.update((entry.path, n) for n, _ in entry.head)
+        paths.add(entry.path)
+    return sorted(chosen, key=lambda e: (e.path, e.line))
+
+
+def used_names(text: str) -> dict[str, int]:
+    """How often each identifier occurs in `text`."""
+    counts: dict[str, int] = {}
+    for name in re.findall(r"[A-Za-z_$][\w$]*", text):
+        counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+def as_view(chunks: Iterable[tuple[str, int, str]], entries: Iterable[Entry]) -> list[tuple[str, str]]:
+    """(path, text) per file: the lines of its chosen chunks (path, first line, text) and
+    definitions (with their enclosing lines), each line once, in the file's order; files by path."""
+    lines: dict[str, dict[int, str]] = {}
+    for path, start, text in chunks:
+        own = lines.setdefault(path, {})
+        for i, line in enumerate(text.splitlines(keepends=True)):
+            own[start + i] = line if line.endswith("\n") else line + "\n"
+    for entry in entries:
+        own = lines.setdefault(entry.path, {})
+        for n, t in (*entry.head, (entry.line, entry.text)):
+            own.setdefault(n, t)
+    return [(path, "".join(own[n] for n in sorted(own))) for path, own in sorted(lines.items())]
