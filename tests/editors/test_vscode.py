@@ -101,7 +101,11 @@ def test_settings_are_the_servers_with_the_servers_defaults(settings_module):
         if default is None and schema["type"] == ["number", "null"]:  # minConfidence: null, the model's own
             assert schema["default"] is None, key
             continue
-        if default is None:  # model, modelServer, modelServerApiKey: "" in the editor means not set
+        if default is None and key == "modelServer":  # one URL, or a list of them; "" means not set
+            assert schema["type"] == ["string", "array"] and schema["items"] == {"type": "string"}, key
+            assert schema["default"] == "", key
+            continue
+        if default is None:  # model, modelServerApiKey: "" in the editor means not set
             assert schema["type"] == "string" and schema["default"] == "", key
             continue
         assert schema["type"] == json_type[type(default)], key

@@ -124,11 +124,11 @@ def test_the_context_goes_to_a_model_server_in_the_same_prompt(workspace: Path, 
     try:
         assert shown is not None and shown.startswith("frobnicate_widget"), shown
         engine_keys = [key for key in keystrokes if key["engine"]]
-        # After a keystroke the prefetch (on by default) has the server decode all but the prompt's
-        # last token (engine.remote `prefill`: the request then decodes that one alone, in the same
-        # ubatches as in-process), and llama-server evaluates the last cached token again for its
-        # row: at most those 2 of the 67, never the context.
-        assert engine_keys and all(key["decodedTokens"] <= 2 for key in engine_keys), keystrokes
-        assert all(key["reusedTokens"] >= key["promptTokens"] - 2 for key in engine_keys), keystrokes
+        # A remote call's decodedTokens counts everything the server evaluated during it (the
+        # covering search's branches share the slot's tail, and each re-evaluates from where it
+        # forks), so the bound is on what the slot kept: the prompt up to the partial word's last
+        # few tokens, the context (which comes first) always among them.
+        assert engine_keys, keystrokes
+        assert all(key["promptTokens"] - key["reusedTokens"] <= 12 for key in engine_keys), keystrokes
     finally:
         assert client.shutdown() == 0
