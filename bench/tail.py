@@ -158,7 +158,7 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m bench.tail [--threads 2] [--delay-ms 300] [--out FILE]`."""
-    from bench.report import render
+    from bench.report import render, targets_table
 
     parser = argparse.ArgumentParser(prog="python -m bench.tail", description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=2)
@@ -183,8 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     results["targets"] = [{"target": n, "measured": v, "ok": ok} for n, v, ok in checks]
     args.out.write_text(json.dumps(results, indent=1) + "\n")
     print(render(table(results)))
-    for name, value, ok in checks:
-        print(f"{'PASS' if ok else 'MISS' if ok is not None else '----'} {name}: {value}")
+    print(render(targets_table(checks)))
     return 0
 
 

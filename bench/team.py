@@ -287,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m bench.team [--variants a,b] [--users 4,8] [--out FILE]`."""
     import argparse
 
-    from bench.report import render
+    from bench.report import render, targets_table
     from engine.llama_backend import LlamaModel
     from engine.model_files import resolve_model
 
@@ -334,8 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     results["targets"] = [{"target": n, "measured": v, "ok": ok} for n, v, ok in checks]
     args.out.write_text(json.dumps(results, indent=1) + "\n")
     print(render(table(results)))
-    for name, value, ok in checks:
-        print(f"{'PASS' if ok else 'MISS' if ok is not None else '----'} {name}: {value}")
+    print(render(targets_table(checks)))
     return 0
 
 

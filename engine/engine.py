@@ -14,8 +14,9 @@ import codecs
 import math
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from engine.alternatives import CANDIDATES_PER_ALTERNATIVE, BudgetedRows, alternatives, first_tokens
 from engine.kv import Cancelled, KvCache
@@ -52,6 +53,7 @@ CONTEXT_SHARE = 4  # other files' chunks take at most 1/CONTEXT_SHARE of the con
 # A remote call that failed may be made again at once when its backend says so (engine.multi: on
 # the next server; behind a balancer: once through it, and once with the server it moved to).
 RETRIES = 2
+T = TypeVar("T")
 
 
 @dataclass
@@ -282,6 +284,22 @@ class Engine:
         longest = max((len(c.encode("utf-8", "replace")) for c in request.candidates), default=0)
         return request.max_tokens + len(request.required.encode("utf-8", "replace")) + longest + 1
 
+    def _retrying(self, cancel: threading.Event | None, max_tokens: int, single_line: bool, body: Callable[[], T]) -> T:
+        """`body` inside one KV session; a model server that failed mid-call and is recovered
+        (another server of a list, or the same one reconnected) gets the call again, up to RETRIES
+        times. The session ends before recovering, so the retry starts from the cache's state."""
+        for attempt in range(RETRIES + 1):
+            self.kv.begin(cancel, max_tokens, single_line)
+            try:
+                return body()
+            except ModelServerError as error:
+                failed = error
+            finally:
+                self.kv.end()
+            if attempt == RETRIES or not self._recover(failed):
+                raise failed
+        raise AssertionError("unreachable")  # the last attempt returns or raises
+
     def prefetch(self, request: CompletionRequest, cancel: threading.Event | None = None) -> Prefetched:
         """Decode the prompt `request` would need, and nothing else (no covering, no sampling),
         so a later `complete` with the same prompt starts warm. Low priority by contract: the
@@ -289,24 +307,17 @@ class Engine:
         started = time.perf_counter()
         prompt = self.prompt_tokens(request, self._reserve(request))
         before = self.kv.decoded
-        done = True
         self._route(request)
-        for attempt in range(RETRIES + 1):
-            self.kv.begin(cancel, 0, request.sampling.single_line)
-            failed = None
+
+        def decode() -> bool:
             try:
                 if prompt:  # see `complete` for an empty one
                     self.kv.prefill(prompt, cancel)
+                return True
             except Cancelled:
-                done = False
-            except ModelServerError as error:
-                failed = error
-            finally:
-                self.kv.end()
-            if failed is None:
-                break
-            if attempt == RETRIES or not self._recover(failed):
-                raise failed
+                return False
+
+        done = self._retrying(cancel, 0, request.sampling.single_line, decode)
         ms = (time.perf_counter() - started) * 1000
         return Prefetched(len(prompt), self.kv.decoded - before, done, ms)
 
@@ -316,19 +327,8 @@ class Engine:
         cancel = cancel or threading.Event()
         traffic = self._traffic()
         self._route(request)
-        for attempt in range(RETRIES + 1):
-            self.kv.begin(cancel, request.max_tokens, request.sampling.single_line)
-            failed = None
-            try:
-                completion = self._complete(request, cancel)
-            except ModelServerError as error:
-                failed = error
-            finally:
-                self.kv.end()
-            if failed is None:
-                break
-            if attempt == RETRIES or not self._recover(failed):
-                raise failed
+        completion = self._retrying(cancel, request.max_tokens, request.sampling.single_line,
+                                    lambda: self._complete(request, cancel))
         after = self._traffic()
         stats = replace(
             completion.stats,
