@@ -184,10 +184,13 @@ def cross_identifiers(project: Project, target: str) -> frozenset[str]:
                      and not (n.startswith("__") and n.endswith("__")))
 
 
-def probes(project: Project, target: str, per_target: int, local_share: float = 0.4) -> list[Probe]:
+def probes(project: Project, target: str, per_target: int, local_share: float = 0.4, first_use: bool = False) -> list[Probe]:
     """`per_target` cross probes (one a line, spread evenly over the REGION_LINES lines of the
     file, after its first 10, that hold the most) and about `local_share` as many local ones, in
-    file order."""
+    file order. `first_use` (CrossCodeEval's question: a name the current file cannot tell):
+    `per_target` cross probes whose name the file has not used in the UNSEEN_BEFORE_CHARS before
+    the line, spread over the whole file, then half as many cross probes it has used (the
+    repeats) and the local ones, all in file order."""
     text = full = (project.root / target).read_text()
     cross = cross_identifiers(project, target)
     lines = text.splitlines(keepends=True)
@@ -219,6 +222,12 @@ def probes(project: Project, target: str, per_target: int, local_share: float = 
             best = best or probe
         if best is not None:
             found[best.cls].append(best)
+    if first_use:
+        fresh = lambda q: re.search(rf"\b{re.escape(q.word)}\b", full[: q.line_start][-UNSEEN_BEFORE_CHARS:]) is None  # noqa: E731
+        picked = _spread([q for q in found["cross"] if fresh(q)], per_target)
+        picked += _spread([q for q in found["cross"] if not fresh(q)], per_target // 2)
+        picked += _spread(found["local"], round(per_target * local_share))
+        return sorted(picked, key=lambda p: p.start)
     # one region of the file (REGION_LINES lines, the one with the most cross probes): consecutive
     # probes a few lines apart decode a few lines each, where probes spread over a file would each
     # move the window and decode it whole (a shared 2-core machine cannot afford that)
@@ -289,9 +298,11 @@ def judge(shown: str | None, text: str, cursor: int) -> bool:
     return accepts(chunk, text[cursor:])
 
 
-def states(full: str, probe: Probe):
-    """(document text, cursor, typed letters) for the line start and each letter typed."""
-    tail = full[probe.line_end :]
+def states(full: str, probe: Probe, typing: bool = False):
+    """(document text, cursor, typed letters) for the line start and each letter typed. In place,
+    the rest of the file stays after the line (editing a file); `typing`, the file is being
+    written: nothing after the cursor, every earlier line as the file has it."""
+    tail = "" if typing else full[probe.line_end :]
     yield full[: probe.indent_end] + tail, probe.indent_end, 0
     for k in range(1, min(TYPED, len(probe.word) - 1) + 1):
         cursor = probe.start + k
@@ -299,7 +310,7 @@ def states(full: str, probe: Probe):
 
 
 def run_target(client: LspClient, project: Project, target: str, items: list[Probe], settings: dict[str, Any],
-               open_docs: dict[str, Doc]) -> dict[str, Any]:  # fmt: skip
+               open_docs: dict[str, Doc], typing: bool = False) -> dict[str, Any]:  # fmt: skip
     """Every probe of a target, in file order, on one server with the siblings open."""
     full = (project.root / target).read_text()
     unrelated = Doc(client, "untitled:unrelated", "Nothing in this sentence is like the project's files, so the cache is", "plaintext")
@@ -311,7 +322,7 @@ def run_target(client: LspClient, project: Project, target: str, items: list[Pro
     try:
         for probe in items:
             requests = []
-            for text, cursor, k in states(full, probe):
+            for text, cursor, k in states(full, probe, typing):
                 doc.set(text)
                 shown, ms, decoded = ask(client, doc, cursor)
                 if cold is None:
@@ -328,7 +339,7 @@ def run_target(client: LspClient, project: Project, target: str, items: list[Pro
     return {"cold": cold, "probes": out}
 
 
-def coverage(project: Project, target: str, items: list[Probe], budget: int) -> list[dict[str, Any]]:
+def coverage(project: Project, target: str, items: list[Probe], budget: int, typing: bool = False) -> list[dict[str, Any]]:
     """Offline, with the server's own chooser: at each probe's line start, the chunks chosen (as
     the server chooses them at that keystroke), whether one defines the probe's identifier, and
     whether any chunk of the open files does (so could have been chosen)."""
@@ -343,7 +354,7 @@ def coverage(project: Project, target: str, items: list[Probe], budget: int) -> 
     uri = (project.root / target).as_uri()
     out = []
     for probe in items:
-        text, cursor, _ = next(states(full, probe))
+        text, cursor, _ = next(states(full, probe, typing))
         doc = Document(uri, text)
         chosen = chooser.choose(uri, doc, cursor, docs.items(), budget)
         every = [c for source in chooser.sources(uri, doc, docs.items()) for c in chooser.chunker.chunks(source)]
@@ -397,7 +408,8 @@ class RingPeer:
         return ctx.middle + answer.get("content", ""), ms, answer
 
 
-def run_peer(peer: RingPeer, project: Project, target: str, items: list[Probe], extra: bool) -> dict[str, Any]:
+def run_peer(peer: RingPeer, project: Project, target: str, items: list[Probe], extra: bool,
+             typing: bool = False) -> dict[str, Any]:  # fmt: skip
     full = (project.root / target).read_text()
     peer.ring = []
     for rel in project.files:
@@ -407,7 +419,7 @@ def run_peer(peer: RingPeer, project: Project, target: str, items: list[Probe], 
     out, cold = [], None
     for probe in items:
         requests = []
-        for text, cursor, k in states(full, probe):
+        for text, cursor, k in states(full, probe, typing):
             shown_line, ms, answer = peer.ask(text, cursor, extra)
             decoded = (answer.get("timings") or {}).get("prompt_n")
             if cold is None:
@@ -448,7 +460,7 @@ def mark_unseen(runs: list[dict[str, Any]], work: Path = WORK) -> None:
             if probe["cls"] != "cross":
                 continue
             before = "".join(lines[: probe["line"] - 1])[-UNSEEN_BEFORE_CHARS:]
-            after = "".join(lines[probe["line"] : probe["line"] + UNSEEN_AFTER_LINES])
+            after = "" if run.get("place") == "typing" else "".join(lines[probe["line"] : probe["line"] + UNSEEN_AFTER_LINES])
             probe["unseen"] = re.search(rf"\b{re.escape(probe['word'])}\b", before + after) is None
 
 
@@ -502,9 +514,10 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "warm_ms": median([q["ms"] for q in warm]), "warm_keystrokes": len(warm),
             "warm_zero": sum(not q["decoded"] for q in warm) / len(warm) if warm else None,  # None: no engine call
         })  # fmt: skip
-    base = {(r["model"], r["split"], r["kind"]): r for r in rows if r["variant"] == "context off"}
+    place = lambda r: "typing" if r["variant"].endswith(", typing") else "in place"  # noqa: E731
+    base = {(r["model"], r["split"], r["kind"], place(r)): r for r in rows if r["variant"].startswith("context off")}
     for r in rows:
-        b = base.get((r["model"], r["split"], r["kind"]))
+        b = base.get((r["model"], r["split"], r["kind"], place(r)))
         for key in ("cold_ms", "cold_tokens", "line_ms"):
             r[f"{key}_over_off"] = ratio(r[key], b[key]) if b and r is not b else None
     rows.sort(key=lambda r: (r["model"], r["split"], r["kind"] != "all", r["kind"], r["variant"]))
@@ -532,11 +545,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--projects", default=None, help="comma-separated project names (default: the split's)")
     parser.add_argument("--targets", type=int, default=None, help="the first N targets of each project (default: all)")
     parser.add_argument("--per-target", type=int, default=8, help="cross probes per target file")
-    parser.add_argument("--variants", default="off,on", help="off, on (extraContext), peer (llama.vim's /infill with and without its ring)")
+    parser.add_argument("--variants", default="off,on", help="off, on (extraContext), lexicon (words of the open documents), both, peer (llama.vim's /infill with and without its ring)")
     parser.add_argument("--window", type=int, default=2048, help="contextTokens")
     parser.add_argument("--context-tokens", type=int, default=512, help="extraContextTokens of the 'on' variant")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--place", default="in place", choices=("in place", "typing"),
+                        help="in place: the rest of the file after the line; typing: the file being written, nothing after the cursor")
+    parser.add_argument("--first-use", action="store_true",
+                        help="cross probes at names the file has not used yet (CrossCodeEval's kind), then repeats and local ones")
     parser.add_argument("--label", default="", help="appended to the 'context on' variant's name (e.g. the chooser's version)")
     parser.add_argument("--merge", type=Path, nargs="*", default=[], help="earlier results whose runs join this table")
     parser.add_argument("--paired", action="store_true", help="the table over the targets every variant of a model has")
@@ -546,21 +563,26 @@ def main(argv: list[str] | None = None) -> int:
     say = lambda m: print(f"[crossfile] {m}", file=sys.stderr, flush=True)  # noqa: E731
     chosen = [p for p in projects(args.work, say) if (args.split == "all" or p.split == args.split)
               and (args.projects is None or p.name in args.projects.split(","))]  # fmt: skip
-    plan = [(p, t, probes(p, t, args.per_target)) for p in chosen for t in p.targets[: args.targets]]
+    plan = [(p, t, probes(p, t, args.per_target, first_use=args.first_use)) for p in chosen for t in p.targets[: args.targets]]
     say(f"{sum(len(i) for _, _, i in plan)} probes ({sum(x.cls == 'cross' for _, _, i in plan for x in i)} cross) "
         f"in {len(plan)} targets of {len(chosen)} projects")  # fmt: skip
     base = {"maxTokens": args.max_tokens, "minConfidence": 0, "alternatives": 0, "memoryBudgetMib": 0,
             "contextTokens": args.window, "prefetch": False}  # fmt: skip
-    variants = {"context off": {"extraContext": False},
-                "context on" + args.label: {"extraContext": True, "extraContextTokens": args.context_tokens}}  # fmt: skip
+    typing = args.place == "typing"
+    where = ", typing" if typing else ""
+    on = {"extraContext": True, "extraContextTokens": args.context_tokens}
+    variants = {"off": ("context off" + where, {"extraContext": False}),
+                "on": ("context on" + args.label + where, on),
+                "lexicon": ("lexicon on" + where, {"extraContext": False, "lexicon": True}),
+                "both": ("context and lexicon on" + args.label + where, {**on, "lexicon": True})}  # fmt: skip
     wanted = set(args.variants.split(","))
     runs: list[dict[str, Any]] = []
     for earlier in args.merge:
         runs += json.loads(earlier.read_text())["runs"]
     for model in filter(None, args.models.split(",")):
         label = Path(model).name
-        for variant, settings in variants.items():
-            if variant.split()[1] not in wanted:
+        for key, (variant, settings) in variants.items():
+            if key not in wanted:
                 continue
             for project in chosen:
                 client = start_server(model, project.root, args.threads, {**base, **settings})
@@ -573,8 +595,8 @@ def main(argv: list[str] | None = None) -> int:
                         if p is not project:
                             continue
                         opened.pop(target).close()  # typed in its own place, as in the editor
-                        result = run_target(client, project, target, items, settings, opened)
-                        runs.append({"model": label, "variant": variant, "kind": project.kind, "split": project.split,
+                        result = run_target(client, project, target, items, settings, opened, typing)
+                        runs.append({"model": label, "variant": variant, "place": args.place, "kind": project.kind, "split": project.split,
                                      "project": project.name, "target": target, **result})  # fmt: skip
                         report.write_json(args.out.with_suffix(".partial.json"), {"runs": runs})
                         reqs = [q for x in result["probes"] for q in x["requests"] if x["cls"] == "cross"]
@@ -611,9 +633,10 @@ def peer_runs(model: str, plan, args, say, label: str) -> list[dict[str, Any]]:
     try:
         peer = RingPeer(server, args.max_tokens)
         for project, target, items in plan:
+            typing = args.place == "typing"
             for variant, extra in (("peer, no ring", False), ("peer, ring (input_extra)", True)):
-                result = run_peer(peer, project, target, items, extra)
-                runs.append({"model": label, "variant": variant, "kind": project.kind, "split": project.split,
+                result = run_peer(peer, project, target, items, extra, typing)
+                runs.append({"model": label, "variant": variant + (", typing" if typing else ""), "place": args.place, "kind": project.kind, "split": project.split,
                              "project": project.name, "target": target, **result})  # fmt: skip
                 report.write_json(args.out.with_suffix(".partial.json"), {"runs": runs})
                 reqs = [q for x in result["probes"] for q in x["requests"] if x["cls"] == "cross"]

@@ -202,6 +202,11 @@ NEAR_WEIGHT = 3  # a name used near the cursor counts as three uses elsewhere in
 TYPED_WEIGHT = 100  # a name the partial word begins: what is being typed now
 FILE_TOKENS = 8  # a file's header (separator and path) in the layout
 PER_NAME = 2  # definitions of one name kept (e.g. a declaration and its definition in two files)
+# A name the file has not used yet can only be spelled from another file, and at a line's start
+# nothing says which: the likeliest are the other members of what it already uses (the enum of a
+# constant it names, the class of a method it calls), then the rest of the files it draws on.
+SIBLING_WEIGHT = 0.5  # an unused member of a struct, enum or class one of whose members is used
+SAME_FILE_WEIGHT = 0.25  # an unused definition of a file some of whose definitions are used
 
 
 def pick(
@@ -209,18 +214,31 @@ def pick(
     typed: str = "",
 ) -> list[Entry]:  # fmt: skip
     """The definitions of the names the current file uses and does not define, most used first
-    (a use near the cursor counts NEAR_WEIGHT), within `budget` tokens (with their enclosing
-    lines and each file's header), in a stable order (path, then line)."""
-    scored = []
+    (a use near the cursor counts NEAR_WEIGHT), then the unused ones beside them (SIBLING_WEIGHT,
+    SAME_FILE_WEIGHT), within `budget` tokens (with their enclosing lines and each file's
+    header), in a stable order (path, then line)."""
+    scored: list[tuple[float, Entry]] = []
+    unused: list[Entry] = []
+    families: set[tuple[str, int]] = set()
+    files: set[str] = set()
     for entry in entries:
         name = entry.name
         if name in defined_here or name.startswith("__"):
             continue
-        score = uses.get(name, 0) + (NEAR_WEIGHT if name in near else 0)
+        score: float = uses.get(name, 0) + (NEAR_WEIGHT if name in near else 0)
         if typed and name != typed and name.startswith(typed):
             score += TYPED_WEIGHT
         if score > 0:
             scored.append((score, entry))
+            families.update((entry.path, n) for n, _ in entry.head)
+            files.add(entry.path)
+        else:
+            unused.append(entry)
+    for entry in unused:
+        if any((entry.path, n) in families for n, _ in entry.head):
+            scored.append((SIBLING_WEIGHT, entry))
+        elif entry.path in files:
+            scored.append((SAME_FILE_WEIGHT, entry))
     scored.sort(key=lambda se: (-se[0], se[1].path, se[1].line))
     chosen: list[Entry] = []
     seen: set[tuple[str, str]] = set()

@@ -99,12 +99,22 @@ def entry(name: str, line: int, path: str = "a.py", head: tuple = ()) -> Entry:
 
 
 def test_pick_prefers_the_names_used_most_and_near_and_skips_what_the_file_defines():
-    entries = [entry("rare", 1), entry("common", 2), entry("mine", 3), entry("near_one", 4), entry("unused", 5)]
+    entries = [entry("rare", 1), entry("common", 2), entry("mine", 3), entry("near_one", 4), entry("unused", 5, "b.py")]
     uses = {"rare": 1, "common": 5, "mine": 9, "near_one": 1}
     chosen = pick(entries, uses, frozenset({"near_one"}), frozenset({"mine"}), budget=1_000)
-    assert [e.name for e in chosen] == ["rare", "common", "near_one"]  # in file order; unused and mine left out
+    assert [e.name for e in chosen] == ["rare", "common", "near_one"]  # in file order; unused (a file not drawn on) and mine left out
     tight = pick(entries, uses, frozenset({"near_one"}), frozenset({"mine"}), budget=8 + entries[1].tokens + entries[3].tokens)
     assert [e.name for e in tight] == ["common", "near_one"]  # 5 uses, then 1 + 3 for being near
+
+
+def test_pick_fills_what_is_left_with_the_unused_members_beside_the_used_ones():
+    enum = (1, "enum JSTYPES {\n")
+    entries = [entry("JT_INT", 2, "u.h", (enum,)), entry("JT_RAW", 3, "u.h", (enum,)), entry("encode", 9, "u.h"),
+               entry("other", 4, "v.h"), entry("JT_NULL", 5, "u.h", (enum,))]  # fmt: skip
+    chosen = pick(entries, {"JT_INT": 2}, frozenset(), frozenset(), budget=1_000)
+    assert [e.name for e in chosen] == ["JT_INT", "JT_RAW", "JT_NULL", "encode"]  # v.h: nothing of it is used
+    one_more = 8 + entries[0].tokens + len(enum[1]) // 3 + 1 + entries[1].tokens
+    assert [e.name for e in pick(entries, {"JT_INT": 2}, frozenset(), frozenset(), budget=one_more)] == ["JT_INT", "JT_RAW"]
 
 
 def test_pick_takes_the_name_being_typed_first():
