@@ -93,6 +93,24 @@ def test_a_forgotten_row_re_decodes_only_the_last_token():
     assert backend.calls[-2:] == [("rm", 2), ("decode", (3,), 2)]
 
 
+def test_a_call_keeps_the_rows_of_its_whole_path():
+    """A multi-line suggestion walks 48 tokens: the next letter typed along it reads the prompt's
+    row and every row of the path again. With room for 48 rows only, that first row was evicted,
+    and each re-decoded row evicted the next one needed: the whole suggestion generated again."""
+    backend = RecordingBackend()
+    kv = KvCache(backend)
+    prompt = (1, 2, 3)
+    path = tuple(range(10, 60))  # 50 generated tokens
+    for keystroke in range(2):
+        kv.begin(None, max_tokens=len(path))
+        for i in range(len(path) + 1):
+            kv.logits_after(prompt + path[:i])
+        kv.end()
+        if keystroke == 0:
+            decoded = kv.decoded
+    assert kv.decoded == decoded  # the second walk is read from memory: nothing decoded
+
+
 def test_cancel_between_chunks_leaves_a_consistent_cache():
     backend = RecordingBackend()
     kv = KvCache(backend)

@@ -11,6 +11,7 @@ stop at every kind of place (measured: at 12 tokens the Python case stops right 
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -62,3 +63,35 @@ def test_no_multi_line_suggestion_ends_on_a_line_that_opens_a_block(model_server
             shown = suggest(editor, name, before, after, f"{tokens}-{gate}")
             lines = (shown or "").rstrip().split("\n")
             assert len(lines) == 1 or not opens_block(lines[-1]), (name, tokens, gate, shown)
+
+
+def test_typing_along_a_long_multi_line_suggestion_costs_no_model_work(model_server):
+    """A multi-line suggestion cut by its budget (48 tokens) is asked again at each letter typed
+    along it (it may reach further): that must be read from what the engine remembers. Before, the
+    rows of a 48-token walk did not fit the row memory, and each letter generated it all again
+    (1 prompt token and 1.5 s per keystroke on this model)."""
+    editor = Editor(model_server)
+    configure(model_server, multiLineTokens=48)
+    uri = "file:///block/along.js"
+    editor.open(uri, "async function getJson(url) {\n", "javascript")
+    try:
+        shown = editor.suggestion(uri)
+        assert shown and shown.count("\n") >= 2 and editor.stats()["stopReason"] == "length", shown
+        indent = shown[: len(shown) - len(shown.lstrip())]
+        editor.type(uri, indent + shown.lstrip()[0])  # an accept of several characters: carried
+        typed_word = shown.lstrip()[0]
+        rest = editor.suggestion(uri)[len(typed_word) :]  # the text reaches back to the word's start
+        letters = re.match(r"\w*", rest).group(0)
+        assert letters, rest
+        for letter in letters[:3]:  # letter by letter along the word
+            answers = editor.stats()["engineAnswers"]
+            editor.type(uri, letter)
+            typed_word += letter
+            again, rest = editor.suggestion(uri), rest[1:]
+            stats = editor.stats()
+            assert stats["engineAnswers"] == answers + 1, stats  # cut by the budget: asked again
+            assert again is not None and again.startswith(typed_word + rest.split("\n")[0]), (typed_word, rest, again)
+            assert stats["decodedTokens"] == 0 and stats["coverDecodes"] == 0, stats
+            rest = again[len(typed_word) :]
+    finally:
+        editor.close(uri)
