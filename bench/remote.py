@@ -135,8 +135,15 @@ def _next_word_start(doc: Typing) -> str | None:
 
 
 def _ask(editor: Editor, uri: str) -> dict[str, Any]:
+    """One keystroke's answer and its cost. The stats are the last engine call's: a keystroke the
+    engine did not answer (the suggestion shown, carried) made no request, so it costs 0 round
+    trips and 0 bytes, not what the call before it cost (which the tail once counted again at
+    every carried keystroke)."""
+    before = (editor.stats() or {}).get("engineAnswers", 0)
     reply = editor.inline(uri, timeout=600)
     stats = editor.stats() or {}
+    if stats.get("engineAnswers", 0) == before:
+        stats = {"roundTrips": 0, "bytesSent": 0, "bytesReceived": 0}
     return {
         "ms": reply.ms, "suggestion": insert_text(reply), "round_trips": stats.get("roundTrips"),
         "bytes_sent": stats.get("bytesSent"), "bytes_received": stats.get("bytesReceived"),
