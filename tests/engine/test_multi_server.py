@@ -3,7 +3,14 @@ model) as a list in `modelServer` and behind Debian's nginx (bench.balancer, ins
 scripts/load-balancer.sh from `make install-test`). Documents spread over both; each suggestion
 is the one server's alone would be; a killed server's documents go to the other with nothing of
 it carried over and come back when it returns; a server running another model is refused, in
-the list and behind the balancer. The logic with fakes: test_multi.py."""
+the list and behind the balancer. The logic with fakes: test_multi.py.
+
+"The same suggestion" is bitwise here, so the servers decode in ubatches of 3 rows (UBATCH): rows
+of up to 3 are computed one by one, exactly as single decodes (docs/first-contact.md), so a row
+never depends on how the server batched it. With the default 64 it does: a prompt decoded after
+another document's BOS, or beside another slot's last token, takes a matrix path whose rounding
+differs, and d.txt's " Monday," has a near-tie (" May" -2.293, " April" -2.339 decoded whole; the
+other way round token by token) that then followed which server a document had hashed to."""
 
 from __future__ import annotations
 
@@ -16,6 +23,7 @@ from engine.multi import ServerSet
 
 pytestmark = pytest.mark.model
 
+UBATCH = "3"  # see the module docstring: rows that do not depend on the batch they were in
 SLOW = 120.0  # the request budget on a loaded 2-core machine (tests claim no speed)
 CASES = [  # (document, prompt, required): the seeds' sentences, each its own document
     ("file:///a.txt", "Thanks for sending over the draft", " yest"),
@@ -37,7 +45,7 @@ def _nginx():
 def servers():
     from tests.fixtures import start_llama_server
 
-    started = [start_llama_server(slots=2, extra_args=("--cache-ram", "0")) for _ in range(2)]
+    started = [start_llama_server(slots=2, extra_args=("--cache-ram", "0", "--ubatch-size", UBATCH)) for _ in range(2)]
     yield started
     for s in started:
         s.stop()
