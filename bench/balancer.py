@@ -10,6 +10,9 @@ $upstream_addr always` tells the engine which server answered, so a document mov
 server is checked there and what was known of the other one is forgotten (engine.remote
 `recover`). `proxy_buffering off` passes a stream on token by token, and a client that closes a
 stream closes it upstream too, which stops the server decoding.
+`keepalive_timeout 4s`, under llama-server's 5 s idle close, so nginx never sends a request on a
+kept-alive connection the server is closing (a premature close that `max_fails=1` counts
+against a healthy server).
 
 The binary comes from scripts/load-balancer.sh (Debian's nginx-light; `make install-test` runs
 it). The child gets SIGKILL when this process dies, as bench.llama_server's do.
@@ -49,6 +52,7 @@ http {{
         hash $http_x_cpc_document consistent;
 {servers}
         keepalive 16;
+        keepalive_timeout 4s;  # under llama-server's 5 s idle close: never reuse one it is closing
     }}
     server {{
         listen 127.0.0.1:{port};
