@@ -9,6 +9,12 @@ remote engine's stats its HTTP round trips and bytes. Then the same keystrokes t
 language server whose `modelServer` is bench.fault_proxy in `delay` mode (each generation answer
 held `--delay-ms`, 300 by default, as a distant server would be), counting the proxy's TCP
 connections per document. Results: bench/results/tail.json.
+
+`--model NAME` sets both language servers' `model` (default: the benchmark's model, Gemma 3
+270M) and `--server-model NAME` what llama-server runs (default: the same), so a team's pair is
+measured as it runs: `--model qwen2.5-coder-0.5b --server-model qwen2.5-coder-1.5b` (the 0.5B's
+vocabulary, the 1.5B on the server; the in-process rows are then the 0.5B's, for scale only).
+`--no-proxy` leaves out the proxied client.
 """
 
 from __future__ import annotations
@@ -76,18 +82,21 @@ def summarize(rows: list[dict[str, Any]], who: str, kind: str = "warm") -> dict[
     }  # fmt: skip
 
 
-def run(threads: int, delay_ms: int, say, max_tokens: int = 16, quick: bool = False, n_probs: tuple[int, ...] = ()) -> dict[str, Any]:
+def run(threads: int, delay_ms: int, say, max_tokens: int = 16, quick: bool = False, n_probs: tuple[int, ...] = (),
+        model_name: str | None = None, server_model: str | None = None, proxy: bool = True) -> dict[str, Any]:
     from engine.llama_backend import LlamaModel
     from engine.model_files import resolve_model
 
-    model = LlamaModel(resolve_model(None), vocab_only=True)
+    model = LlamaModel(resolve_model(model_name), vocab_only=True)
     try:
         count = lambda text: len(model.tokenize(text.encode(), add_bos=True))  # noqa: E731
         docs = [d for size in SIZES[:2] for d in documents(count, size, 1 if quick else 3, min_word=7, first_line=60 + size // 3)]
     finally:
         model.close()
-    server = start_llama_server(slots=4, threads=threads)
+    server = start_llama_server(slots=4, threads=threads, model=server_model or model_name)
     settings = {"maxTokens": max_tokens, "threads": threads, "modelServerTimeoutMs": 30000}
+    if model_name:
+        settings["model"] = model_name
     results: dict[str, Any] = {"llama_server": server.command()[1:], "threads": threads, "delay_ms": delay_ms,
                                "documents": [{"tokens": d.tokens, "word": d.word} for d in docs]}  # fmt: skip
     try:
@@ -100,18 +109,19 @@ def run(threads: int, delay_ms: int, say, max_tokens: int = 16, quick: bool = Fa
         finally:
             for client in (local, remote, *others.values()):
                 client.shutdown()
-        with FaultProxy(server.url, mode="delay") as proxy:
-            proxy.delay_s = delay_ms / 1000
-            proxied = _client({**settings, "modelServer": proxy.url})
-            try:
-                say(f"tail: the same keystrokes behind a proxy holding each answer {delay_ms} ms")
-                rows += type_documents({"proxied": Editor(proxied)}, docs, proxy)
-            finally:
-                proxied.shutdown()
+        if proxy:
+            with FaultProxy(server.url, mode="delay") as held:
+                held.delay_s = delay_ms / 1000
+                proxied = _client({**settings, "modelServer": held.url})
+                try:
+                    say(f"tail: the same keystrokes behind a proxy holding each answer {delay_ms} ms")
+                    rows += type_documents({"proxied": Editor(proxied)}, docs, held)
+                finally:
+                    proxied.shutdown()
     finally:
         server.stop()
     results["rows"] = rows
-    who_all = ["local", "remote", *(f"remote n_probs={n}" for n in n_probs), "proxied"]
+    who_all = ["local", "remote", *(f"remote n_probs={n}" for n in n_probs), *(["proxied"] if proxy else [])]
     results["table"] = [summarize(rows, who, kind) for kind in ("warm", "cold", "word start") for who in who_all]
     results["equal_to_local"] = {
         who: sum(a["suggestion"] == b["suggestion"] for a, b in zip(_of(rows, "local"), _of(rows, who))) / max(1, len(_of(rows, "local")))
@@ -144,7 +154,7 @@ def pct_or(value: float | None) -> str:
 
 def targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
     warm = {r["who"]: r for r in results["table"] if r["kind"] == "warm"}
-    r, t, p = warm["remote"], warm["proxied"], results["remote_over_local_p95"]
+    r, t, p = warm["remote"], warm.get("proxied", {"p95_ms": None}), results["remote_over_local_p95"]
     limit = results["delay_ms"] + 100
     conns = results["proxied_connections_per_doc"]
     return [
@@ -165,6 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--delay-ms", type=int, default=300)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--n-probs", default="", help="also remote clients listing this many tokens per token (comma-separated)")
+    parser.add_argument("--model", default=None, help="both language servers' `model` (default: the benchmark's)")
+    parser.add_argument("--server-model", default=None, help="what llama-server runs (default: --model)")
+    parser.add_argument("--no-proxy", action="store_true", help="leave out the client behind the delaying proxy")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     watch = CpuWatch.start()
@@ -173,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     before = os.times()
     started = time.perf_counter()
     results = run(args.threads, args.delay_ms, lambda m: print(f"[tail] {m}", flush=True), quick=args.quick,
-                  n_probs=tuple(int(n) for n in args.n_probs.split(",") if n))
+                  n_probs=tuple(int(n) for n in args.n_probs.split(",") if n), model_name=args.model,
+                  server_model=args.server_model, proxy=not args.no_proxy)
     after = os.times()
     results["command"] = "python -m bench.tail " + " ".join(argv if argv is not None else __import__("sys").argv[1:])
     results["seconds"] = time.perf_counter() - started
