@@ -81,12 +81,13 @@ class LlamaServer:
         port: int | None = None,
         extra_args: tuple[str, ...] = (),
         log_path: Path | None = None,
+        ubatch: int = 64,
     ) -> None:
         from engine.model_files import resolve_model
 
         self.binary = llama_server_binary()
         self.model = resolve_model(model)
-        self.slots, self.api_key, self.ctx, self.threads = slots, api_key, ctx, threads
+        self.slots, self.api_key, self.ctx, self.threads, self.ubatch = slots, api_key, ctx, threads, ubatch
         self.port = port or free_port()
         self.extra_args = tuple(extra_args)
         if log_path is None:
@@ -105,7 +106,7 @@ class LlamaServer:
         args = [
             str(self.binary), "--model", str(self.model), "--host", "127.0.0.1", "--port", str(self.port),
             "--parallel", str(self.slots), "--ctx-size", str(self.ctx * self.slots), "--no-kv-unified",
-            "--swa-full", "--batch-size", "512", "--ubatch-size", "64", "--threads", str(self.threads),
+            "--swa-full", "--batch-size", "512", "--ubatch-size", str(self.ubatch), "--threads", str(self.threads),
             "--threads-batch", str(self.threads), "--no-webui", "--slot-prompt-similarity", "0",
         ]  # fmt: skip
         if self.api_key:

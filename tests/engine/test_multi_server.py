@@ -23,7 +23,7 @@ from engine.multi import ServerSet
 
 pytestmark = pytest.mark.model
 
-UBATCH = "3"  # see the module docstring: rows that do not depend on the batch they were in
+UBATCH = 3  # see the module docstring: rows that do not depend on the batch they were in
 SLOW = 120.0  # the request budget on a loaded 2-core machine (tests claim no speed)
 CASES = [  # (document, prompt, required): the seeds' sentences, each its own document
     ("file:///a.txt", "Thanks for sending over the draft", " yest"),
@@ -45,7 +45,7 @@ def _nginx():
 def servers():
     from tests.fixtures import start_llama_server
 
-    started = [start_llama_server(slots=2, extra_args=("--cache-ram", "0", "--ubatch-size", UBATCH)) for _ in range(2)]
+    started = [start_llama_server(slots=2, ubatch=UBATCH, extra_args=("--cache-ram", "0")) for _ in range(2)]
     yield started
     for s in started:
         s.stop()
