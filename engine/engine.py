@@ -327,6 +327,8 @@ class Engine:
         cancel = cancel or threading.Event()
         traffic = self._traffic()
         self._route(request)
+        # A server stops a single-line stream at a line break itself; a `next_line` request whose
+        # line ends at once asks for the rest again from there (one round trip more, only then).
         completion = self._retrying(cancel, request.max_tokens, request.sampling.single_line,
                                     lambda: self._complete(request, cancel))
         after = self._traffic()
@@ -538,7 +540,10 @@ class Engine:
             ends.append((found[0], "stop"))
         if request.sampling.single_line:
             breaks = [i for i in (free.find(b) for b in LINE_BREAKS) if i >= 0]
-            if breaks:
+            if breaks and request.next_line and not free[: min(breaks)].strip():
+                if (end := _next_line_end(free, min(breaks))) is not None:
+                    ends.append((end, "line"))
+            elif breaks:
                 ends.append((min(breaks), "line"))
         elif request.indent_floor is not None and (dedent := _dedent(free, request.indent_floor)) is not None:
             ends.append((dedent, "block"))
@@ -565,6 +570,20 @@ def _dedent(text: str, floor: int) -> int | None:
             return at
         at = nxt
     return None
+
+
+def _next_line_end(text: str, first_break: int) -> int | None:
+    """Where the first line after `text`'s first one (which ends at `first_break`) that has
+    something on it ends (at its line break, or at a line break that shows it is done); None
+    while that line may still grow."""
+    at = first_break
+    while True:
+        nxt = min((i for i in (text.find(b, at + 1) for b in LINE_BREAKS) if i >= 0), default=-1)
+        if nxt < 0:
+            return None
+        if text[at + 1 : nxt].strip():
+            return nxt
+        at = nxt
 
 
 def _typed(required: str) -> str:

@@ -533,7 +533,7 @@ class RemoteRows:
         if isinstance(progress, dict) and isinstance(progress.get("total"), int) and isinstance(progress.get("cache"), int):
             self.decoded += max(0, progress["total"] - progress["cache"])
 
-    def _body(self, context: tuple[int, ...], predict: int, slot: int, warm: bool) -> dict:
+    def _body(self, context: tuple[int, ...], predict: int, slot: int, warm: bool, line_stop: bool = True) -> dict:
         if slot >= 0:
             self._slots[slot] = context
             self._live = slot
@@ -558,7 +558,7 @@ class RemoteRows:
             # What the server reused comes in the stream's first progress event (a few hundred
             # bytes per request) rather than timings on every token event (as many per token).
             body["return_progress"] = True
-            if self._single_line:
+            if self._single_line and line_stop:
                 body["stop"] = ["\n", "\r"]
         return body
 
@@ -595,7 +595,11 @@ class RemoteRows:
             slot, warm = self._slot_for(start)
         if len(start) > 1 and self._cached_in(slot, warm, start) < len(start) - 1:
             start, forced = start[:-1], (start[-1],) + tuple(forced)
-        body = self._body(start, predict + len(context) - len(start), slot, warm)
+        # A single-line stream stops at a line break, but not at one it is made to write: a
+        # forced token past a line break (`next_line`: the line ended at once) would stop it there.
+        line_stop = not any(b in self._vocab.pieces[t] for t in forced for b in (b"\n", b"\r"))
+        line_stop = line_stop and not (literal and (b"\n" in literal or b"\r" in literal))
+        body = self._body(start, predict + len(context) - len(start), slot, warm, line_stop)
         terms = [f"<[{t}]>" for t in forced]
         if literal:
             written = gbnf_literal(literal)

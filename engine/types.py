@@ -100,6 +100,10 @@ class CompletionRequest:
     # Multi-line only (sampling.single_line False): generation ends before the first later line
     # indented less than this many spaces/tabs (the end of the block being written); None: no such end.
     indent_floor: int | None = None
+    # Single-line only: when the line ends at once (nothing but spaces after the required prefix
+    # before its line break), generation goes on to the end of the next line with something on
+    # it, so a suggestion at a line's end is the next line (llama.vim's and Copilot's behaviour).
+    next_line: bool = False
     # The document's language (an LSP languageId such as "python"): a hint for whoever picks the
     # model (lsp_server.routing); the engine itself does not read it.
     language: str | None = None
@@ -195,7 +199,7 @@ class Completion:
     """The generated text (beginning with the required prefix unless the constraint was dropped)."""
 
     text: str
-    stop_reason: str  # "eos" | "stop" | "line" | "block" (indent_floor) | "length" | "cancelled" | "empty" (no prompt token)
+    stop_reason: str  # "eos" | "stop" | "line" (also next_line's) | "block" (indent_floor) | "length" | "cancelled" | "empty" (no prompt token)
     stats: DecodeStats
     required_satisfied: bool = True
     logprobs: tuple[float, ...] = ()

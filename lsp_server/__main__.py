@@ -126,17 +126,20 @@ def complete(args: argparse.Namespace, settings: Settings) -> int:
     from lsp_server.scheduler import Scheduler
     from lsp_server import block as blocks, gate as gates
     from lsp_server.split import split
-    from lsp_server.suggestion import request_for, suggestion_for
+    from lsp_server.suggestion import request_for, shaping_block, suggestion_for
 
-    parts = split(args.text + args.suffix, len(args.text), settings.fim_suffix_lines or None)
-    block = blocks.at(args.text + args.suffix, len(args.text), settings.line_mode())
+    text, cursor = args.text + args.suffix, len(args.text)
+    parts = split(text, cursor, settings.fim_suffix_lines or None)
+    block = blocks.at(text, cursor, settings.line_mode())
+    next_line = block is None and settings.line_mode() != "off" and blocks.ends_line(text, cursor)
     scheduler = Scheduler()
     try:
         loaded = scheduler.load(settings.engine_config()).result()
         if not loaded.ok:
             print(f"cpc-lsp: {loaded.error}", file=sys.stderr)
             return 2
-        answer = scheduler.submit(request_for(parts, settings, block=block, language=args.language)).future.result()
+        request = request_for(parts, settings, block=block, language=args.language, next_line=next_line)
+        answer = scheduler.submit(request).future.result()
         model = scheduler.model_id  # after the answer: the routed default loads the model it needs
     finally:
         scheduler.close()
@@ -144,6 +147,7 @@ def complete(args: argparse.Namespace, settings: Settings) -> int:
         print(f"cpc-lsp: no completion ({answer.detail or answer.reason})", file=sys.stderr)
         return 1
     gate = gates.gate_for(gates.identity(answer.model_id))
+    block = shaping_block(block, next_line, text, cursor, parts, answer.completion, settings.method == "naive")
     found = suggestion_for(
         parts, answer.completion, block=block, naive=settings.method == "naive",
         min_confidence=gates.threshold(gate, settings.min_confidence), calibration=gate.calibration,

@@ -21,6 +21,10 @@ written (Copilot's cue for going multi-line). `shape` cuts what the model added,
    suggestion ends before that line (a budget or the gate cut it there; the block, whole, would
    have been kept by rule 3).
 
+At the end of a line where no block is expected, a model that ends the line at once gets to
+write the next line (`ends_line`, `below`): one line, at any indentation, by rules 2 and 3 (it
+may leave a bracket open or open a block, as a single line may).
+
 Brackets inside string literals (a line's ``'``, ``"`` or backtick quotes) and after a line
 comment (``//``, or ``#`` followed by a space) do not count. Everything is measured in code points;
 an indentation is its count of leading spaces and tabs (a file indents one way).
@@ -28,7 +32,7 @@ an indentation is its count of leading spaces and tabs (a file indents one way).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 OPEN = {"(": ")", "[": "]", "{": "}"}
 CLOSE = {")": "(", "]": "[", "}": "{"}
@@ -56,6 +60,7 @@ class Block:
     open_before: tuple[str, ...]  # brackets open at the cursor, innermost last
     closed_after: int  # how many of them the text after the cursor closes
     quote: str = ""  # the string literal the cursor is in ("" if none)
+    lines: int | None = None  # at most this many later lines with something on them (None: the block's)
 
 
 class _Scanner:
@@ -192,6 +197,22 @@ def at(text: str, cursor: int, mode: str) -> Block | None:
     return block if mode == "always" or expects_block(block) else None
 
 
+def ends_line(text: str, cursor: int) -> bool:
+    """The cursor ends a line that has something on it (the rest of the line is blank): there a
+    model that ends the line at once gets to suggest the next one (engine `next_line`)."""
+    line_end = text.find("\n", cursor)
+    rest = text[cursor : len(text) if line_end < 0 else line_end]
+    return not rest.strip() and bool(text[_line_start(text, cursor) : cursor].strip())
+
+
+def below(text: str, cursor: int) -> Block:
+    """How to shape a suggestion that is the line after the cursor's (the model ended the cursor's
+    line at once): one line with something on it, at any indentation (a closing `}` is dedented),
+    and the other rules as for a block, except that it may leave a bracket open or open a block:
+    it is a line alone, as a single-line suggestion ending with `{` is."""
+    return replace(context(text, cursor), floor=0, opener=False, lines=1)
+
+
 def expects_block(block: Block) -> bool:
     """A block is expected here: the cursor ends a line that opens one, or sits on the first line
     under such a line, and the block has nothing in it yet (the next line is not inside it)."""
@@ -201,6 +222,8 @@ def expects_block(block: Block) -> bool:
 def shape(added: str, block: Block, kept: int | None = None) -> str:
     """`added` (what the suggestion adds after the cursor) cut by the rules of the module
     docstring; `kept`: how many of its characters the confidence gate keeps (None: all)."""
+    if block.lines is not None:
+        added = _through_lines(added, block.lines)
     lines = added.split("\n")
     end = len(added)
     at = len(lines[0]) + 1
@@ -219,8 +242,26 @@ def shape(added: str, block: Block, kept: int | None = None) -> str:
     text = text.rstrip()
     # Dropping a line may leave a bracket open, and balancing may cut a line down to the next
     # line's text: settle both again until neither changes anything.
-    while (closed := _closed(_not_retyped(text, block))) != text:
+    close = _closed if block.lines is None else _same
+    while (closed := close(_not_retyped(text, block))) != text:
         text = _balanced(closed, block).rstrip()
+    return text
+
+
+def _same(text: str) -> str:
+    return text
+
+
+def _through_lines(text: str, n: int) -> str:
+    """`text` up to the end of its `n`th line after the first that has something on it."""
+    seen, at = 0, text.find("\n")
+    while at >= 0:
+        nxt = text.find("\n", at + 1)
+        if text[at + 1 : len(text) if nxt < 0 else nxt].strip():
+            seen += 1
+            if seen == n:
+                return text if nxt < 0 else text[:nxt]
+        at = nxt
     return text
 
 
@@ -296,9 +337,9 @@ def _balanced(text: str, block: Block) -> str:
         if not own:
             last_point = i + 1
     else:
-        if not own:
+        if not own or block.lines is not None:
             return text
-    if not own:
+    if not own or block.lines is not None:  # a line alone may leave a bracket open, as one line does
         return text[:end]
     cut = last_line_end if last_line_end > 0 else last_point
     return text[: min(cut, end)]

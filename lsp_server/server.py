@@ -34,7 +34,7 @@ from lsp_server.scheduler import Answer, EngineLike, Event, Job, LoadResult, Sch
 from lsp_server.schema import camel
 from lsp_server.settings import API_KEY_ENV, SECTION, Settings, apply
 from lsp_server.split import Split, split
-from lsp_server.suggestion import Suggestion, request_for, suggestion_for, suggestions_for
+from lsp_server.suggestion import Suggestion, request_for, shaping_block, suggestion_for, suggestions_for
 
 logger = logging.getLogger(__name__)
 
@@ -298,11 +298,12 @@ class CpcServer(LanguageServer):
             return (doc, again) if again else None
         self.carry.forget(uri)
         block = blocks.at(text, at, settings.line_mode())
+        next_line = block is None and settings.line_mode() != "off" and blocks.ends_line(text, at)
         candidates = self.lexicon.candidates(parts.word) if settings.lexicon else ()
         context = self.context_for(uri, doc, cursor)
         request = request_for(
             parts, settings, candidates, block, alternatives=settings.alternatives, context=context,
-            language=doc.language_id, document=uri,
+            language=doc.language_id, document=uri, next_line=next_line,
         )
         job = self.scheduler.submit(request, tag=unquote(uri))
         try:
@@ -319,6 +320,7 @@ class CpcServer(LanguageServer):
             model = gates.identity(answer.model_id)
             gate, min_confidence = self.gate(settings, model)
             naive = settings.method == "naive"
+            block = shaping_block(block, next_line, text, at, parts, answer.completion, naive)
             found = suggestions_for(
                 parts, answer.completion, block=block, naive=naive,
                 min_confidence=min_confidence, calibration=gate.calibration,

@@ -36,7 +36,7 @@ METHODS = (
 )
 MULTI_LINE = (
     ("off", "One line: each suggestion ends at the end of the line."),
-    ("block", "One line, except after a line that opens a block (`:`, `{`, `(`, `[`, `=>` at its end) with nothing in it yet: then the block, up to its end."),
+    ("block", "One line, except after a line that opens a block (`:`, `{`, `(`, `[`, `=>` at its end) with nothing in it yet: then the block, up to its end. At the end of a line that the model ends there, the next line."),
     ("always", "Several lines wherever the model goes on, up to the end of the block the cursor is in."),
 )
 FIM_ORDERS = (

@@ -29,7 +29,7 @@ class Suggestion:
 def request_for(
     split: Split, settings: Settings, candidates: tuple[str, ...] = (), block: Block | None = None,
     alternatives: int = 0, context: RepoContext | None = None, language: str | None = None,
-    document: str | None = None,
+    document: str | None = None, next_line: bool = False,
 ) -> CompletionRequest:
     """The engine request for `settings.method`: "exact" (the covering search), "mask" (per-step
     masking, seed 001) or "naive" (the partial word left in the prompt, no constraint; with a
@@ -40,7 +40,9 @@ def request_for(
     `alternatives`: other first words to ask for (engine.alternatives; they may cost decodes).
     `context`: other files' chunks (lsp_server.context) laid out before the current file.
     `language`: the document's languageId, which picks the default model (lsp_server.routing).
-    `document`: its URI, which keeps it on one model server (the engine sends only a salted hash)."""
+    `document`: its URI, which keeps it on one model server (the engine sends only a salted hash).
+    `next_line` (the cursor ends a line, no block expected; lsp_server.block.ends_line): a model
+    that ends the line at once goes on to the next line (`shaping_block` then shapes it)."""
     naive = settings.method == "naive"
     sampling = settings.sampling()
     max_tokens = settings.max_tokens
@@ -62,11 +64,25 @@ def request_for(
         lexicon_prior=settings.lexicon_prior,
         lexicon_decodes=settings.lexicon_decodes,
         indent_floor=None if block is None else block.floor,
+        next_line=next_line and block is None,
         alternatives=alternatives,
         language=language,
         context=context,
         document=document,
     )
+
+
+def shaping_block(
+    block: Block | None, next_line: bool, text: str, cursor: int, split: Split, completion: Completion, naive: bool = False
+) -> Block | None:
+    """What shapes the answer to a request made with `block` and `next_line` (`request_for`) at
+    `cursor` of `text`: the request's block, or, when the model ended the cursor's line at once
+    and went on, the next line's (lsp_server.block.below)."""
+    if block is not None or not next_line:
+        return block
+    added = completion.text if naive else completion.text[len(split.required) :]
+    first = _first_line(added)
+    return blocks.below(text, cursor) if len(first) < len(added) and not first.strip() else None
 
 
 def suggestion_for(

@@ -106,6 +106,17 @@ def test_equal_to_in_process_on_mid_word_cases(remote, model_engine):
     assert report["equal"] == report["cases"], report["differ"]
 
 
+def test_the_next_line_at_a_line_end_is_the_in_process_engines(remote, model_engine):
+    """A `next_line` request whose line the model ends at once: the server stops its stream at
+    that line break, and the engine asks for the rest from there (one round trip more)."""
+    request = CompletionRequest("def add(a, b):\n    total = a + b", max_tokens=24, next_line=True)
+    remote.kv.forget()
+    model_engine.kv.forget()
+    theirs, ours = remote.complete(request), model_engine.complete(request)
+    assert ours.text.startswith("\n") and ours.text.strip() and ours.stop_reason == "line", ours
+    assert theirs.text == ours.text and theirs.stop_reason == ours.stop_reason
+
+
 def test_a_wrong_key_is_refused_and_the_right_one_works():
     from tests.fixtures import start_llama_server
 

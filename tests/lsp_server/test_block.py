@@ -198,3 +198,33 @@ def test_a_line_cut_back_to_balance_that_now_retypes_the_next_line_is_dropped():
     line after the cursor, `,`; so it goes too."""
     block = context("\n,", 0)
     assert shape("\n,[", block) == ""
+
+
+# --- the next line, at a line's end --------------------------------------------------------------
+
+
+def test_a_line_end_with_something_on_the_line_may_get_the_next_line():
+    assert blocks.ends_line("x = 1", 5)
+    assert blocks.ends_line("x = 1  \ny = 2", 5)  # spaces after the cursor count as nothing
+    assert not blocks.ends_line("foo()", 4)  # text after the cursor on its line
+    assert not blocks.ends_line("x = 1\n    ", 10)  # an empty line: its own first line is the line
+    assert not blocks.ends_line("", 0)
+
+
+def below(document: str, added: str, kept: int | None = None) -> str:
+    cursor = document.index("|")
+    text = document.replace("|", "", 1)
+    return shape(added, blocks.below(text, cursor), kept)
+
+
+def test_the_next_line_is_one_line_at_any_indentation():
+    assert below("function f() {\n  return x;|", "\n}\n\nfunction g() {") == "\n}"
+    assert below("    a = 1|", "\n    b = 2\n    c = 3") == "\n    b = 2"
+    assert below("a = 1|", "\n\nb = 2\nc") == "\n\nb = 2"  # through a blank line
+
+
+def test_the_next_line_may_open_a_block_but_never_retypes_or_closes_twice():
+    assert below("}|", "\nfunction g() {\n  return 1;") == "\nfunction g() {"
+    assert below("x = 1|\ny = 2", "\ny = 2\nz") == ""  # already the next line
+    assert below("if (a) {\n  x();|\n}", "\n}") == ""  # the text after already closes it
+    assert below("a = 1|", "\nb = compute(1, 2)", kept=len("\nb = compute")) == "\nb = compute"

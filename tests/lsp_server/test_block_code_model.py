@@ -95,3 +95,36 @@ def test_typing_along_a_long_multi_line_suggestion_costs_no_model_work(model_ser
             rest = again[len(typed_word) :]
     finally:
         editor.close(uri)
+
+
+LINE_ENDS = {
+    "area.js": ("function area(w, h) {\n  const a = w * h;", "\n}\n", "javascript"),
+    "area.py": ("def area(w, h):\n    a = w * h", "\n", "python"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LINE_ENDS))
+def test_at_a_line_end_the_model_ends_the_next_line_is_suggested_and_typing_it_is_free(model_server, name):
+    """At the end of a finished statement the model's first token is a line break: before, that
+    showed nothing (one line, empty); now it is the next line, as llama.vim and Copilot show it.
+    Typing its line break and indentation is carried (no engine call)."""
+    editor = Editor(model_server)
+    configure(model_server)
+    before, after, language = LINE_ENDS[name]
+    uri = f"file:///block/next-line-{name}"
+    editor.open(uri, before + after, language)
+    try:
+        lines = before.split("\n")
+        shown = editor.suggestion(uri, (len(lines) - 1, len(lines[-1])))
+        word = re.search(r"\w*$", before).group(0)  # the typed word the suggestion begins with
+        assert shown is not None and shown.startswith(word + "\n"), shown
+        below = shown.split("\n")[1:]
+        assert len(below) == 1 and "return" in below[0], shown  # one line: the function's return
+        assert editor.stats()["stopReason"] == "line", editor.stats()
+        answers = editor.stats()["engineAnswers"]
+        indent = below[0][: len(below[0]) - len(below[0].lstrip())]
+        editor.change(uri, "\n" + indent, (len(lines) - 1, len(lines[-1])))
+        rest = editor.suggestion(uri, (len(lines), len(indent)))
+        assert rest == below[0].lstrip() and editor.stats()["engineAnswers"] == answers, (rest, editor.stats())
+    finally:
+        editor.close(uri)
