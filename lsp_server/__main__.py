@@ -131,7 +131,7 @@ def complete(args: argparse.Namespace, settings: Settings) -> int:
     text, cursor = args.text + args.suffix, len(args.text)
     parts = split(text, cursor, settings.fim_suffix_lines or None)
     block = blocks.at(text, cursor, settings.line_mode())
-    next_line = block is None and settings.line_mode() != "off" and blocks.ends_line(text, cursor)
+    next_line = blocks.next_line_at(text, cursor, settings.line_mode())
     scheduler = Scheduler()
     try:
         loaded = scheduler.load(settings.engine_config()).result()

@@ -205,6 +205,12 @@ def ends_line(text: str, cursor: int) -> bool:
     return not rest.strip() and bool(text[_line_start(text, cursor) : cursor].strip())
 
 
+def next_line_at(text: str, cursor: int, mode: str) -> bool:
+    """Whether a request at `cursor` under `mode` may go on to the next line (engine `next_line`):
+    in "block" mode, where the cursor ends a line (a block found there wins: `request_for`)."""
+    return mode == "block" and ends_line(text, cursor)
+
+
 def below(text: str, cursor: int) -> Block:
     """How to shape a suggestion that is the line after the cursor's (the model ended the cursor's
     line at once): one line with something on it, at any indentation (a closing `}` is dedented),
@@ -242,13 +248,9 @@ def shape(added: str, block: Block, kept: int | None = None) -> str:
     text = text.rstrip()
     # Dropping a line may leave a bracket open, and balancing may cut a line down to the next
     # line's text: settle both again until neither changes anything.
-    close = _closed if block.lines is None else _same
+    close = _closed if block.lines is None else (lambda kept_text: kept_text)
     while (closed := close(_not_retyped(text, block))) != text:
         text = _balanced(closed, block).rstrip()
-    return text
-
-
-def _same(text: str) -> str:
     return text
 
 

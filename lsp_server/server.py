@@ -298,7 +298,7 @@ class CpcServer(LanguageServer):
             return (doc, again) if again else None
         self.carry.forget(uri)
         block = blocks.at(text, at, settings.line_mode())
-        next_line = block is None and settings.line_mode() != "off" and blocks.ends_line(text, at)
+        next_line = blocks.next_line_at(text, at, settings.line_mode())
         candidates = self.lexicon.candidates(parts.word) if settings.lexicon else ()
         context = self.context_for(uri, doc, cursor)
         request = request_for(

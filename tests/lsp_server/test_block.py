@@ -228,3 +228,9 @@ def test_the_next_line_may_open_a_block_but_never_retypes_or_closes_twice():
     assert below("x = 1|\ny = 2", "\ny = 2\nz") == ""  # already the next line
     assert below("if (a) {\n  x();|\n}", "\n}") == ""  # the text after already closes it
     assert below("a = 1|", "\nb = compute(1, 2)", kept=len("\nb = compute")) == "\nb = compute"
+
+
+def test_only_block_mode_goes_on_to_the_next_line():
+    assert blocks.next_line_at("x = 1", 5, "block")
+    assert not blocks.next_line_at("x = 1", 5, "off")
+    assert not blocks.next_line_at("x = 1", 5, "always")  # there the suggestion is multi-line anyway
