@@ -16,8 +16,8 @@ first user alone on a fresh server of the same kind, typing the same: the refere
   back to a document), and the share of keystrokes with a suggestion, per user;
 - how the server picked slots (its log: by id, by LRU, by similarity).
 
-Server variants (`VARIANTS`): the README's `--slot-prompt-similarity 0`, llama-server's default
-0.1, each with and without the RAM prompt cache (`--cache-ram`, 8192 MiB by default), and more
+Server variants (`VARIANTS`): llama-server's default `--slot-prompt-similarity 0.1` (the command
+docs/shared-server.md gives a team) and 0, each with and without the RAM prompt cache (`--cache-ram`, 8192 MiB by default), and more
 slots than users. Results: bench/results/team.json.
 """
 
@@ -68,9 +68,9 @@ class Variant:
 VARIANTS = {
     v.name: v
     for v in (
-        Variant("sim0", 0.0, None),  # the README's command (the RAM cache at its default)
+        Variant("sim0", 0.0, None),  # what the docs recommended before session 6 (the RAM cache at its default)
         Variant("sim0-noram", 0.0, 0),
-        Variant("sim0.1", 0.1, None),  # llama-server's defaults
+        Variant("sim0.1", 0.1, None),  # llama-server's defaults: docs/shared-server.md's command
         Variant("sim0.1-noram", 0.1, 0),
         Variant("sim0-12slots", 0.0, None, slots=12),  # more slots than users x documents (4 x 3)
     )
@@ -215,13 +215,13 @@ def _mean(values: list[float]) -> float | None:
 
 
 def measure(variant: Variant, docs: list[list[tuple[str, str]]], settings: dict[str, Any], threads: int, say,
-            modes: tuple[str, ...] = ("alone", "together")) -> dict[str, Any]:
+            modes: tuple[str, ...] = ("alone", "together"), server_model: str | None = None) -> dict[str, Any]:
     """The first user alone, then all of them together, each on a fresh server of `variant`."""
     out: dict[str, Any] = {"variant": variant.name, "slots": variant.slots, "users": len(docs)}
     for mode, together in (("alone", False), ("together", True)):
         if mode not in modes:
             continue
-        server = LlamaServer(slots=variant.slots, threads=threads, extra_args=variant.args()).start()
+        server = LlamaServer(model=server_model, slots=variant.slots, threads=threads, extra_args=variant.args()).start()
         out["command"] = server.command()[1:]
         try:
             say(f"team: {variant.name}, {len(docs)} users {mode}")
@@ -295,13 +295,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"of {','.join(VARIANTS)}")
     parser.add_argument("--users", default="4,8")
     parser.add_argument("--threads", type=int, default=2, help="llama-server -t (the README's command: 2)")
-    parser.add_argument("--chosen", default="sim0", help="the variant the targets are checked on")
+    parser.add_argument("--chosen", default="sim0.1", help="the variant the targets are checked on (docs/shared-server.md's command)")
+    parser.add_argument("--model", default=None, help="each language server's `model` (default: the benchmark's, Gemma 3 270M)")
+    parser.add_argument("--server-model", default=None, help="what llama-server runs (default: --model), e.g. a team's pair: "
+                        "--model qwen2.5-coder-0.5b --server-model qwen2.5-coder-1.5b")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--timeout-ms", type=int, default=60000,
                         help="modelServerTimeoutMs of every user (the default 5000 is shorter than a cold prompt on a loaded 2-core machine)")
     parser.add_argument("--modes", default="alone,together", help="alone,together (one alone: no ratios)")
     args = parser.parse_args(argv)
-    model = LlamaModel(resolve_model(None), vocab_only=True)
+    model = LlamaModel(resolve_model(args.model), vocab_only=True)
     try:
         def count_tokens(text: str) -> int:
             return len(model.tokenize(text.encode(), add_bos=True))
@@ -314,16 +317,18 @@ def main(argv: list[str] | None = None) -> int:
         model.close()
     results: dict[str, Any] = {
         "command": "python -m bench.team " + " ".join(argv if argv is not None else __import__("sys").argv[1:]),
-        "model": str(resolve_model(None)), "header_chars": len(HEADER), "header_tokens": header_tokens,
-        "doc_tokens_median": median(doc_tokens), "settings": f"defaults, modelServerTimeoutMs {args.timeout_ms}", "runs": [],
+        "model": str(resolve_model(args.model)), "server_model": str(resolve_model(args.server_model or args.model)), "header_chars": len(HEADER), "header_tokens": header_tokens,
+        "doc_tokens_median": median(doc_tokens), "settings": f"defaults, modelServerTimeoutMs {args.timeout_ms}" + (f", model {args.model}" if args.model else ""), "runs": [],
     }  # fmt: skip
+    settings: dict[str, Any] = {"modelServerTimeoutMs": args.timeout_ms, **({"model": args.model} if args.model else {})}
     watch = CpuWatch.start()
     children = _children_cpu()
     started = time.perf_counter()
     say = lambda m: print(f"[team] {m}", flush=True)  # noqa: E731
     for name in args.variants.split(","):
         for users in (int(u) for u in args.users.split(",")):
-            results["runs"].append(measure(VARIANTS[name], all_docs[:users], {"modelServerTimeoutMs": args.timeout_ms}, args.threads, say, tuple(args.modes.split(","))))
+            results["runs"].append(measure(VARIANTS[name], all_docs[:users], settings, args.threads, say, tuple(args.modes.split(",")),
+                                           args.server_model or args.model))
             args.out.write_text(json.dumps(results, indent=1) + "\n")
     results["seconds"] = time.perf_counter() - started
     results["other_processes_cpu_share"] = watch.others_share(_children_cpu() - children)  # our servers are children
