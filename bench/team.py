@@ -73,6 +73,7 @@ VARIANTS = {
         Variant("sim0.1", 0.1, None),  # llama-server's defaults: docs/shared-server.md's command
         Variant("sim0.1-noram", 0.1, 0),
         Variant("sim0-12slots", 0.0, None, slots=12),  # more slots than users x documents (4 x 3)
+        Variant("sim0.1-1slot", 0.1, None, slots=1),  # issue 22's "one slot, two users": waits for the slot
     )
 }
 
@@ -215,8 +216,10 @@ def _mean(values: list[float]) -> float | None:
 
 
 def measure(variant: Variant, docs: list[list[tuple[str, str]]], settings: dict[str, Any], threads: int, say,
-            modes: tuple[str, ...] = ("alone", "together"), server_model: str | None = None) -> dict[str, Any]:
-    """The first user alone, then all of them together, each on a fresh server of `variant`."""
+            modes: tuple[str, ...] = ("alone", "together"), server_model: str | None = None,
+            alone_all: bool = False) -> dict[str, Any]:
+    """The first user alone (`alone_all`: every user, one after another), then all of them
+    together, each on a fresh server of `variant`."""
     out: dict[str, Any] = {"variant": variant.name, "slots": variant.slots, "users": len(docs)}
     for mode, together in (("alone", False), ("together", True)):
         if mode not in modes:
@@ -225,7 +228,8 @@ def measure(variant: Variant, docs: list[list[tuple[str, str]]], settings: dict[
         out["command"] = server.command()[1:]
         try:
             say(f"team: {variant.name}, {len(docs)} users {mode}")
-            run = run_users(server, docs, settings, together, f"{variant.name}-{len(docs)}-{mode}")
+            run = run_users(server, docs, settings, together, f"{variant.name}-{len(docs)}-{mode}",
+                            alone_users=len(docs) if alone_all else 1)
         finally:
             server.stop()
         out[mode] = summary(run)
@@ -238,7 +242,20 @@ def measure(variant: Variant, docs: list[list[tuple[str, str]]], settings: dict[
     out["key_reuse_ratio"] = ratio(t["key_reuse"], a["key_reuse"])
     out["warm_p95_ratio"] = ratio(t["warm_p95_ms"], a["warm_p95_ms"])
     out["all_p95_ratio"] = ratio(t["all_p95_ms"], a["all_p95_ms"])
+    if alone_all:
+        out["same_as_alone"] = same_as_alone(out["alone_rows"], out["together_rows"])
     return out
+
+
+def same_as_alone(alone: list[dict[str, Any]], together: list[dict[str, Any]]) -> dict[str, int]:
+    """How many keystrokes typed together got the suggestion the same user got alone (the same
+    document, the same letter), and how many of those alone had one: sharing the server must
+    change when an answer comes, never what it is."""
+    key = lambda r: (r["user"], r["doc"], r["key"])  # noqa: E731
+    by_key = {key(r): r["suggestion"] for r in alone}
+    pairs = [(by_key[key(r)], r["suggestion"]) for r in together if key(r) in by_key]
+    return {"keystrokes": len(pairs), "same": sum(a == t for a, t in pairs),
+            "shown_alone": sum(a is not None for a, _ in pairs), "same_shown": sum(a == t and a is not None for a, t in pairs)}
 
 
 def table(results: dict[str, Any]) -> Table:
@@ -252,17 +269,22 @@ def table(results: dict[str, Any]) -> Table:
             f"{num(a['all_p95_ms'])} / {num(t['all_p95_ms'])}", times(r["all_p95_ratio"]),
             f"{pct(a['shown_share'])} / {pct(t['shown_share'])}", f"{t['users_with_suggestions']}/{r['users']}",
             "{by_id}/{by_lru}/{by_similarity}".format(**t["picks"]),
+            "{same}/{keystrokes}".format(**r["same_as_alone"]) if r.get("same_as_alone") else "-",
         ])  # fmt: skip
     return ("team: users typing at once on one llama-server, each with 3 documents sharing a 150-character header "
             "(alone = the first user alone on a fresh server)",
             ["server", "users on slots", "reuse alone", "reuse together", "together / alone", "reuse per key alone / together",
              "warm p95 alone / together", "ratio", "all keys p95 alone / together", "ratio", "shown alone / together",
-             "users with suggestions", "slot picks id/LRU/similarity"], body)  # fmt: skip
+             "users with suggestions", "slot picks id/LRU/similarity", "same as alone"], body)  # fmt: skip
 
 
 def targets(results: dict[str, Any], chosen: str) -> list[tuple[str, str, bool | None]]:
     checks: list[tuple[str, str, bool | None]] = []
     for r in results["runs"]:
+        if r.get("same_as_alone"):
+            same = r["same_as_alone"]
+            checks.append((f"{r['variant']}: {r['users']} users on {r['slots']} slots, the same suggestion as alone",
+                           f"{same['same']}/{same['keystrokes']}", same["same"] == same["keystrokes"]))
         if r["variant"] != chosen:
             continue
         if r["users"] <= r["slots"]:
@@ -303,6 +325,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout-ms", type=int, default=60000,
                         help="modelServerTimeoutMs of every user (the default 5000 is shorter than a cold prompt on a loaded 2-core machine)")
     parser.add_argument("--modes", default="alone,together", help="alone,together (one alone: no ratios)")
+    parser.add_argument("--alone-all", action="store_true",
+                        help="alone: every user in turn (not only the first), so each keystroke typed together is compared "
+                             "with the same user's alone (issue 22's one slot, two users: --variants sim0.1-1slot --users 2)")
     args = parser.parse_args(argv)
     model = LlamaModel(resolve_model(args.model), vocab_only=True)
     try:
@@ -328,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.variants.split(","):
         for users in (int(u) for u in args.users.split(",")):
             results["runs"].append(measure(VARIANTS[name], all_docs[:users], settings, args.threads, say, tuple(args.modes.split(",")),
-                                           args.server_model or args.model))
+                                           args.server_model or args.model, args.alone_all))
             args.out.write_text(json.dumps(results, indent=1) + "\n")
     results["seconds"] = time.perf_counter() - started
     results["other_processes_cpu_share"] = watch.others_share(_children_cpu() - children)  # our servers are children
