@@ -593,12 +593,14 @@ class RemoteRows:
         ban: Seq[int] = (),
         until_free: bool = True,
         exclude: frozenset[int] = frozenset(),
+        listed: int | None = None,
     ) -> None:
         """One streamed request from `context`: the grammar forces `forced`, then `literal`,
         then anything; `ban` are banned by logit_bias (their values are still reported), so the
         first free token is the best *covering* token; `exclude` are banned too, and the first
         free token bounds every consistent token but them. Reads until the forced part is through
-        (or, with until_free False, one event); the stream then stays open for generation to read on."""
+        (or, with until_free False, one event); the stream then stays open for generation to read on.
+        `listed`: tokens listed per event, if not `n_probs`."""
         self._settle_walk()
         # What the server decodes as its prompt, and how: the request's prompt (in the same
         # chunks as in-process, its last token alone: engine.llama_backend), then every token past
@@ -606,7 +608,14 @@ class RemoteRows:
         start = context
         prompt = self._prompt
         if prompt and len(context) > len(prompt) and context[: len(prompt)] == prompt:
-            start, forced = prompt, context[len(prompt) :] + tuple(forced)
+            # Past the prompt, what the slot already holds (a branch asked before, the path of a
+            # stream) is its prompt too: each of those tokens was decoded alone, and only the last
+            # is decoded again (alone); the rest are forced one by one. Forced from the prompt on,
+            # a suggestion's request restated the covering's rows: 3 kB an event for rows known.
+            slot, warm = self._slot_for(prompt)
+            held = self._cached_in(slot, warm, context) if slot >= 0 and warm else 0
+            keep = max(len(prompt), min(held, len(context)))
+            start, forced = context[:keep], context[keep:] + tuple(forced)
         slot, warm = self._slot_for(start)
         if (slot, warm) == (-1, False) or self._fill is not None or len(start) - self._cached_in(slot, warm, start) > PREFILL_TAIL:
             # A new document: a stream's token events do not name their slot (only its last
@@ -633,6 +642,8 @@ class RemoteRows:
             body["grammar"] = "root ::= " + " ".join(terms) + " .*"
         if ban or exclude:
             body["logit_bias"] = [[int(t), False] for t in sorted(set(ban) | exclude)]
+        if listed is not None:
+            body["n_probs"] = max(1, listed)
         try:
             stream = self.client.stream("/completion", body, self._deadline, cancel.is_set if cancel else None)
         except StreamCancelled:

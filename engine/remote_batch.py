@@ -111,13 +111,18 @@ def fetch(remote, prompt: tuple[int, ...], front: Frontier, cancel: threading.Ev
         body["grammar"] = f"root ::= {literal} .*"
     if banned:
         body["logit_bias"] = [[t, False] for t in sorted(banned)]
-    remote._slots[slot] = prompt + order[-1]
+    # What the slot holds is known prompt by prompt as their answers come (a request cut short
+    # leaves it at the last one answered, or one later): later requests put what it holds past the
+    # prompt in their own prompt, so an overestimate would have the server decode several tokens
+    # in one batch.
+    remote._slots[slot] = prompt
     remote._live = slot
     try:
         stream = remote.client.stream("/completion", body, remote._deadline, cancel.is_set if cancel else None)
     except StreamCancelled:
         raise Cancelled() from None
-    _read(remote, stream, prompt, order, remaining, spoken if literal is not None else None, banned, cancel)
+    _read(remote, stream, prompt, order, remaining, spoken if literal is not None else None, banned, cancel, slot)
+    remote._slots[slot] = prompt + order[-1]
     return set(remaining)
 
 
@@ -150,7 +155,7 @@ def _grammar_group(front: Frontier) -> bytes | None:
     return front.rows[0][1] if front.rows else None
 
 
-def _read(remote, stream, prompt, order, remaining, spoken, banned, cancel) -> None:
+def _read(remote, stream, prompt, order, remaining, spoken, banned, cancel, slot) -> None:
     """Every task's token event: its row, and (for a path the grammar spoke for) its cap."""
     stream.set_limits(remote._deadline if remote._deadline is not None else time.monotonic() + remote.client.timeout_s, cancel.is_set if cancel else None)
     progressed: set[int] = set()
@@ -175,7 +180,7 @@ def _read(remote, stream, prompt, order, remaining, spoken, banned, cancel) -> N
         path = order[index]
         cap = (False, spoken, banned) if spoken is not None and remaining.get(path) == spoken else None
         remote._record(prompt + path, token, logprob, top, cap)
-
+        remote._slots[slot] = prompt + path  # decoded before its answer was sent
 
 BATCH_ROUNDS = 3  # requests of many prompts per keystroke, at most
 
@@ -246,13 +251,15 @@ def _descend(rows, path: Path) -> None:
     request, read to its end (the few tokens after the spelling: closed instead, the next request
     would need a new connection). A grammar that ends with the bytes, so the model must stop
     there, would not do: it refuses the last token that runs past them, which the in-process
-    search's descent may take."""
+    search's descent may take. One token is listed per step: what the descent reads is the value
+    of each token it takes (always sent), and its path most often loses; with 40 listed, its
+    events were a third of the keystroke's 128 kB."""
     from engine.remote import GENERATION_SLACK, _Inexpressible
 
     remote = rows._remote
     left = rows._remaining(path)
     try:
-        remote._query(rows._prompt + path[:-1], len(left) + GENERATION_SLACK, rows._cancel, forced=path[-1:], literal=left)
+        remote._query(rows._prompt + path[:-1], len(left) + GENERATION_SLACK, rows._cancel, forced=path[-1:], literal=left, listed=1)
         remote._settle_walk(drain=True)
     except _Inexpressible:
         rows.fallback = "inexpressible"
