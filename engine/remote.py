@@ -779,7 +779,8 @@ class BoundedRows:
         self._remote, self._prompt, self._required = remote, tuple(prompt), required
         self._cancel, self._budget, self._pessimistic = cancel, budget, pessimistic
         self._vocab = remote._vocab
-        self.decodes = 0
+        self.decodes = 0  # requests made (each one of the budget: `refine`)
+        self.rows_asked = 0  # rows asked for (the budget again: as in-process decodes, `expand`, batches)
         self.fallback: str | None = None
 
     def norm(self, row: np.ndarray) -> float:
@@ -796,7 +797,7 @@ class BoundedRows:
 
     def row(self, path: tuple[int, ...]) -> np.ndarray:
         node = self._remote.node(self._prompt + path)
-        if node is None and not self._pessimistic and self.decodes < self._budget:
+        if node is None and not self._pessimistic and self.decodes < self._budget and self.rows_asked < self._budget:
             self.expand(path)
             node = self._remote.node(self._prompt + path)
         if node is None:  # past the budget: nothing is known here
@@ -807,6 +808,7 @@ class BoundedRows:
         """Learn the node after `path`: its last token forced at its parent (so its value becomes
         exact too), then the remaining bytes under the grammar."""
         self.decodes += 1
+        self.rows_asked += 1
         remaining = self._remaining(path)
         # The prompt's own request goes on into the generation; a branch below it only needs its
         # token's value and the best consistent token after it (BRANCH_PREDICT). Reading it further

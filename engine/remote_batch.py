@@ -136,7 +136,8 @@ def single(remote, rows, front: Frontier) -> set[Path]:
     if front.rows:
         path = front.rows[0][0]
         rows.expand(path)
-        rows.decodes -= 1  # counted by the caller, as a batch's rows are
+        rows.decodes -= 1  # counted by the caller, as a batch is
+        rows.rows_asked -= 1
         return {path}
     path, left = front.values[0]
     banned = banned_tokens(remote, rows._prompt, front, left)
@@ -189,10 +190,12 @@ def prove(rows) -> None:
     """Before the covering search runs on `rows` (engine.remote.BoundedRows): ask for its frontier
     in one request, again while it is not empty, within BATCH_ROUNDS and the search's budget.
 
-    The budget is the in-process engine's: each row asked is one of `maxCoverDecodes` (a model
+    The rows asked are the in-process engine's budget: each is one of `maxCoverDecodes` (a model
     step, as a decode is; the ancestors put in for the decoding order were decoded before and do
     not count), so the server does the work the in-process search would, in one or a few round
-    trips. When it runs out with the proof open, the search does what the in-process one does
+    trips; requests are counted against the same budget (`refine`, which makes a token of the
+    chosen covering exact, still has what is left of it). When the rows run out with the proof
+    open, the search does what the in-process one does
     then: it follows the most promising open branch down greedily (`_descend`), with every token
     of that path made exact, in one streamed request; the first
     row of that descent comes with the last batch, and when it (with every other branch) falls
@@ -217,9 +220,11 @@ def prove(rows) -> None:
         return remote.bounded_row(remote.node(prompt + path), remaining, False)
 
     for _ in range(BATCH_ROUNDS + 1):
+        if rows.decodes >= rows._budget:
+            return
         known = CoveringSearch(remote._vocab, BoundedRows(remote, prompt, required, rows._cancel, 0, pessimistic=True), 1 << 30).run(required)
         floor = known.log_prob if known is not None else float("-inf")
-        left = rows._budget - rows.decodes
+        left = rows._budget - rows.rows_asked
         # One row past the budget: the first step of the descent below, asked with the rest (the
         # in-process descent decodes it too). With it, a descent that cannot win is not made.
         front = frontier(remote._vocab, exact_at, row_at, required, floor, max(1, left + 1), frozenset(asked))
@@ -240,7 +245,8 @@ def prove(rows) -> None:
         got = fetch(remote, prompt, front, rows._cancel, rows)
         if not got:
             return
-        rows.decodes += len(got)
+        rows.decodes += 1
+        rows.rows_asked += len(got)
         asked |= {path for path, _ in front.rows}
 
 
@@ -258,6 +264,7 @@ def _descend(rows, path: Path) -> None:
 
     remote = rows._remote
     left = rows._remaining(path)
+    rows.decodes += 1
     try:
         remote._query(rows._prompt + path[:-1], len(left) + GENERATION_SLACK, rows._cancel, forced=path[-1:], literal=left, listed=1)
         remote._settle_walk(drain=True)
