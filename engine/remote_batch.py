@@ -41,9 +41,10 @@ from engine.kv import Cancelled, common_prefix_length
 
 # Listed tokens per prompt: a branch's row is read for its bound (the last listed value) and the
 # values of the few tokens that continue its spelling. Measured on bench.tail's 220-token document
-# (Gemma 3 270M, `max_help_p` after 17 spaces): 40, 20 and 10 took the same two round trips per
-# keystroke and chose the same coverings; a keystroke's answer was 79, 62 and 53 kB.
-BATCH_N_PROBS = 20
+# (Gemma 3 270M, `max_h`, `max_help_p`, `max_help_po` after 17 spaces): 40, 20 and 10 took the same
+# round trips and chose the same coverings; the three keystrokes' answers were 61/79/76 kB with 40
+# (before the descent listed one), 51/69/64 with 20 and 50/54/52 with 10.
+BATCH_N_PROBS = 10
 
 
 def asks(prompt: tuple[int, ...], held: tuple[int, ...], wanted: list[Path]) -> list[Path]:
