@@ -133,3 +133,33 @@ def test_a_prefetch_of_a_prompt_the_slot_holds_sends_nothing(fake):
     rows.prefill(PROMPT)  # typing inside a word leaves the prompt as it was
     rows.end()
     assert rows.client.traffic.round_trips == before
+
+
+def test_the_frontier_is_every_unknown_row_and_loose_value_above_the_floor():
+    """Best first over known rows down to the floor (the best covering known exactly): unknown
+    rows above it are asked, a finishing token known only by a bound marks its node, and a
+    strict-prefix token's bound alone does not (the row after it is asked instead)."""
+    from engine.frontier import frontier
+
+    known = {  # path -> (exact values, bounded row: log-probabilities for "  ab")
+        (): ({S2: math.log(0.4)}, {S2: 0.4, S1: 0.35, S1X: 0.35}),
+        (S2,): ({AB: math.log(0.5)}, {AB: 0.5, A: 0.3}),
+    }
+
+    def exact_at(path):
+        return known[path][0] if path in known else None
+
+    def row_at(path, remaining):
+        row = np.full(VOCAB.size, -np.inf)
+        for token, p in known[path][1].items():
+            row[token] = math.log(p)
+        return row
+
+    floor = math.log(0.4 * 0.5)  # "  " "ab", both exact
+    front = frontier(VOCAB, exact_at, row_at, b"  ab", floor, 8)
+    assert [path for path, _ in front.rows] == [(S1,), (S1X,)]  # 0.35 each; "  " "a" (0.12) is below
+    assert [left for _, left in front.rows] == [b" ab", b" ab"]
+    assert front.values == ()  # the only finishing token above the floor ("ab") is exact
+    assert front.best == ((S2, AB), pytest.approx(floor))
+    assert frontier(VOCAB, exact_at, row_at, b"  ab", floor, 1).rows == (((S1,), b" ab"),)  # the limit
+    assert not frontier(VOCAB, exact_at, row_at, b"  ab", math.log(0.36), 8)  # nothing beats it
