@@ -105,6 +105,8 @@ class FaultProxy:
             prompt = json.loads(body or b"{}").get("prompt")
         except (ValueError, AttributeError):
             return False, None
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], list):
+            prompt = prompt[0]  # several prompts in one request (engine.remote_batch): the document's
         if not isinstance(prompt, list) or not prompt:
             return False, None
         for seen in self._warm:

@@ -83,7 +83,8 @@ def summarize(rows: list[dict[str, Any]], who: str, kind: str = "warm") -> dict[
 
 
 def run(threads: int, delay_ms: int, say, max_tokens: int = 16, quick: bool = False, n_probs: tuple[int, ...] = (),
-        model_name: str | None = None, server_model: str | None = None, proxy: bool = True) -> dict[str, Any]:
+        model_name: str | None = None, server_model: str | None = None, proxy: bool = True,
+        timeout_ms: int = 30000) -> dict[str, Any]:
     from engine.llama_backend import LlamaModel
     from engine.model_files import resolve_model
 
@@ -94,7 +95,7 @@ def run(threads: int, delay_ms: int, say, max_tokens: int = 16, quick: bool = Fa
     finally:
         model.close()
     server = start_llama_server(slots=4, threads=threads, model=server_model or model_name)
-    settings = {"maxTokens": max_tokens, "threads": threads, "modelServerTimeoutMs": 30000}
+    settings = {"maxTokens": max_tokens, "threads": threads, "modelServerTimeoutMs": timeout_ms}
     if model_name:
         settings["model"] = model_name
     results: dict[str, Any] = {"llama_server": server.command()[1:], "threads": threads, "delay_ms": delay_ms,
@@ -131,7 +132,31 @@ def run(threads: int, delay_ms: int, say, max_tokens: int = 16, quick: bool = Fa
     results["remote_over_local_p95"] = ratio(warm["remote"]["p95_ms"], warm["local"]["p95_ms"])
     connections = [r["doc_connections"] for r in rows if r["who"] == "proxied" and r["key"] == 0]
     results["proxied_connections_per_doc"] = connections
+    results["proxy_added"] = proxy_added(rows, results["delay_ms"]) if proxy else None
     return results
+
+
+def proxy_added(rows: list[dict[str, Any]], delay_ms: int) -> dict[str, Any]:
+    """What the proxy adds to a warm keystroke: proxied ms minus direct (remote) ms, keystroke by
+    keystroke, split by how many requests the keystroke made behind the proxy. A keystroke with no
+    request should add nothing; one with N requests about N x `delay_ms`: the rest is the server's
+    own compute, which the direct run saw too (so a target of one round trip + 100 ms is a target
+    on the share of keystrokes that need a request, and on how many they need)."""
+    direct = {(r["doc"], r["key"]): r for r in rows if r["who"] == "remote"}
+    pairs = [(r, direct[(r["doc"], r["key"])]) for r in rows if r["who"] == "proxied" and r["kind"] == "warm" and (r["doc"], r["key"]) in direct]
+    by_trips: dict[int, list[float]] = {}
+    for proxied, plain in pairs:
+        by_trips.setdefault(proxied.get("round_trips") or 0, []).append(proxied["ms"] - plain["ms"])
+    return {
+        "keystrokes": len(pairs),
+        "no_request_share": (len(by_trips.get(0, [])) / len(pairs)) if pairs else None,
+        "by_round_trips": {
+            str(n): {"keystrokes": len(v), "added_median_ms": median(v), "added_max_ms": max(v), "per_round_trip_ms": median([x / n for x in v]) if n else None}
+            for n, v in sorted(by_trips.items())
+        },
+        "direct_ms_of_requesting": sorted(plain["ms"] for proxied, plain in pairs if proxied.get("round_trips")),
+        "delay_ms": delay_ms,
+    }
 
 
 def _of(rows: list[dict[str, Any]], who: str) -> list[dict[str, Any]]:
@@ -146,6 +171,17 @@ def table(results: dict[str, Any]) -> Table:
     return (f"tail: warm keystrokes inside a word, in-process (local) vs remote vs remote behind a proxy holding each answer {results['delay_ms']} ms",
             ["keystroke", "who", "n", "median ms", "p95 ms", "max ms", "round trips mean / p95 (max)", "bytes per key (mean)",
              "no request", "shown"], body)  # fmt: skip
+
+
+def added_table(results: dict[str, Any]) -> Table:
+    """bench.tail's proxy rows: what the proxy added per warm keystroke, by requests made."""
+    added = results.get("proxy_added") or {}
+    body = [[n, num(v["keystrokes"]), num(v["added_median_ms"]), num(v["added_max_ms"]), num(v["per_round_trip_ms"])]
+            for n, v in (added.get("by_round_trips") or {}).items()]  # fmt: skip
+    share = pct_or(added.get("no_request_share"))
+    return (f"tail: what the {results['delay_ms']} ms proxy added to a warm keystroke (proxied minus direct, same keystroke); "
+            f"{share} of warm keystrokes made no request",
+            ["requests behind the proxy", "keystrokes", "added median ms", "added max ms", "added per request ms"], body)  # fmt: skip
 
 
 def pct_or(value: float | None) -> str:
@@ -179,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default=None, help="both language servers' `model` (default: the benchmark's)")
     parser.add_argument("--server-model", default=None, help="what llama-server runs (default: --model)")
     parser.add_argument("--no-proxy", action="store_true", help="leave out the client behind the delaying proxy")
+    parser.add_argument("--timeout-ms", type=int, default=30000, help="the language servers' modelServerTimeoutMs")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     watch = CpuWatch.start()
@@ -188,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     results = run(args.threads, args.delay_ms, lambda m: print(f"[tail] {m}", flush=True), quick=args.quick,
                   n_probs=tuple(int(n) for n in args.n_probs.split(",") if n), model_name=args.model,
-                  server_model=args.server_model, proxy=not args.no_proxy)
+                  server_model=args.server_model, proxy=not args.no_proxy, timeout_ms=args.timeout_ms)
     after = os.times()
     results["command"] = "python -m bench.tail " + " ".join(argv if argv is not None else __import__("sys").argv[1:])
     results["seconds"] = time.perf_counter() - started
@@ -198,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     results["targets"] = [{"target": n, "measured": v, "ok": ok} for n, v, ok in checks]
     args.out.write_text(json.dumps(results, indent=1) + "\n")
     print(render(table(results)))
+    if results.get("proxy_added"):
+        print(render(added_table(results)))
     print(render(targets_table(checks)))
     return 0
 

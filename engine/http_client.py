@@ -671,6 +671,8 @@ class EventStream:
             event = json.loads(b"".join(data))
         except ValueError:
             raise self._client.protocol("an event that is not JSON") from None
+        if event is None:
+            return None  # llama-server sends `data: null` between the prompts of one request
         if not isinstance(event, dict):
             raise self._client.protocol("an event that is not a JSON object")
         if "error" in event:

@@ -16,10 +16,13 @@ exact values for some tokens and upper bounds for the rest:
 The exact covering search (engine.covering, unchanged) runs on rows where each unknown value is
 its upper bound. Its answer is proven optimal when every token of the chosen path has an exact
 value: every other covering's bound is at most what it could really be, and the search found the
-best under those bounds. Otherwise one more request makes the first inexact token exact (or
-expands the node the search asked for), and the search runs again, within `maxCoverDecodes`.
-When the budget runs out, the best covering whose tokens are all exact is taken (stats say
-"unproven"), and with none known the server's own per-step-masked path ("mask").
+best under those bounds. Before it runs, everything it may still need (engine.frontier: the rows
+of every spelling whose bound beats the best covering known exactly) is asked for in one request
+of many prompts (engine.remote_batch), each row one of `maxCoverDecodes`, as a decode is
+in-process; what is left (a token on the chosen path known only by a bound, a node the batch did
+not reach) takes one more request each, and the search runs again. When the budget runs out,
+the best covering whose tokens are all exact is taken (stats say "unproven"), and with none
+known the server's own per-step-masked path ("mask").
 
 One request usually does it all: the first request of a keystroke is a stream with the grammar of
 the required prefix; its first token is typically a covering token (then proven at once), and the
@@ -71,8 +74,10 @@ STALE_NATS = 1e-6  # a chosen path's value above its exact one by more than this
 DRAIN_S = 0.002  # what an ended call still reads of its stream (the final event is usually there)
 # A stream with at most this many tokens left when its call ends is left to finish rather than
 # closed, so its connection stays alive for the next keystroke (and its rows are read then); the
-# next call reads it to its end for at most LEFTOVER_S, then closes it.
-LEFTOVER_TOKENS, LEFTOVER_S = GENERATION_SLACK + 2, 0.5
+# next call reads it to its end within its own budget (the server finishes those tokens before
+# it takes another request for the slot anyway), then closes it. Reading for at most 0.5 s, as
+# before, closed it on a loaded machine, and the next request opened a new connection.
+LEFTOVER_TOKENS = GENERATION_SLACK + 2
 SLOT_SHARE = 0.5  # a prompt goes to a slot we used when it shares at least this part of it
 # A prefetch's budget (and so a slow prompt's, once its keystroke gave up on it): at least this,
 # or this many keystroke budgets.
@@ -92,12 +97,12 @@ _SERIALS = itertools.count()
 @dataclass
 class _Node:
     """What is known of one distribution: exact log-probabilities of some tokens, a bound for the
-    rest, and caps: (covering_only, R, v) = every token consistent with R (only those starting
-    with R when covering_only) is at most v."""
+    rest, and caps: (covering_only, R, v, banned) = every token consistent with R (only those
+    starting with R when covering_only), except the `banned` ones, is at most v."""
 
     exact: dict[int, float] = field(default_factory=dict)
     nth: float = 0.0
-    caps: list[tuple[bool, bytes, float]] = field(default_factory=list)
+    caps: list[tuple[bool, bytes, float, frozenset[int]]] = field(default_factory=list)
     serial: int = field(default_factory=lambda: next(_SERIALS))  # names it in row caches
 
 
@@ -115,6 +120,7 @@ class _Walk:
     first: bool = True
     n_predict: int = 0  # tokens the request may generate
     leftover: bool = False  # kept open past the engine call that opened it (see `end`)
+    excluded: frozenset[int] = frozenset()  # banned at the first free step: its cap leaves them out
 
     @property
     def left(self) -> int:
@@ -301,19 +307,18 @@ class RemoteRows:
                     self.logits_after(tokens, cancel)
             return
         with self._lock:
-            rows = BoundedRows(self, tokens, required, cancel, budget=1)
-            from engine.covering import CoveringSearch  # the shared search (import kept local: cheap)
-
-            try:
-                covering = CoveringSearch(self._vocab, _Offline(rows), 1 << 30).run(required)
-            except _Unknown as unknown:
-                rows.expand(unknown.path)
-                return
-            if covering is not None:
-                rows.refine(covering)
+            if self.node(tuple(tokens)) is None:  # the prompt's own row: its stream goes on into the suggestion
+                BoundedRows(self, tokens, required, cancel, budget=1).expand(())
 
     def covering_rows(self, prompt: tuple[int, ...], required: bytes, cancel: threading.Event | None, budget: int) -> BoundedRows:
-        return BoundedRows(self, prompt, required, cancel, budget)
+        """The search's rows, with what proving its choice needs asked for first, all of it in one
+        request where it can be (engine.remote_batch)."""
+        from engine.remote_batch import prove
+
+        rows = BoundedRows(self, prompt, required, cancel, budget)
+        with self._lock:
+            prove(rows)
+        return rows
 
     def prefill(self, tokens: tuple[int, ...], cancel: threading.Event | None = None) -> None:
         """Prefetch: the server decodes the prompt into its slot (`n_predict: 0`) and nothing else.
@@ -332,6 +337,11 @@ class RemoteRows:
                 else:
                     self._drop_fill()  # another document needs the server
             slot, warm = self._slot_for(key)
+            if slot >= 0 and warm and self._cached_in(slot, warm, key) >= len(key) - 1:
+                # The slot holds it (typing inside a word leaves the prompt as it was): nothing to
+                # decode, as in-process. Asked anyway, the request was one round trip per keystroke
+                # that the keystroke's own request, cancelling it, then waited for.
+                return
             # All but the last token: the request that follows then decodes that one alone.
             start = key[:-1] if len(key) > 1 and self._cached_in(slot, warm, key) < len(key) - 1 else key
             body = self._body(start, 0, slot, warm)
@@ -402,7 +412,10 @@ class RemoteRows:
             self._nodes.move_to_end(key)
         return node
 
-    def _record(self, key: tuple[int, ...], token: int, logprob: float, top: list[tuple[int, float]], cap: tuple[bool, bytes] | None) -> None:
+    def _record(
+        self, key: tuple[int, ...], token: int, logprob: float, top: list[tuple[int, float]],
+        cap: tuple[bool, bytes] | tuple[bool, bytes, frozenset[int]] | None,
+    ) -> None:
         node = self._nodes.get(key)
         if node is None:
             node = self._nodes[key] = _Node(nth=min((lp for _, lp in top), default=logprob))
@@ -417,7 +430,7 @@ class RemoteRows:
             node.exact.setdefault(tok, lp)
         node.exact.setdefault(token, logprob)
         if cap is not None:
-            node.caps.append((cap[0], cap[1], logprob))
+            node.caps.append((cap[0], cap[1], logprob, cap[2] if len(cap) > 2 else frozenset()))
 
     def _dense_row(self, node: _Node) -> np.ndarray:
         size = self._vocab.size
@@ -453,13 +466,21 @@ class RemoteRows:
         row = np.full(self._vocab.size, -np.inf)
         vocab = self._vocab
         if not pessimistic:
-            consistent = min((v for cov, r, v in node.caps if not cov and remaining.startswith(r)), default=0.0)
-            covering = min((v for cov, r, v in node.caps if cov and remaining.startswith(r)), default=0.0)
+            caps = [cap for cap in node.caps if remaining.startswith(cap[1])]
+            consistent = min((v for cov, _, v, banned in caps if not cov and not banned), default=0.0)
+            covering = min((v for cov, _, v, banned in caps if cov and not banned), default=0.0)
             bound = min(node.nth, consistent)
-            row[vocab.starting_with(remaining)] = np.nextafter(min(bound, covering), -np.inf)
+            ids = vocab.starting_with(remaining)
+            row[ids] = np.nextafter(min(bound, covering), -np.inf)
+            for _, _, v, banned in (cap for cap in caps if cap[3]):  # a cap that leaves some tokens out
+                kept = ids[~np.isin(ids, np.fromiter(banned, dtype=np.int64, count=len(banned)))]
+                row[kept] = np.minimum(row[kept], np.nextafter(v, -np.inf))
             for tok, _length in vocab.strict_prefixes_of(remaining):
                 piece = vocab.pieces[tok]
-                cap = min((v for cov, r, v in node.caps if cov and remaining.startswith(r) and piece.startswith(r)), default=0.0)
+                cap = min(
+                    (v for cov, r, v, banned in caps if (not cov or piece.startswith(r)) and tok not in banned and (cov or banned)),
+                    default=0.0,
+                )
                 row[tok] = np.nextafter(min(bound, cap), -np.inf)
         for tok, lp in node.exact.items():
             row[tok] = lp
@@ -571,11 +592,15 @@ class RemoteRows:
         literal: bytes | None = None,
         ban: Seq[int] = (),
         until_free: bool = True,
+        exclude: frozenset[int] = frozenset(),
+        listed: int | None = None,
     ) -> None:
         """One streamed request from `context`: the grammar forces `forced`, then `literal`,
-        then anything; `ban` are banned by logit_bias (their values are still reported). Reads
-        until the forced part is through (or, with until_free False, one event); the stream then
-        stays open for generation to read on."""
+        then anything; `ban` are banned by logit_bias (their values are still reported), so the
+        first free token is the best *covering* token; `exclude` are banned too, and the first
+        free token bounds every consistent token but them. Reads until the forced part is through
+        (or, with until_free False, one event); the stream then stays open for generation to read on.
+        `listed`: tokens listed per event, if not `n_probs`."""
         self._settle_walk()
         # What the server decodes as its prompt, and how: the request's prompt (in the same
         # chunks as in-process, its last token alone: engine.llama_backend), then every token past
@@ -583,7 +608,14 @@ class RemoteRows:
         start = context
         prompt = self._prompt
         if prompt and len(context) > len(prompt) and context[: len(prompt)] == prompt:
-            start, forced = prompt, context[len(prompt) :] + tuple(forced)
+            # Past the prompt, what the slot already holds (a branch asked before, the path of a
+            # stream) is its prompt too: each of those tokens was decoded alone, and only the last
+            # is decoded again (alone); the rest are forced one by one. Forced from the prompt on,
+            # a suggestion's request restated the covering's rows: 3 kB an event for rows known.
+            slot, warm = self._slot_for(prompt)
+            held = self._cached_in(slot, warm, context) if slot >= 0 and warm else 0
+            keep = max(len(prompt), min(held, len(context)))
+            start, forced = context[:keep], context[keep:] + tuple(forced)
         slot, warm = self._slot_for(start)
         if (slot, warm) == (-1, False) or self._fill is not None or len(start) - self._cached_in(slot, warm, start) > PREFILL_TAIL:
             # A new document: a stream's token events do not name their slot (only its last
@@ -608,14 +640,19 @@ class RemoteRows:
             terms.append(written)
         if terms:
             body["grammar"] = "root ::= " + " ".join(terms) + " .*"
-        if ban:
-            body["logit_bias"] = [[int(t), False] for t in ban]
+        if ban or exclude:
+            body["logit_bias"] = [[int(t), False] for t in sorted(set(ban) | exclude)]
+        if listed is not None:
+            body["n_probs"] = max(1, listed)
         try:
             stream = self.client.stream("/completion", body, self._deadline, cancel.is_set if cancel else None)
         except StreamCancelled:
             raise Cancelled() from None
         self._held = start
-        self._walk = _Walk(stream, start, list(forced), literal if literal else None, bool(ban), slot=body["id_slot"], n_predict=body["n_predict"])
+        self._walk = _Walk(
+            stream, start, list(forced), literal if literal else None, bool(ban), slot=body["id_slot"],
+            n_predict=body["n_predict"], excluded=frozenset(exclude),
+        )
         if not until_free:
             return
         while self._walk is not None and (self._walk.forced or self._walk.literal):
@@ -671,8 +708,8 @@ class RemoteRows:
                 raise self.client.protocol("a grammar-forced token was not the one sampled")
             walk.forced.pop(0)
         elif walk.literal:
-            cap = (walk.cover_cap, walk.literal)
-            walk.cover_cap = False
+            cap = (walk.cover_cap, walk.literal, walk.excluded)
+            walk.cover_cap, walk.excluded = False, frozenset()
             piece = self._vocab.pieces[token]
             if walk.literal.startswith(piece) and piece:
                 walk.literal = walk.literal[len(piece) :]
@@ -687,7 +724,9 @@ class RemoteRows:
         self._held = walk.context
         self._note_content(walk.slot, walk.context)
         if self._vocab.eog[token]:
-            self._close_walk()
+            # Nothing follows but the final event: read later (`_settle_walk`, `end`), not closed,
+            # so the connection serves the next request.
+            walk.n_predict = walk.seen
 
     def _parse_probs(self, probs) -> tuple[int, float, list[tuple[int, float]]]:
         try:
@@ -702,16 +741,20 @@ class RemoteRows:
             raise self.client.protocol("a token id or log-probability out of range")
         return token, min(0.0, logprob), [(t, min(0.0, lp)) for t, lp in top]
 
-    def _settle_walk(self) -> None:
-        """Before a new request: a stream left over from an earlier call is read to its end (its
-        rows are kept, its connection goes back to the pool), within LEFTOVER_S; any other open
-        stream is closed, which stops the server decoding it."""
+    def _settle_walk(self, drain: bool = False) -> None:
+        """Before a new request: a stream left over from an earlier call, or one with at most
+        LEFTOVER_TOKENS to go, is read to its end (its rows are kept, its connection goes back to
+        the pool); so is any stream when `drain` (its rows are most often the suggestion's own),
+        within the call's budget. Any other open stream is closed, which stops the server
+        decoding it, and costs a new connection for the next request."""
         walk = self._walk
-        if walk is not None and walk.leftover:
-            saved, self._deadline = self._deadline, time.monotonic() + LEFTOVER_S
+        if walk is not None and (walk.leftover or drain or walk.left <= LEFTOVER_TOKENS):
+            saved = self._deadline
+            if self._deadline is None:
+                self._deadline = time.monotonic() + self.client.timeout_s
             try:
                 while self._walk is not None:
-                    self._read(None, quiet=True)
+                    self._read(self._cancel, quiet=True)
             except (Cancelled, ModelServerError):
                 pass
             finally:
@@ -722,11 +765,6 @@ class RemoteRows:
         if self._walk is not None:
             self._walk.stream.close()
             self._walk = None
-
-
-class _Unknown(Exception):
-    def __init__(self, path: tuple[int, ...]) -> None:
-        self.path = path
 
 
 class _Inexpressible(Exception):
@@ -741,7 +779,8 @@ class BoundedRows:
         self._remote, self._prompt, self._required = remote, tuple(prompt), required
         self._cancel, self._budget, self._pessimistic = cancel, budget, pessimistic
         self._vocab = remote._vocab
-        self.decodes = 0
+        self.decodes = 0  # requests made (each one of the budget: `refine`)
+        self.rows_asked = 0  # rows asked for (the budget again: as in-process decodes, `expand`, batches)
         self.fallback: str | None = None
 
     def norm(self, row: np.ndarray) -> float:
@@ -758,7 +797,7 @@ class BoundedRows:
 
     def row(self, path: tuple[int, ...]) -> np.ndarray:
         node = self._remote.node(self._prompt + path)
-        if node is None and not self._pessimistic and self.decodes < self._budget:
+        if node is None and not self._pessimistic and self.decodes < self._budget and self.rows_asked < self._budget:
             self.expand(path)
             node = self._remote.node(self._prompt + path)
         if node is None:  # past the budget: nothing is known here
@@ -769,6 +808,7 @@ class BoundedRows:
         """Learn the node after `path`: its last token forced at its parent (so its value becomes
         exact too), then the remaining bytes under the grammar."""
         self.decodes += 1
+        self.rows_asked += 1
         remaining = self._remaining(path)
         # The prompt's own request goes on into the generation; a branch below it only needs its
         # token's value and the best consistent token after it (BRANCH_PREDICT). Reading it further
@@ -855,19 +895,3 @@ class BoundedRows:
             return known
         self._remote.fallbacks.append("mask")
         return None
-
-
-class _Offline:
-    """BoundedRows that raise _Unknown instead of asking the server (the first step's dry run)."""
-
-    def __init__(self, rows: BoundedRows) -> None:
-        self._rows = rows
-        self.decodes = 0
-
-    def norm(self, row: np.ndarray) -> float:
-        return 0.0
-
-    def row(self, path: tuple[int, ...]) -> np.ndarray:
-        if not self._rows.known(path):
-            raise _Unknown(path)
-        return self._rows.row(path)

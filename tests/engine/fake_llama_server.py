@@ -2,7 +2,8 @@
 remote backend's search logic (no model). It follows the semantics engine.remote relies on, as
 read in llama-server's source: greedy under the grammar (`<[id]>` terms, one string literal,
 then `.*`) and logit_bias bans, each event listing the sampled token's log-probability and the top
-`n_probs` of the raw distribution. The real server is tested in test_remote.py."""
+`n_probs` of the raw distribution. Several prompts in one request are answered one after another. The real server is tested in
+test_remote.py."""
 
 from __future__ import annotations
 
@@ -122,6 +123,17 @@ class FakeLlamaServer(LoopbackHttpServer):
         conn.sendall(b"HTTP/1.1 %s\r\nContent-Type: application/json\r\n%sContent-Length: %d\r\n\r\n%s" % (status, extra, len(body), body))
 
     def _complete(self, request: dict):
+        """The events of one request; several prompts (a list of token lists) run one after
+        another, as llama-server runs them on one slot, each event naming its prompt (`index`)."""
+        prompts = request["prompt"]
+        if not (prompts and isinstance(prompts[0], list)):
+            yield from self._single(request)
+            return
+        for index, prompt in enumerate(prompts):
+            for event in self._single({**request, "prompt": prompt}):
+                yield {**event, "index": index}
+
+    def _single(self, request: dict):
         grammar = request.get("grammar", "")
         forced = [int(t) for t in re.findall(r"<\[(\d+)\]>", grammar)]
         literal_match = re.search(r'"((?:[^"\\]|\\.)*)"', grammar)

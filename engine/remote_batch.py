@@ -1,0 +1,273 @@
+"""Everything a covering proof still needs, in one request to llama-server.
+
+llama-server takes a list of prompts in one `/completion` (one task each, every one with the same
+parameters) and runs them one after another on the slot the request names, each reusing what the
+one before left in its KV cache. So the frontier of the covering search (engine.frontier: the
+unknown rows and the nodes whose consistent tokens are known only by a bound) goes out as one
+request of many prompts, each generating one token:
+
+- every prompt is the document's prompt plus a token path; sorted, with the path's missing
+  ancestors put in before it, so the server decodes exactly one new token per prompt, as the
+  in-process engine decodes every token past the prompt (a path of four tokens decoded as one
+  batch moved a row by up to 0.38 nats on Gemma 3 270M);
+- one grammar serves every prompt of a request, so it is the remaining bytes of one group of
+  prompts that share them (the most promising one's): under it the greedy token at such a node is
+  the best token consistent with those bytes, a bound for all of them (a "cap"). The other prompts
+  bring their rows only (the top `n_probs` exactly, the rest below the last listed). A union of
+  every prompt's bytes was tried and gave loose caps: after 13 of 17 spaces, "max" (which finishes
+  the word's own node) beat the "    " the node's own bytes allow, -7.2 against -11.8;
+- at a known node asked for the values of its consistent tokens (a "value node": a token that
+  would finish the covering is known only by a bound), the consistent tokens it already lists are
+  banned (logit_bias), so there the greedy token is the best of those it does not list;
+- a frontier of one entry goes as one streamed request instead, the old way (`single`), which
+  goes on into the suggestion when that entry is the answer;
+- before any of that, the most probable covering by its bounds, when a token of it is known only
+  by a bound, is made exact with one streamed request (engine.remote `refine`): it most often is
+  the answer, so that stream is the suggestion too, and its exact value leaves less to ask.
+
+Each answer is recorded as a streamed token is (engine.remote `_record`), with that cap. A token
+the server holds back (one ending inside a UTF-8 character) gives no event: its path stays unknown
+and is not asked again in the same call.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from engine.frontier import Frontier, Path
+from engine.http_client import StreamCancelled
+from engine.kv import Cancelled, common_prefix_length
+
+# Listed tokens per prompt: a branch's row is read for its bound (the last listed value) and the
+# values of the few tokens that continue its spelling. Measured on bench.tail's 220-token document
+# (Gemma 3 270M, `max_h`, `max_help_p`, `max_help_po` after 17 spaces): 40, 20 and 10 took the same
+# round trips and chose the same coverings; the three keystrokes' answers were 61/79/76 kB with 40
+# (before the descent listed one), 51/69/64 with 20 and 50/54/52 with 10.
+BATCH_N_PROBS = 10
+
+
+def asks(prompt: tuple[int, ...], held: tuple[int, ...], wanted: list[Path]) -> list[Path]:
+    """`wanted` in the order the server should decode them, each preceded by whatever ancestors
+    the slot will not hold, so every prompt adds exactly one token to the one before it (the
+    slot holds `held` first; a prompt it holds whole has its last token decoded again)."""
+    order: list[Path] = []
+    previous = held
+    for path in sorted(set(wanted)):
+        full = prompt + path
+        common = common_prefix_length(previous, full)
+        order.extend(full[len(prompt) : k] for k in range(max(common + 1, len(prompt)), len(full)))
+        order.append(path)
+        previous = full
+    return order
+
+
+def banned_tokens(remote, prompt: tuple[int, ...], front: Frontier, spoken: bytes) -> frozenset[int]:
+    """Tokens consistent with `spoken` that every node asked with those bytes already lists:
+    banned, the greedy token there is the best of those it does not list. Only value nodes list
+    anything; with an unknown row among them nothing is banned."""
+    vocab = remote._vocab
+    nodes = [remote.node(prompt + path) for path, r in front.rows + front.values if r == spoken]
+    if not nodes or any(node is None for node in nodes):
+        return frozenset()
+    consistent = (int(t) for t in vocab.candidates(spoken).all_ids())
+    return frozenset(t for t in consistent if all(t in node.exact for node in nodes))
+
+
+def fetch(remote, prompt: tuple[int, ...], front: Frontier, cancel: threading.Event | None, rows) -> set[Path]:
+    """Ask for all of `front` in one request; returns the paths asked. Nothing is asked (empty set)
+    when the document has no slot of its own yet. A frontier of one goes as one streamed request
+    that goes on into the suggestion when its path is the one chosen (`single`)."""
+    from engine.remote import gbnf_literal
+
+    prompt = tuple(prompt)
+    if len(front.rows) + len(front.values) == 1:
+        return single(remote, rows, front)
+    remote._settle_walk(drain=True)
+    slot, warm = remote._slot_for(prompt)
+    if slot < 0 or remote._fill is not None or remote._cached_in(slot, warm, prompt) < len(prompt) - 1:
+        remote.prefill(prompt, cancel)
+        slot, warm = remote._slot_for(prompt)
+    if slot < 0 or not warm:
+        return set()
+    remaining = dict(front.rows) | dict(front.values)
+    order = asks(prompt, remote._slots.get(slot, ()), list(remaining))
+    spoken = _grammar_group(front)
+    literal = gbnf_literal(spoken) if spoken is not None else None
+    banned = banned_tokens(remote, prompt, front, spoken) if literal is not None else frozenset()
+    body = {
+        "prompt": [list(prompt + path) for path in order],
+        "n_predict": 1,
+        "cache_prompt": True,
+        "id_slot": slot,
+        "temperature": 0.0,
+        "samplers": ["temperature"],
+        "n_probs": min(BATCH_N_PROBS, remote._n_probs),
+        "stream": True,
+        # Each prompt's final event, trimmed to which prompt it was and how many tokens the server
+        # decoded for it (a progress event per prompt would cost about 250 bytes more each).
+        "response_fields": ["index", "stop", "timings/prompt_n"],
+    }
+    if literal is not None:
+        body["grammar"] = f"root ::= {literal} .*"
+    if banned:
+        body["logit_bias"] = [[t, False] for t in sorted(banned)]
+    # What the slot holds is known prompt by prompt as their answers come (a request cut short
+    # leaves it at the last one answered, or one later): later requests put what it holds past the
+    # prompt in their own prompt, so an overestimate would have the server decode several tokens
+    # in one batch.
+    remote._slots[slot] = prompt
+    remote._live = slot
+    try:
+        stream = remote.client.stream("/completion", body, remote._deadline, cancel.is_set if cancel else None)
+    except StreamCancelled:
+        raise Cancelled() from None
+    _read(remote, stream, prompt, order, remaining, spoken if literal is not None else None, banned, cancel, slot)
+    remote._slots[slot] = prompt + order[-1]
+    return set(remaining)
+
+
+def single(remote, rows, front: Frontier) -> set[Path]:
+    """One entry: an unknown row is expanded as a branch (engine.remote `BoundedRows.expand`: its
+    last token forced, so its value is exact too); a value node is asked with its own bytes as the
+    grammar and what it lists banned, and the stream goes on (with the generation budget) when that
+    node's best token finishes the covering."""
+    from engine.remote import GENERATION_SLACK, _Inexpressible
+
+    if front.rows:
+        path = front.rows[0][0]
+        rows.expand(path)
+        rows.decodes -= 1  # counted by the caller, as a batch is
+        rows.rows_asked -= 1
+        return {path}
+    path, left = front.values[0]
+    banned = banned_tokens(remote, rows._prompt, front, left)
+    try:
+        remote._query(rows._prompt + path, len(left) + remote._predict + GENERATION_SLACK, rows._cancel, literal=left, exclude=banned)
+    except _Inexpressible:
+        return set()
+    return {path}
+
+
+def _grammar_group(front: Frontier) -> bytes | None:
+    """The remaining bytes the request's grammar speaks for: a value node's (it needs the cap),
+    else the most promising unknown row's."""
+    if front.values:
+        return front.values[0][1]
+    return front.rows[0][1] if front.rows else None
+
+
+def _read(remote, stream, prompt, order, remaining, spoken, banned, cancel, slot) -> None:
+    """Every task's token event: its row, and (for a path the grammar spoke for) its cap."""
+    stream.set_limits(remote._deadline if remote._deadline is not None else time.monotonic() + remote.client.timeout_s, cancel.is_set if cancel else None)
+    progressed: set[int] = set()
+    while True:
+        try:
+            event = stream.next_event()
+        except StreamCancelled:
+            raise Cancelled() from None
+        if event is None:
+            return
+        index = event.get("index", 0)
+        if not isinstance(index, int) or not 0 <= index < len(order):
+            stream.close()
+            raise remote.client.protocol("an answer for a prompt that was not asked")
+        if isinstance(event.get("timings/prompt_n"), int) and index not in progressed:
+            progressed.add(index)
+            remote.decoded += max(0, event["timings/prompt_n"])
+        probs = event.get("completion_probabilities")
+        if not probs or event.get("stop") is True:
+            continue
+        token, logprob, top = remote._parse_probs(probs)
+        path = order[index]
+        cap = (False, spoken, banned) if spoken is not None and remaining.get(path) == spoken else None
+        remote._record(prompt + path, token, logprob, top, cap)
+        remote._slots[slot] = prompt + path  # decoded before its answer was sent
+
+BATCH_ROUNDS = 3  # requests of many prompts per keystroke, at most
+
+
+def prove(rows) -> None:
+    """Before the covering search runs on `rows` (engine.remote.BoundedRows): ask for its frontier
+    in one request, again while it is not empty, within BATCH_ROUNDS and the search's budget.
+
+    The rows asked are the in-process engine's budget: each is one of `maxCoverDecodes` (a model
+    step, as a decode is; the ancestors put in for the decoding order were decoded before and do
+    not count), so the server does the work the in-process search would, in one or a few round
+    trips; requests are counted against the same budget (`refine`, which makes a token of the
+    chosen covering exact, still has what is left of it). When the rows run out with the proof
+    open, the search does what the in-process one does
+    then: it follows the most promising open branch down greedily (`_descend`), with every token
+    of that path made exact, in one streamed request; the first
+    row of that descent comes with the last batch, and when it (with every other branch) falls
+    below the best covering known exactly, the descent could not win and is not made. Counted by
+    request instead (16 rows each), the keystroke `max_help_p` took three batches of 21 to 26
+    prompts where the in-process search stops after 8 decodes; counted by row without the
+    descent, the seed "Once upon a ti" after an empty prompt spent its 8 on the first tokens
+    ("O", "On", "Onc", ...: a batch goes one level deeper per request) and took the masked
+    path's "tikz"."""
+    from engine.covering import Covering, CoveringSearch
+    from engine.frontier import frontier
+    from engine.remote import BoundedRows
+
+    remote, prompt, required = rows._remote, rows._prompt, rows._required
+    asked: set[Path] = set()
+
+    def exact_at(path: Path):
+        node = remote.node(prompt + path)
+        return None if node is None else node.exact
+
+    def row_at(path: Path, remaining: bytes):
+        return remote.bounded_row(remote.node(prompt + path), remaining, False)
+
+    for _ in range(BATCH_ROUNDS + 1):
+        if rows.decodes >= rows._budget:
+            return
+        known = CoveringSearch(remote._vocab, BoundedRows(remote, prompt, required, rows._cancel, 0, pessimistic=True), 1 << 30).run(required)
+        floor = known.log_prob if known is not None else float("-inf")
+        left = rows._budget - rows.rows_asked
+        # One row past the budget: the first step of the descent below, asked with the rest (the
+        # in-process descent decodes it too). With it, a descent that cannot win is not made.
+        front = frontier(remote._vocab, exact_at, row_at, required, floor, max(1, left + 1), frozenset(asked))
+        if not front and (front.best is None or front.best[1] <= floor or rows.exact(Covering(*front.best)) is None):
+            return  # proven on what is known
+        if left <= 0:
+            if front.rows:
+                _descend(rows, front.rows[0][0])
+            return
+        if front.best is not None and front.best[1] > floor and rows.exact(Covering(*front.best)) is not None:
+            # The most probable covering by its bounds has a token known only by a bound: ask for
+            # that first (one streamed request, engine.remote `refine`). It most often is the
+            # answer: its stream goes on into the suggestion, and its exact value raises the floor,
+            # which leaves less for the batch.
+            if not rows.refine(Covering(*front.best)):
+                return
+            continue
+        got = fetch(remote, prompt, front, rows._cancel, rows)
+        if not got:
+            return
+        rows.decodes += 1
+        rows.rows_asked += len(got)
+        asked |= {path for path, _ in front.rows}
+
+
+def _descend(rows, path: Path) -> None:
+    """The budget is spent with the proof open: as the in-process search then descends greedily
+    from its most promising open node, the server does, from `path`: every token of it forced (so
+    each one's value is exact), then the remaining bytes under the grammar, in one streamed
+    request, read to its end (the few tokens after the spelling: closed instead, the next request
+    would need a new connection). A grammar that ends with the bytes, so the model must stop
+    there, would not do: it refuses the last token that runs past them, which the in-process
+    search's descent may take. One token is listed per step: what the descent reads is the value
+    of each token it takes (always sent), and its path most often loses; with 40 listed, its
+    events were a third of the keystroke's 128 kB."""
+    from engine.remote import GENERATION_SLACK, _Inexpressible
+
+    remote = rows._remote
+    left = rows._remaining(path)
+    rows.decodes += 1
+    try:
+        remote._query(rows._prompt + path[:-1], len(left) + GENERATION_SLACK, rows._cancel, forced=path[-1:], literal=left, listed=1)
+        remote._settle_walk(drain=True)
+    except _Inexpressible:
+        rows.fallback = "inexpressible"
