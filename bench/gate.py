@@ -33,7 +33,7 @@ import json
 import math
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,12 +41,13 @@ import numpy as np
 
 from bench import report
 from bench.replay import Passage, _Tally, accepts, by_cursor, cursor_table, interleaved, next_word, passages
-from engine import Completion, DecodeStats, Signals, WordEnd
+from engine import Alternative, Completion, DecodeStats, Signals, WordEnd
 from engine.types import NO_RIVAL
+from lsp_server import block as blocks
 from lsp_server.gate import CALIBRATION, CALIBRATIONS, CURSOR_CLASSES, TYPED_FLOOR, Calibration, calibrations, cursor_class, gate_for
 from lsp_server.rejudge import along
 from lsp_server.split import is_word_char, split
-from lsp_server.suggestion import suggestion_for
+from lsp_server.suggestion import shaping_block, suggestion_for
 
 RESULTS = report.output_root() / "bench" / "results"
 RECORDS = RESULTS / "gate_records_{set}.json"  # one file per set (the default model's: Gemma 3 270M)
@@ -88,10 +89,13 @@ def record_server(editor, passage: Passage, uri: str, in_place: bool, say=None) 
             shown = items[0]["insertText"] if items else None
             stats = editor.client.call("cpcLsp/stats") or {}
             # a carried answer (no engine call) leaves the stats of the last engine call: `carried`
-            # says so (bench.gate.points judges those positions again)
-            out.append({"shown": shown, "signals": stats.get("signals"), "ms": round(reply.ms, 2),
-                        "decoded": stats.get("decodedTokens"), "cover": stats.get("coverDecodes"),
-                        "carried": stats.get("carried")})  # fmt: skip
+            # and `judgedAgain` say so (bench.gate.points judges those positions again); the other
+            # items are the engine's alternatives, whose signals the stats list
+            out.append({"shown": shown, "items": [item["insertText"] for item in items[1:]],
+                        "signals": stats.get("signals"), "alternatives": stats.get("alternatives"),
+                        "ms": round(reply.ms, 2), "decoded": stats.get("decodedTokens"),
+                        "cover": stats.get("coverDecodes"), "carried": stats.get("carried"),
+                        "judged": stats.get("judgedAgain")})  # fmt: skip
             cursor.insert(passage.text[pos])
             if say is not None and pos % 60 == 59:
                 say(f"  {pos + 1}/{len(passage.text)} positions, {sum(r['ms'] for r in out[-60:]) / 60:.0f} ms a request")
@@ -226,6 +230,7 @@ class Point:
     completion: Completion | None
     rest: str  # what the passage has left from here
     origin: int | None = None  # an alternative carried (no signals): the position of the engine call that made it
+    block: Any = None  # lsp_server.block.Block that shapes the suggestion (a block, or the next line), as the server's
 
 
 def signals_from(raw: dict[str, Any] | None) -> Signals | None:
@@ -237,47 +242,79 @@ def signals_from(raw: dict[str, Any] | None) -> Signals | None:
     return Signals(raw["wordLogProb"], margin, ends, raw.get("typedLogProb", 0.0), step_ends=steps)
 
 
-def points(passage: dict[str, Any], run: dict[str, Any]) -> list[Point]:
+def alternatives_of(rec: dict[str, Any], parts: Any) -> tuple[Alternative, ...]:
+    """The engine's alternatives at a recorded engine call: each further item's text with the
+    signals the stats listed for it (matched by length: an alternative ends at its first word's
+    end, `Signals.word_ends[0]`); an item with none is left out."""
+    raws = [signals_from(raw) for raw in rec.get("alternatives") or () if raw is not None]
+    out = []
+    for item in rec.get("items") or ():
+        if not item.startswith(parts.word):
+            continue
+        text = parts.required + item[len(parts.word) :]
+        signals = next((s for s in raws if s.word_ends and s.word_ends[0].chars == len(text)), None)
+        if signals is not None:
+            out.append(Alternative(text, signals))
+    return tuple(out)
+
+
+def shaping(parts: Any, document: str, at: int, completion: Completion, mode: str) -> Any:
+    """The block that shapes `completion` at `at` of `document`, as the server picks it
+    (lsp_server.block.at, next_line_at, suggestion.shaping_block)."""
+    return shaping_block(blocks.at(document, at, mode), blocks.next_line_at(document, at, mode), document, at, parts, completion)
+
+
+def points(passage: dict[str, Any], run: dict[str, Any], mode: str = "block") -> list[Point]:
     """The records made ready for the gate. A position the server answered from what it had shown
     (typing along a suggestion: no engine call) reports the signals of the last engine call, made
     for an earlier cursor: those are judged again as the server does (lsp_server.rejudge) from the
-    last completion the engine made, so every point's signals are for its own cursor."""
+    last completion the engine made, or from the alternative typed along (its own signals), so
+    every point's signals are for its own cursor. `mode`: the `multiLine` setting recorded with."""
     text, out = passage["text"], []
     after = passage["after"] if run["where"] == "in place" else ""
     last: tuple[int, Completion, Any] | None = None  # the last engine answer: position, completion, split
     previous = None
     for pos, rec in enumerate(run["positions"]):
         before = passage["before"] + text[:pos]
-        parts = split(before + after, len(before))
+        document = before + after
+        parts = split(document, len(before))
         completion = None
         origin = None
         raw = rec["signals"]
         if rec["shown"] is not None and rec["shown"].startswith(parts.word):
             if raw is not None and raw == previous and last is not None:  # carried: stale signals
                 at, made, made_split = last
-                completion = along(made, made_split.required, text[at:pos], parts)
-                if completion is None:  # not along the suggestion: one of its alternatives, carried
+                typed = text[at:pos]
+                completion = along(made, made_split.required, typed, parts)
+                for alternative in made.alternatives if completion is None else ():
+                    if alternative.text[len(made_split.required) :].startswith(typed):
+                        other = replace(made, text=alternative.text, signals=alternative.signals, alternatives=())
+                        completion = along(other, made_split.required, typed, parts)
+                        break
+                if completion is None:  # an alternative carried with no signals recorded (older records)
                     added = rec["shown"][len(parts.word) :]
                     completion = Completion(parts.required + added, "line", DecodeStats(), signals=None)
                     origin = at
             else:
                 added = rec["shown"][len(parts.word) :]
-                completion = Completion(parts.required + added, "line", DecodeStats(), signals=signals_from(raw))
+                completion = Completion(parts.required + added, "line", DecodeStats(), signals=signals_from(raw),
+                                        alternatives=alternatives_of(rec, parts))  # fmt: skip
                 last = (pos, completion, parts)
         previous = raw
-        out.append(Point(cursor_class(parts), parts, completion, text[pos:], origin))
+        block = shaping(parts, document, len(before), completion, mode) if completion is not None else None
+        out.append(Point(cursor_class(parts), parts, completion, text[pos:], origin, block))
     return out
 
 
 def shown_at(point: Point, threshold: float, calibration: Calibration, pts: list[Point] | None = None) -> str | None:
     """What the server shows here with `minConfidence` = threshold (its own code), after the word.
-    An alternative carried after the user typed along it was sent, ungated, with the suggestion
-    of the engine call that made it (`origin`), so it is shown when that one is."""
+    An alternative carried after the user typed along it, in records with no signals for it, is
+    shown when the suggestion of the engine call that made it (`origin`) is."""
     if point.completion is None:
         return None
     if point.origin is not None and pts is not None and shown_at(pts[point.origin], threshold, calibration) is None:
         return None
-    found = suggestion_for(point.split, point.completion, min_confidence=threshold, calibration=calibration)
+    found = suggestion_for(point.split, point.completion, block=point.block, min_confidence=threshold, calibration=calibration)
     return None if found is None else found.insert_text[len(point.split.word) :]
 
 
@@ -300,10 +337,11 @@ def walk_peer(passage: dict[str, Any], steps: list[list[Any]]) -> dict[str, Any]
 
 def replays(data: dict[str, Any]) -> list[tuple[dict[str, Any], list[Point], str]]:
     out = []
+    mode = data.get("settings", {}).get("multiLine", "block")  # the server's default when not set
     for run in data["runs"]:
         if "positions" in run:
             passage = data["passages"][run["passage"]]
-            out.append((passage, points(passage, run), run["where"]))
+            out.append((passage, points(passage, run, mode), run["where"]))
     return out
 
 
