@@ -24,6 +24,7 @@ tables per language and per cursor class (gate off, at the default, the peer) an
 check: the same with what lsp_server ships for the model (lsp_server.gate.gate_for).
 render: the tables and the plot again from the saved results; docs/gate.md sums up every model.
 hidden: the typing replay (bench.replay) before and after hidden suggestions were carried.
+refit: record, fit and check in one go (what to run again when the server's suggestions change).
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ KNOWN_FILES = {
     "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32": "qwen2.5-coder-0.5b",
     "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046": "qwen2.5-coder-1.5b",
 }
+REQUEST_WAIT_S = 1800.0  # how long a record waits for one answer
 TAIL = 400  # characters of the document kept around the cursor in a record (the split needs the line)
 SETS = {"tune": 1, "check": 2}  # passage seeds
 THRESHOLDS = tuple(round(t, 3) for t in np.arange(0.0, 0.951, 0.025))
@@ -84,7 +86,8 @@ def record_server(editor, passage: Passage, uri: str, in_place: bool, say=None) 
     try:
         for pos in range(len(passage.text)):
             params = {"textDocument": {"uri": uri}, "position": cursor.position(), "context": {"triggerKind": 2}}
-            reply = editor.client.request("textDocument/inlineCompletion", params)
+            # a cold prompt on a big model and a busy machine can take minutes: records wait for it
+            reply = editor.client.request("textDocument/inlineCompletion", params, timeout=REQUEST_WAIT_S)
             items = reply.result or []
             shown = items[0]["insertText"] if items else None
             stats = editor.client.call("cpcLsp/stats") or {}
@@ -192,7 +195,13 @@ def record(args) -> int:
                 items = interleaved(items)  # kinds in turn: a run cut short still has every kind
                 path = Path(records.format(set=name))
                 path.parent.mkdir(parents=True, exist_ok=True)
+                done = resumed(path, items) if args.resume else 0
+                if done:
+                    runs = json.loads(path.read_text())["runs"]
+                    say(f"{name}: {done} passages already recorded in {path}, going on from there")
                 for n, passage in enumerate(items):
+                    if n < done:
+                        continue
                     for in_place in [w == "in place" for w in args.places.split(",")]:
                         where = "in place" if in_place else "end"
                         uri = f"file:///bench/gate/{name}-{n}-{'place' if in_place else 'end'}{Path(passage.file).suffix}"
@@ -211,6 +220,17 @@ def record(args) -> int:
         if peer is not None:
             peer.close()
     return 0
+
+
+def resumed(path: Path, items: list[Passage]) -> int:
+    """How many of `items` the records in `path` already hold (the same passages, in order)."""
+    if not path.exists():
+        return 0
+    saved = json.loads(path.read_text())["passages"]
+    n = 0
+    while n < min(len(saved), len(items)) and saved[n]["file"] == items[n].file and saved[n]["start"] == items[n].start:
+        n += 1
+    return n
 
 
 def _passage_json(p: Passage) -> dict[str, Any]:
@@ -486,7 +506,7 @@ def tables(data: dict[str, Any], reps, threshold: float, calibration: Calibratio
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.gate", description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=("record", "fit", "check", "render", "hidden"))
+    parser.add_argument("what", choices=("record", "fit", "check", "render", "hidden", "refit"))
     parser.add_argument("--before", type=Path, help="hidden: the replay results (bench.replay --out) of the code before")
     parser.add_argument("--after", type=Path, help="hidden: ... and after")
     parser.add_argument("--own", type=Path, help="hidden: ... and after, with the model's own gate (--gate off,default)")
@@ -495,6 +515,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--no-peer", action="store_true")
+    parser.add_argument("--resume", action="store_true", help="record: keep the passages a cut-short run already saved")
     parser.add_argument("--kinds", default="python,javascript,c,prose")
     parser.add_argument("--places", default="in place", help="where the passage is typed: end, in place or both (end,in place)")
     parser.add_argument("--sets", default="tune,check", help="which sets to record")
@@ -503,6 +524,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", default=None, help="record files ({set} is the set's name; default: per model)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
+    if args.what == "refit":  # the whole sequence: record, fit (writes lsp_server/calibrations.json), check
+        for step in ("record", "fit", "check"):
+            args.what = step
+            if (record(args) if step == "record" else fit_and_check(args)) != 0:
+                return 1
+        return 0
     if args.what == "record":
         return record(args)
     if args.what == "hidden":
@@ -663,7 +690,7 @@ def summary() -> None:
 
     rows, sections = [], []
     for path in sorted(RESULTS.glob("gate*.json")):
-        if path.name.startswith(("gate_records", "gate_hidden")):
+        if path.name.startswith(("gate_records", "gate_hidden", "gate_signals")):
             continue
         r = json.loads(path.read_text())
         m = r.get("model", DEFAULT_MODEL)
