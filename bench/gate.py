@@ -45,7 +45,10 @@ from bench.replay import Passage, _Tally, accepts, by_cursor, cursor_table, inte
 from engine import Alternative, Completion, DecodeStats, Signals, WordEnd
 from engine.types import NO_RIVAL
 from lsp_server import block as blocks
-from lsp_server.gate import CALIBRATION, CALIBRATIONS, CURSOR_CLASSES, TYPED_FLOOR, Calibration, calibrations, cursor_class, gate_for
+from lsp_server.gate import (
+    CALIBRATION, CALIBRATIONS, CURSOR_CLASSES, TYPED_FLOOR, Calibration, at_line_start, calibrations, cursor_class, gate_for,
+    min_step_at, weakest_steps,
+)
 from lsp_server.rejudge import along
 from lsp_server.split import is_word_char, split
 from lsp_server.suggestion import shaping_block, suggestion_for
@@ -395,7 +398,8 @@ def overall(runs: list[dict[str, Any]]) -> dict[str, Any]:
 # --- the calibration --------------------------------------------------------------------------
 
 
-FEATURES = ("inside a word", "word start", "after punctuation", "log_prob", "margin", "first", "word", "typed")
+FEATURES = ("inside a word", "word start", "after punctuation", "log_prob", "margin", "first", "word", "typed", "line_start",
+            "min_step")
 
 
 def samples(reps, margin_cap: float) -> tuple[np.ndarray, np.ndarray]:
@@ -410,6 +414,7 @@ def samples(reps, margin_cap: float) -> tuple[np.ndarray, np.ndarray]:
             if s is None:
                 continue
             start = len(point.split.required)
+            weakest = weakest_steps(s)
             for i, end in enumerate(s.word_ends):
                 if end.chars > len(c.text):
                     break
@@ -419,7 +424,9 @@ def samples(reps, margin_cap: float) -> tuple[np.ndarray, np.ndarray]:
                 onehot = [float(point.cls == k) for k in CURSOR_CLASSES]
                 typed = max(s.typed_log_prob, -TYPED_FLOOR)
                 # a probability: records before the greedy covering counted in the mass had +inf here
-                xs.append(onehot + [min(end.log_prob, 0.0), min(s.margin, margin_cap), float(i == 0), float(word), typed])
+                xs.append(onehot + [min(end.log_prob, 0.0), min(s.margin, margin_cap), float(i == 0), float(word), typed,
+                                    float(at_line_start(point.split)),
+                                    max(min(min_step_at(weakest, end.chars), 0.0), -TYPED_FLOOR)])  # fmt: skip
                 ys.append(float(right))
     return np.asarray(xs), np.asarray(ys)
 
@@ -441,12 +448,13 @@ def fit_logistic(x: np.ndarray, y: np.ndarray, l2: float = 1e-3, steps: int = 50
 def calibration_of(w: np.ndarray, margin_cap: float) -> Calibration:
     return Calibration(
         intercepts=(float(w[0]), float(w[1]), float(w[2])), w_log_prob=float(w[3]), w_margin=float(w[4]),
-        w_first=float(w[5]), w_word=float(w[6]), w_typed=float(w[7]), margin_cap=margin_cap,
+        w_first=float(w[5]), w_word=float(w[6]), w_typed=float(w[7]), margin_cap=margin_cap, w_line_start=float(w[8]),
+        w_min_step=float(w[9]),
     )  # fmt: skip
 
 
 def weights_of(c: Calibration) -> np.ndarray:
-    return np.asarray([*c.intercepts, c.w_log_prob, c.w_margin, c.w_first, c.w_word, c.w_typed])
+    return np.asarray([*c.intercepts, c.w_log_prob, c.w_margin, c.w_first, c.w_word, c.w_typed, c.w_line_start, c.w_min_step])
 
 
 def fit(reps, margin_cap: float = 10.0) -> tuple[Calibration, dict[str, Any]]:
@@ -589,7 +597,8 @@ def fit_and_check(args) -> int:
 def rounded(c: Calibration) -> Calibration:
     return Calibration(
         tuple(round(x, 3) for x in c.intercepts), round(c.w_log_prob, 3), round(c.w_margin, 3),
-        round(c.w_first, 3), round(c.w_word, 3), round(c.w_typed, 4), c.margin_cap,
+        round(c.w_first, 3), round(c.w_word, 3), round(c.w_typed, 4), c.margin_cap, round(c.w_line_start, 3),
+        round(c.w_min_step, 3),
     )  # fmt: skip
 
 

@@ -19,7 +19,9 @@ def test_newton_recovers_the_coefficients_of_a_known_logistic_model():
     x[:, 5] = rng.integers(0, 2, n)
     x[:, 6] = rng.integers(0, 2, n)
     x[:, 7] = -rng.exponential(3.0, n)
-    true = np.array([-1.0, -2.0, -1.5, 1.2, 0.2, 0.5, 2.0, 0.05])
+    x[:, 8] = (cls == 1) & (rng.uniform(size=n) < 0.5)  # a line start is a word start
+    x[:, 9] = np.maximum(x[:, 3], -rng.exponential(1.0, n))  # the weakest step is no less probable than the whole
+    true = np.array([-1.0, -2.0, -1.5, 1.2, 0.2, 0.5, 2.0, 0.05, -0.7, 0.4])
     y = (rng.uniform(size=n) < 1 / (1 + np.exp(-(x @ true)))).astype(float)
     w = fit_logistic(x, y)
     assert np.allclose(w, true, atol=0.15), w
