@@ -24,6 +24,7 @@ tables per language and per cursor class (gate off, at the default, the peer) an
 check: the same with what lsp_server ships for the model (lsp_server.gate.gate_for).
 render: the tables and the plot again from the saved results; docs/gate.md sums up every model.
 hidden: the typing replay (bench.replay) before and after hidden suggestions were carried.
+refit: record, fit and check in one go (what to run again when the server's suggestions change).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import json
 import math
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,12 +42,16 @@ import numpy as np
 
 from bench import report
 from bench.replay import Passage, _Tally, accepts, by_cursor, cursor_table, interleaved, next_word, passages
-from engine import Completion, DecodeStats, Signals, WordEnd
+from engine import Alternative, Completion, DecodeStats, Signals, WordEnd
 from engine.types import NO_RIVAL
-from lsp_server.gate import CALIBRATION, CALIBRATIONS, CURSOR_CLASSES, TYPED_FLOOR, Calibration, calibrations, cursor_class, gate_for
+from lsp_server import block as blocks
+from lsp_server.gate import (
+    CALIBRATION, CALIBRATIONS, CURSOR_CLASSES, TYPED_FLOOR, Calibration, at_line_start, calibrations, cursor_class, gate_for,
+    min_step_at, weakest_steps,
+)
 from lsp_server.rejudge import along
 from lsp_server.split import is_word_char, split
-from lsp_server.suggestion import suggestion_for
+from lsp_server.suggestion import shaping_block, suggestion_for
 
 RESULTS = report.output_root() / "bench" / "results"
 RECORDS = RESULTS / "gate_records_{set}.json"  # one file per set (the default model's: Gemma 3 270M)
@@ -61,6 +66,7 @@ KNOWN_FILES = {
     "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32": "qwen2.5-coder-0.5b",
     "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046": "qwen2.5-coder-1.5b",
 }
+REQUEST_WAIT_S = 1800.0  # how long a record waits for one answer
 TAIL = 400  # characters of the document kept around the cursor in a record (the split needs the line)
 SETS = {"tune": 1, "check": 2}  # passage seeds
 THRESHOLDS = tuple(round(t, 3) for t in np.arange(0.0, 0.951, 0.025))
@@ -83,15 +89,19 @@ def record_server(editor, passage: Passage, uri: str, in_place: bool, say=None) 
     try:
         for pos in range(len(passage.text)):
             params = {"textDocument": {"uri": uri}, "position": cursor.position(), "context": {"triggerKind": 2}}
-            reply = editor.client.request("textDocument/inlineCompletion", params)
+            # a cold prompt on a big model and a busy machine can take minutes: records wait for it
+            reply = editor.client.request("textDocument/inlineCompletion", params, timeout=REQUEST_WAIT_S)
             items = reply.result or []
             shown = items[0]["insertText"] if items else None
             stats = editor.client.call("cpcLsp/stats") or {}
             # a carried answer (no engine call) leaves the stats of the last engine call: `carried`
-            # says so (bench.gate.points judges those positions again)
-            out.append({"shown": shown, "signals": stats.get("signals"), "ms": round(reply.ms, 2),
-                        "decoded": stats.get("decodedTokens"), "cover": stats.get("coverDecodes"),
-                        "carried": stats.get("carried")})  # fmt: skip
+            # and `judgedAgain` say so (bench.gate.points judges those positions again); the other
+            # items are the engine's alternatives, whose signals the stats list
+            out.append({"shown": shown, "items": [item["insertText"] for item in items[1:]],
+                        "signals": stats.get("signals"), "alternatives": stats.get("alternatives"),
+                        "ms": round(reply.ms, 2), "decoded": stats.get("decodedTokens"),
+                        "cover": stats.get("coverDecodes"), "carried": stats.get("carried"),
+                        "judged": stats.get("judgedAgain")})  # fmt: skip
             cursor.insert(passage.text[pos])
             if say is not None and pos % 60 == 59:
                 say(f"  {pos + 1}/{len(passage.text)} positions, {sum(r['ms'] for r in out[-60:]) / 60:.0f} ms a request")
@@ -188,7 +198,13 @@ def record(args) -> int:
                 items = interleaved(items)  # kinds in turn: a run cut short still has every kind
                 path = Path(records.format(set=name))
                 path.parent.mkdir(parents=True, exist_ok=True)
+                done = resumed(path, items) if args.resume else 0
+                if done:
+                    runs = json.loads(path.read_text())["runs"]
+                    say(f"{name}: {done} passages already recorded in {path}, going on from there")
                 for n, passage in enumerate(items):
+                    if n < done:
+                        continue
                     for in_place in [w == "in place" for w in args.places.split(",")]:
                         where = "in place" if in_place else "end"
                         uri = f"file:///bench/gate/{name}-{n}-{'place' if in_place else 'end'}{Path(passage.file).suffix}"
@@ -209,6 +225,17 @@ def record(args) -> int:
     return 0
 
 
+def resumed(path: Path, items: list[Passage]) -> int:
+    """How many of `items` the records in `path` already hold (the same passages, in order)."""
+    if not path.exists():
+        return 0
+    saved = json.loads(path.read_text())["passages"]
+    n = 0
+    while n < min(len(saved), len(items)) and saved[n]["file"] == items[n].file and saved[n]["start"] == items[n].start:
+        n += 1
+    return n
+
+
 def _passage_json(p: Passage) -> dict[str, Any]:
     return {"kind": p.kind, "file": p.file, "start": p.start, "text": p.text,
             "before": p.before[-TAIL:], "after": p.after[:TAIL]}  # fmt: skip
@@ -226,6 +253,7 @@ class Point:
     completion: Completion | None
     rest: str  # what the passage has left from here
     origin: int | None = None  # an alternative carried (no signals): the position of the engine call that made it
+    block: Any = None  # lsp_server.block.Block that shapes the suggestion (a block, or the next line), as the server's
 
 
 def signals_from(raw: dict[str, Any] | None) -> Signals | None:
@@ -237,47 +265,79 @@ def signals_from(raw: dict[str, Any] | None) -> Signals | None:
     return Signals(raw["wordLogProb"], margin, ends, raw.get("typedLogProb", 0.0), step_ends=steps)
 
 
-def points(passage: dict[str, Any], run: dict[str, Any]) -> list[Point]:
+def alternatives_of(rec: dict[str, Any], parts: Any) -> tuple[Alternative, ...]:
+    """The engine's alternatives at a recorded engine call: each further item's text with the
+    signals the stats listed for it (matched by length: an alternative ends at its first word's
+    end, `Signals.word_ends[0]`); an item with none is left out."""
+    raws = [signals_from(raw) for raw in rec.get("alternatives") or () if raw is not None]
+    out = []
+    for item in rec.get("items") or ():
+        if not item.startswith(parts.word):
+            continue
+        text = parts.required + item[len(parts.word) :]
+        signals = next((s for s in raws if s.word_ends and s.word_ends[0].chars == len(text)), None)
+        if signals is not None:
+            out.append(Alternative(text, signals))
+    return tuple(out)
+
+
+def shaping(parts: Any, document: str, at: int, completion: Completion, mode: str) -> Any:
+    """The block that shapes `completion` at `at` of `document`, as the server picks it
+    (lsp_server.block.at, next_line_at, suggestion.shaping_block)."""
+    return shaping_block(blocks.at(document, at, mode), blocks.next_line_at(document, at, mode), document, at, parts, completion)
+
+
+def points(passage: dict[str, Any], run: dict[str, Any], mode: str = "block") -> list[Point]:
     """The records made ready for the gate. A position the server answered from what it had shown
     (typing along a suggestion: no engine call) reports the signals of the last engine call, made
     for an earlier cursor: those are judged again as the server does (lsp_server.rejudge) from the
-    last completion the engine made, so every point's signals are for its own cursor."""
+    last completion the engine made, or from the alternative typed along (its own signals), so
+    every point's signals are for its own cursor. `mode`: the `multiLine` setting recorded with."""
     text, out = passage["text"], []
     after = passage["after"] if run["where"] == "in place" else ""
     last: tuple[int, Completion, Any] | None = None  # the last engine answer: position, completion, split
     previous = None
     for pos, rec in enumerate(run["positions"]):
         before = passage["before"] + text[:pos]
-        parts = split(before + after, len(before))
+        document = before + after
+        parts = split(document, len(before))
         completion = None
         origin = None
         raw = rec["signals"]
         if rec["shown"] is not None and rec["shown"].startswith(parts.word):
             if raw is not None and raw == previous and last is not None:  # carried: stale signals
                 at, made, made_split = last
-                completion = along(made, made_split.required, text[at:pos], parts)
-                if completion is None:  # not along the suggestion: one of its alternatives, carried
+                typed = text[at:pos]
+                completion = along(made, made_split.required, typed, parts)
+                for alternative in made.alternatives if completion is None else ():
+                    if alternative.text[len(made_split.required) :].startswith(typed):
+                        other = replace(made, text=alternative.text, signals=alternative.signals, alternatives=())
+                        completion = along(other, made_split.required, typed, parts)
+                        break
+                if completion is None:  # an alternative carried with no signals recorded (older records)
                     added = rec["shown"][len(parts.word) :]
                     completion = Completion(parts.required + added, "line", DecodeStats(), signals=None)
                     origin = at
             else:
                 added = rec["shown"][len(parts.word) :]
-                completion = Completion(parts.required + added, "line", DecodeStats(), signals=signals_from(raw))
+                completion = Completion(parts.required + added, "line", DecodeStats(), signals=signals_from(raw),
+                                        alternatives=alternatives_of(rec, parts))  # fmt: skip
                 last = (pos, completion, parts)
         previous = raw
-        out.append(Point(cursor_class(parts), parts, completion, text[pos:], origin))
+        block = shaping(parts, document, len(before), completion, mode) if completion is not None else None
+        out.append(Point(cursor_class(parts), parts, completion, text[pos:], origin, block))
     return out
 
 
 def shown_at(point: Point, threshold: float, calibration: Calibration, pts: list[Point] | None = None) -> str | None:
     """What the server shows here with `minConfidence` = threshold (its own code), after the word.
-    An alternative carried after the user typed along it was sent, ungated, with the suggestion
-    of the engine call that made it (`origin`), so it is shown when that one is."""
+    An alternative carried after the user typed along it, in records with no signals for it, is
+    shown when the suggestion of the engine call that made it (`origin`) is."""
     if point.completion is None:
         return None
     if point.origin is not None and pts is not None and shown_at(pts[point.origin], threshold, calibration) is None:
         return None
-    found = suggestion_for(point.split, point.completion, min_confidence=threshold, calibration=calibration)
+    found = suggestion_for(point.split, point.completion, block=point.block, min_confidence=threshold, calibration=calibration)
     return None if found is None else found.insert_text[len(point.split.word) :]
 
 
@@ -300,10 +360,11 @@ def walk_peer(passage: dict[str, Any], steps: list[list[Any]]) -> dict[str, Any]
 
 def replays(data: dict[str, Any]) -> list[tuple[dict[str, Any], list[Point], str]]:
     out = []
+    mode = data.get("settings", {}).get("multiLine", "block")  # the server's default when not set
     for run in data["runs"]:
         if "positions" in run:
             passage = data["passages"][run["passage"]]
-            out.append((passage, points(passage, run), run["where"]))
+            out.append((passage, points(passage, run, mode), run["where"]))
     return out
 
 
@@ -337,7 +398,8 @@ def overall(runs: list[dict[str, Any]]) -> dict[str, Any]:
 # --- the calibration --------------------------------------------------------------------------
 
 
-FEATURES = ("inside a word", "word start", "after punctuation", "log_prob", "margin", "first", "word", "typed")
+FEATURES = ("inside a word", "word start", "after punctuation", "log_prob", "margin", "first", "word", "typed", "line_start",
+            "min_step")
 
 
 def samples(reps, margin_cap: float) -> tuple[np.ndarray, np.ndarray]:
@@ -352,6 +414,7 @@ def samples(reps, margin_cap: float) -> tuple[np.ndarray, np.ndarray]:
             if s is None:
                 continue
             start = len(point.split.required)
+            weakest = weakest_steps(s)
             for i, end in enumerate(s.word_ends):
                 if end.chars > len(c.text):
                     break
@@ -361,7 +424,9 @@ def samples(reps, margin_cap: float) -> tuple[np.ndarray, np.ndarray]:
                 onehot = [float(point.cls == k) for k in CURSOR_CLASSES]
                 typed = max(s.typed_log_prob, -TYPED_FLOOR)
                 # a probability: records before the greedy covering counted in the mass had +inf here
-                xs.append(onehot + [min(end.log_prob, 0.0), min(s.margin, margin_cap), float(i == 0), float(word), typed])
+                xs.append(onehot + [min(end.log_prob, 0.0), min(s.margin, margin_cap), float(i == 0), float(word), typed,
+                                    float(at_line_start(point.split)),
+                                    max(min(min_step_at(weakest, end.chars), 0.0), -TYPED_FLOOR)])  # fmt: skip
                 ys.append(float(right))
     return np.asarray(xs), np.asarray(ys)
 
@@ -383,12 +448,13 @@ def fit_logistic(x: np.ndarray, y: np.ndarray, l2: float = 1e-3, steps: int = 50
 def calibration_of(w: np.ndarray, margin_cap: float) -> Calibration:
     return Calibration(
         intercepts=(float(w[0]), float(w[1]), float(w[2])), w_log_prob=float(w[3]), w_margin=float(w[4]),
-        w_first=float(w[5]), w_word=float(w[6]), w_typed=float(w[7]), margin_cap=margin_cap,
+        w_first=float(w[5]), w_word=float(w[6]), w_typed=float(w[7]), margin_cap=margin_cap, w_line_start=float(w[8]),
+        w_min_step=float(w[9]),
     )  # fmt: skip
 
 
 def weights_of(c: Calibration) -> np.ndarray:
-    return np.asarray([*c.intercepts, c.w_log_prob, c.w_margin, c.w_first, c.w_word, c.w_typed])
+    return np.asarray([*c.intercepts, c.w_log_prob, c.w_margin, c.w_first, c.w_word, c.w_typed, c.w_line_start, c.w_min_step])
 
 
 def fit(reps, margin_cap: float = 10.0) -> tuple[Calibration, dict[str, Any]]:
@@ -448,7 +514,7 @@ def tables(data: dict[str, Any], reps, threshold: float, calibration: Calibratio
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.gate", description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=("record", "fit", "check", "render", "hidden"))
+    parser.add_argument("what", choices=("record", "fit", "check", "render", "hidden", "refit"))
     parser.add_argument("--before", type=Path, help="hidden: the replay results (bench.replay --out) of the code before")
     parser.add_argument("--after", type=Path, help="hidden: ... and after")
     parser.add_argument("--own", type=Path, help="hidden: ... and after, with the model's own gate (--gate off,default)")
@@ -457,6 +523,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--no-peer", action="store_true")
+    parser.add_argument("--resume", action="store_true", help="record: keep the passages a cut-short run already saved")
     parser.add_argument("--kinds", default="python,javascript,c,prose")
     parser.add_argument("--places", default="in place", help="where the passage is typed: end, in place or both (end,in place)")
     parser.add_argument("--sets", default="tune,check", help="which sets to record")
@@ -465,6 +532,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", default=None, help="record files ({set} is the set's name; default: per model)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
+    if args.what == "refit":  # the whole sequence: record, fit (writes lsp_server/calibrations.json), check
+        for step in ("record", "fit", "check"):
+            args.what = step
+            if (record(args) if step == "record" else fit_and_check(args)) != 0:
+                return 1
+        return 0
     if args.what == "record":
         return record(args)
     if args.what == "hidden":
@@ -524,7 +597,8 @@ def fit_and_check(args) -> int:
 def rounded(c: Calibration) -> Calibration:
     return Calibration(
         tuple(round(x, 3) for x in c.intercepts), round(c.w_log_prob, 3), round(c.w_margin, 3),
-        round(c.w_first, 3), round(c.w_word, 3), round(c.w_typed, 4), c.margin_cap,
+        round(c.w_first, 3), round(c.w_word, 3), round(c.w_typed, 4), c.margin_cap, round(c.w_line_start, 3),
+        round(c.w_min_step, 3),
     )  # fmt: skip
 
 
@@ -625,7 +699,7 @@ def summary() -> None:
 
     rows, sections = [], []
     for path in sorted(RESULTS.glob("gate*.json")):
-        if path.name.startswith(("gate_records", "gate_hidden")):
+        if path.name.startswith(("gate_records", "gate_hidden", "gate_signals")):
             continue
         r = json.loads(path.read_text())
         m = r.get("model", DEFAULT_MODEL)

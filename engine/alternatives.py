@@ -98,12 +98,17 @@ def alternatives(
     chosen: tuple[int, ...],
     count: int,
     single_line: bool = True,
+    seen: Sequence[Covering] | None = None,
+    typed_log_prob: float | None = None,
 ) -> tuple[Alternative, ...]:
     """Up to `count` distinct first words other than `primary_word`, most probable first.
 
     `ranked`: coverings most probable first (log-probabilities relative to the prompt's row, like
-    `log_mass`); `chosen`: the primary's covering path, not tried again."""
-    rivals = [(b"".join(vocab.pieces[t] for t in c.path), c.log_prob - log_mass) for c in ranked]
+    `log_mass`); `chosen`: the primary's covering path, not tried again. Their signals are
+    normalised by `log_mass`, with `seen` as the rivals (default: `ranked`) and `typed_log_prob`
+    as log p(typed) (default: `log_mass`), as the completion's own are (engine.engine)."""
+    rivals = [(b"".join(vocab.pieces[t] for t in c.path), c.log_prob - log_mass) for c in (ranked if seen is None else seen)]
+    typed = log_mass if typed_log_prob is None else typed_log_prob
     found: dict[str, Alternative] = {}
     for covering in ranked[: count * CANDIDATES_PER_ALTERNATIVE]:
         if covering.path == chosen:
@@ -111,7 +116,7 @@ def alternatives(
         done = finish_word(vocab, rows, required, covering, log_mass, single_line)
         if done is None or done.text == primary_word or done.text in found:
             continue
-        found[done.text] = Alternative(done.text, compute(required, done.steps, rivals, log_mass, done.ended))
+        found[done.text] = Alternative(done.text, compute(required, done.steps, rivals, typed, done.ended))
     best = sorted(found.values(), key=lambda a: -a.signals.word_log_prob)
     return tuple(best[:count])
 

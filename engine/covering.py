@@ -19,7 +19,7 @@ from typing import Protocol
 
 import numpy as np
 
-from engine.sampler import Sampler, log_sum_exp, row_log_norm
+from engine.sampler import Sampler, log_sum_exp, row_log_norm, top_ids
 from engine.vocab import VocabIndex
 
 
@@ -70,6 +70,7 @@ class CoveringSearch:
         self._open: list[_Open] = []
         self.exhausted = False
         self.root_log_norm = 0.0
+        self._seen: dict[tuple[int, ...], tuple[np.ndarray, float]] = {}  # node -> (its row, the norm used)
 
     def run(self, required: bytes, sampler: Sampler | None = None) -> Covering | None:
         """The most probable covering (greedy), or one drawn in proportion to path probability
@@ -93,6 +94,7 @@ class CoveringSearch:
         return self._best
 
     def _visit(self, required: bytes, path, log_prob, consumed, row: np.ndarray, norm: float) -> None:
+        self._seen[path] = (row, norm)
         remaining = required[consumed:]
         candidates = self._vocab.candidates(remaining)
         if candidates.covering.size:
@@ -111,6 +113,33 @@ class CoveringSearch:
         if not self._found:
             return float("-inf")
         return log_sum_exp(np.concatenate([found.log_probs for found in self._found]))
+
+    def along(self, covering: Covering, required: bytes, top: int) -> tuple[list[Covering], float]:
+        """The coverings that end at a node of `covering`'s path with one of the `top` most
+        probable tokens of that node's row, and `covering` itself: most probable first, and the log
+        of their summed probability (relative to the prompt's row, like `log_mass`). This is what
+        a remote backend and the in-process one see alike (engine.signals): the rows along a
+        chosen covering are known on both, and a server lists each row's `top` tokens. No decode:
+        the rows are those the search read (a row it did not read is asked of its source, which
+        remembers it, or on a remote backend knows its exact values only)."""
+        found = {covering.path: covering.log_prob}
+        pieces = self._vocab.pieces
+        log_prob, consumed = 0.0, 0
+        for i, token in enumerate(covering.path):
+            node = covering.path[:i]
+            seen = self._seen.get(node)
+            if seen is None:
+                row = self._rows.row(node)
+                seen = (row, 0.0 if not node else self._norm(row))
+            row, norm = seen
+            remaining = required[consumed:]
+            for t in top_ids(row, top):
+                if np.isfinite(row[t]) and pieces[t] and pieces[t].startswith(remaining):
+                    found.setdefault(node + (int(t),), log_prob + float(row[t]) - norm)
+            log_prob += float(row[token]) - norm
+            consumed += len(pieces[token])
+        ranked = sorted((Covering(path, lp) for path, lp in found.items()), key=lambda c: -c.log_prob)
+        return ranked, log_sum_exp(np.asarray([c.log_prob for c in ranked]))
 
     def ranked(self, n: int) -> list[Covering]:
         """The `n` most probable complete coverings found, most probable first (no decode)."""
@@ -132,6 +161,7 @@ class CoveringSearch:
         while True:
             row = self._rows.row(path)
             norm = self._norm(row)
+            self._seen[path] = (row, norm)
             candidates = self._vocab.candidates(required[consumed:])
             ids = candidates.all_ids()
             if ids.size == 0:

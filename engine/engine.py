@@ -26,6 +26,7 @@ from engine.model_files import resolve
 from engine.prompt import FIM_EXTRA_TOKENS, FimTokens, RepoTokens, context_tokens, layout
 from engine.kv import PathRows
 from engine.sequence import Sequence
+from engine.signals import TOP as SIGNAL_TOP
 from engine.signals import compute as compute_signals
 from engine.speculative import DraftConfig, PromptLookup
 from engine.stops import first_stop
@@ -48,7 +49,7 @@ CHARS_PER_CONTEXT_TOKEN = 8  # text kept before tokenizing: generous, the token 
 LINE_BREAKS = ("\n", "\r")
 MIB = 1024 * 1024
 MAX_REMEMBERED = 15  # sequences beyond the live one, whatever the budget
-RIVALS = 16  # most probable coverings looked at for the margin (engine.signals)
+RIVALS = 16  # with nothing typed, the prompt row's first tokens looked at for the margin (engine.signals)
 CONTEXT_SHARE = 4  # other files' chunks take at most 1/CONTEXT_SHARE of the context window
 # A remote call that failed may be made again at once when its backend says so (engine.multi: on
 # the next server; behind a balancer: once through it, and once with the server it moved to).
@@ -440,30 +441,40 @@ class Engine:
             return [], 0.0
         return first_tokens(self.kv.logits_after(prompt), self.vocab, n), 0.0
 
+    def _seen_alike(self, request: CompletionRequest, prompt: tuple[int, ...], seq: Sequence):
+        """(the coverings the gate's signals read, the log of their summed mass): those along the
+        chosen covering among each row's SIGNAL_TOP most probable tokens (CoveringSearch.along),
+        which a remote backend sees as the in-process one does; with nothing typed, the prompt's
+        row's first tokens (mass 1)."""
+        if seq.search is not None and seq.covering is not None:
+            return seq.search.along(seq.covering, request.required.encode("utf-8", "replace"), SIGNAL_TOP)
+        return self._coverings(request, prompt, seq, RIVALS)
+
     def _signals(self, request: CompletionRequest, prompt, first_seq: Sequence, seq: Sequence, gen: _Generated) -> Signals:
-        """The completion's confidence (engine.signals), normalised by the first pass's search
+        """The completion's confidence (engine.signals), normalised by the first pass's coverings
         (a lexicon word's second pass covers a longer prefix, on the same prompt row)."""
-        ranked, log_mass = self._coverings(request, prompt, first_seq, RIVALS)
+        seen, log_mass = self._seen_alike(request, prompt, first_seq)
         steps = list(gen.steps)
         if seq.covering is not None:
             covered = b"".join(self.vocab.pieces[t] for t in seq.covering.path)
             steps.insert(0, (covered, seq.covering.log_prob - log_mass))
-        rivals = [(b"".join(self.vocab.pieces[t] for t in c.path), c.log_prob - log_mass) for c in ranked]
+        rivals = [(b"".join(self.vocab.pieces[t] for t in c.path), c.log_prob - log_mass) for c in seen]
         raw = tuple(lp for _, lp in gen.steps)
-        typed = log_mass - first_seq.search.root_log_norm if first_seq.search is not None else 0.0
-        return compute_signals(request.required, steps, rivals, typed, gen.reason == "eos", raw)
+        return compute_signals(request.required, steps, rivals, _typed_log_prob(first_seq, log_mass), gen.reason == "eos", raw)
 
     def _alternatives(self, request, prompt, first_seq: Sequence, gen: _Generated, signals: Signals, budget, cancel):
         """(other first words (engine.alternatives) within `max_cover_decodes` decodes (`budget` 0:
-        remembered rows only), the decodes spent); none when cancelled meanwhile."""
-        ranked, log_mass = self._coverings(request, prompt, first_seq, request.alternatives * CANDIDATES_PER_ALTERNATIVE + 1)
+        remembered rows only), the decodes spent); none when cancelled meanwhile. Their signals
+        read the same coverings as the completion's (`_seen_alike`)."""
+        ranked, _ = self._coverings(request, prompt, first_seq, request.alternatives * CANDIDATES_PER_ALTERNATIVE + 1)
+        seen, log_mass = self._seen_alike(request, prompt, first_seq)
         primary = gen.text[: signals.word_ends[0].chars] if signals.word_ends else gen.text
         chosen = first_seq.covering.path if first_seq.covering is not None else gen.first_token
         rows = BudgetedRows(PathRows(self.kv, prompt, cancel), request.max_cover_decodes if budget is None else budget)
         try:
             found = alternatives(
                 self.vocab, rows, request.required, ranked, log_mass, primary, chosen, request.alternatives,
-                request.sampling.single_line,
+                request.sampling.single_line, seen, _typed_log_prob(first_seq, log_mass),
             )  # fmt: skip
         except Cancelled:
             found = ()
@@ -570,6 +581,11 @@ def _dedent(text: str, floor: int) -> int | None:
             return at
         at = nxt
     return None
+
+
+def _typed_log_prob(seq: Sequence, log_mass: float) -> float:
+    """log p(typed prefix | prompt) from a mass relative to the prompt's row (0: nothing typed)."""
+    return log_mass - seq.search.root_log_norm if seq.search is not None else 0.0
 
 
 def _next_line_end(text: str, first_break: int) -> int | None:

@@ -61,7 +61,9 @@ from engine.kv import Cancelled, common_prefix_length, placement
 from engine.types import ModelServerError
 from engine.vocab import VocabIndex
 
-N_PROBS = 40  # listed tokens per generated token (about 2.5 kB of JSON each)
+# Listed tokens per generated token (about 2.5 kB of JSON each). At least engine.signals.TOP: the
+# gate's signals read that many of each row along the chosen covering, as in-process.
+N_PROBS = 40
 NODES = 4096  # distributions remembered by token path
 DENSE_ROWS = 48  # dense rows built for the sampler, as KvCache remembers rows
 BOUNDED_ROWS = 32  # rows built for the covering search

@@ -5,8 +5,14 @@ probability is spread over many words. What says more is the probability *given 
 
     P(text so far | typed) = p(chosen covering) · p(continuation tokens) / p(typed)
 
-where p(typed) is the mass of the coverings the search found (every complete covering it saw: a
-lower bound of the true mass, since branches below the best covering are not expanded). With
+where p(typed) is the mass of the coverings *seen alike on every backend*: those that end at a node
+along the chosen covering's path with one of the TOP most probable tokens of that node's row, and
+the chosen covering itself (engine.covering `CoveringSearch.along`; a lower bound of the true mass).
+Not every covering the search found: in-process the search reads dense rows and expands branches
+cheaply, while over the network (engine.remote) a row is the TOP tokens the server lists and only
+the branches a proof needs are expanded, so the two masses differed (log p(typed) -4.97 against
+-6.54 on `ex` after 12 spaces of indentation) and the gate decided differently on the same
+completion. The rows along a chosen covering are known on both, and their TOP tokens too. With
 nothing typed (after punctuation) the normaliser is 1 and the coverings are the first row's tokens.
 
 A *word* here is what one accept-next-word key takes (bench.replay.next_word): after the typed
@@ -16,8 +22,8 @@ character follows; the end of a line also ends a unit (`);` before a line break)
 probability at an end includes that token, so it is the probability that the text goes on
 exactly so far and the word ends there.
 
-The *margin* is log P(first word | typed) minus the log-probability of the best covering known to
-spell a different first word (an upper bound of that word's probability: its continuation can
+The *margin* is log P(first word | typed) minus the log-probability of the best of those coverings
+that spells a different first word (an upper bound of that word's probability: its continuation can
 only lower it). Coverings that stop inside the first word (" yest" against " yesterday") are
 undecided and not counted. Nothing here decodes: it is arithmetic on rows already computed, so a
 remote backend that provides rows provides these signals too.
@@ -30,6 +36,10 @@ from collections.abc import Iterable, Sequence
 
 from engine.lexicon import is_word_char
 from engine.types import NO_RIVAL, Signals, WordEnd
+
+# Tokens of each row the signals read: what a model server lists per row (engine.remote N_PROBS,
+# which must stay at least this), so both backends compute the same signals.
+TOP = 40
 
 
 def word_ends_of(text: str, start: int) -> list[int]:

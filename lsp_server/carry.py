@@ -16,11 +16,15 @@ different selected completion item, new settings) misses, and the engine answers
 A suggestion the confidence gate hid (all or part of it) is kept too, whole, with its signals
 (`Computed`): a keystroke that types along it is judged again from what was computed
 (lsp_server.rejudge), so typing along a hidden suggestion costs no engine work either.
+
+Only the first item, the one the gate judged, is carried as shown. Typing along one of the
+alternatives instead (items the user cycles to, not gated) does not put that alternative first
+unjudged: it is judged again from its own signals like a hidden suggestion (`Computed.along`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from engine import Completion
 
@@ -45,6 +49,19 @@ class Computed:
     required: str
     completion: Completion
     model: str | None = None  # the identity of the model that made it (its gate judges it again)
+    cut: bool = True  # the gate hid some of the completion itself (else it is kept for its alternatives)
+
+    def along(self, typed: str) -> Completion | None:
+        """What `typed` (typed at the old cursor) goes along: the completion when the gate cut it,
+        else the first of its alternatives that `typed` goes along, as a completion of its own
+        (its text and signals); None when the completion shown whole goes along it (what was
+        shown is carried, or the engine answers) or nothing does."""
+        if self.completion.text[len(self.required) :].startswith(typed):
+            return self.completion if self.cut else None
+        for alternative in self.completion.alternatives:
+            if alternative.text.startswith(self.required) and alternative.text[len(self.required) :].startswith(typed):
+                return replace(self.completion, text=alternative.text, signals=alternative.signals, alternatives=())
+        return None
 
 
 class Carry:
@@ -59,9 +76,10 @@ class Carry:
         else:
             self._computed[uri] = computed
 
-    def typed_along(self, uri: str, text: str, cursor: int) -> tuple[Computed, str] | None:
-        """(the completion the gate cut in `uri`, what was typed along it since), if `text` is its
-        document with that typed at the old cursor and `cursor` right after it; None otherwise."""
+    def typed_along(self, uri: str, text: str, cursor: int) -> tuple[Computed, str, Completion] | None:
+        """(the completion kept in `uri`, what was typed since, what that goes along: the completion
+        the gate cut or one of its alternatives, `Computed.along`), if `text` is its document with
+        that typed at the old cursor and `cursor` right after it; None otherwise."""
         kept = self._computed.get(uri)
         if kept is None:
             return None
@@ -71,8 +89,8 @@ class Carry:
         if not (text.startswith(kept.text[: kept.cursor]) and text.endswith(kept.text[kept.cursor :])):
             return None
         typed = text[kept.cursor : cursor]
-        rest = kept.completion.text[len(kept.required) :]
-        return (kept, typed) if rest.startswith(typed) else None
+        along = kept.along(typed)
+        return None if along is None else (kept, typed, along)
 
     def remember(self, uri: str, text: str, cursor: int, added: tuple[str, ...], complete: bool = True) -> None:
         if added:
@@ -97,8 +115,8 @@ class Carry:
 
     def rest(self, uri: str, text: str, cursor: int) -> tuple[str, ...] | None:
         """What is left of the suggestions shown in `uri` (each non-empty, order kept), if `text` is
-        its document with a prefix of one of them inserted at the old cursor and `cursor` right
-        after it; None otherwise."""
+        its document with a prefix of the first of them inserted at the old cursor and `cursor`
+        right after it; None otherwise."""
         shown = self._shown.get(uri)
         if shown is None:
             return None
@@ -110,7 +128,7 @@ class Carry:
         if not (text.startswith(shown.text[: shown.cursor]) and text.endswith(shown.text[shown.cursor :])):
             return None
         typed = text[shown.cursor : cursor]
-        rests = tuple(a[inserted:] for a in shown.added if a.startswith(typed) and a[inserted:].strip())
-        if not rests:
-            return None
-        return rests
+        first = shown.added[0]
+        if not (first.startswith(typed) and first[inserted:].strip()):
+            return None  # off the gated item (or all of it taken): an alternative is not put first unjudged
+        return tuple(a[inserted:] for a in shown.added if a.startswith(typed) and a[inserted:].strip())

@@ -7,7 +7,13 @@ calibrated probability that the text up to a word end is exactly right:
 
     confidence = sigmoid(INTERCEPT[class] + W_LOG_PROB · log P(text so far | typed)
                          + W_MARGIN · min(margin, MARGIN_CAP) + W_FIRST · [first word]
-                         + W_WORD · [has a word character] + W_TYPED · log p(typed | prompt))
+                         + W_WORD · [has a word character] + W_TYPED · log p(typed | prompt)
+                         + W_LINE_START · [the cursor is in a line's indentation]
+                         + W_MIN_STEP · the least log-probability of one step up to there)
+
+The last term is the weakest link: the covering (given what was typed) and each generated token
+up to the step that confirms the word end (`Signals.step_ends`); one unlikely token says more than
+the sum does (on Gemma's records it lifted the first word's AUC on the check set from 0.81 to 0.86).
 
 A suggestion is shown up to the last word end at which the confidence is still at least
 `minConfidence` (null: the model's own threshold); nothing when its first word is below. It is arithmetic on numbers the engine
@@ -48,11 +54,19 @@ class Calibration:
     w_word: float  # the text so far has a word character (`);` alone has none)
     w_typed: float  # log p(typed prefix | prompt), floored at -TYPED_FLOOR: was the user's word expected?
     margin_cap: float = 10.0
+    # Nothing but indentation before the cursor on its line (a "word start" where the model guesses
+    # a whole statement): a calibration fitted without it has 0 here.
+    w_line_start: float = 0.0
+    w_min_step: float = 0.0  # the least step log-probability up to the word end, floored at -TYPED_FLOOR
 
-    def confidence(self, cursor: str, log_prob: float, margin: float, first: bool, word: bool, typed: float) -> float:
+    def confidence(
+        self, cursor: str, log_prob: float, margin: float, first: bool, word: bool, typed: float,
+        line_start: bool = False, min_step: float = 0.0,
+    ) -> float:
         z = self.intercepts[CURSOR_CLASSES.index(cursor)] + self.w_log_prob * min(log_prob, 0.0)
         z += self.w_margin * min(margin, self.margin_cap) + self.w_first * first + self.w_word * word
-        z += self.w_typed * max(typed, -TYPED_FLOOR)
+        z += self.w_typed * max(typed, -TYPED_FLOOR) + self.w_line_start * line_start
+        z += self.w_min_step * max(min(min_step, 0.0), -TYPED_FLOOR)
         return 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, z))))
 
 
@@ -125,15 +139,41 @@ def cursor_class(split: Split) -> str:
     return CURSOR_CLASSES[2]
 
 
+def at_line_start(split: Split) -> bool:
+    """Nothing but indentation (or nothing) before the cursor on its line."""
+    return not split.word and (not split.prompt or split.prompt[-1] in LINE_BREAKS) and not split.required.strip()
+
+
+def weakest_steps(signals: Signals) -> list[tuple[int, float]]:
+    """(characters, the least step log-probability so far) at each step of `signals.step_ends`."""
+    out, previous, least = [], 0.0, 0.0
+    for end in signals.step_ends:
+        least = min(least, end.log_prob - previous)
+        previous = end.log_prob
+        out.append((end.chars, least))
+    return out
+
+
+def min_step_at(weakest: list[tuple[int, float]], chars: int) -> float:
+    """The least step log-probability up to the step that reaches `chars` (0: no steps known)."""
+    for reached, least in weakest:
+        if reached >= chars:
+            return least
+    return weakest[-1][1] if weakest else 0.0
+
+
 def confidences(
-    text: str, start: int, signals: Signals, cursor: str, calibration: Calibration = CALIBRATION
+    text: str, start: int, signals: Signals, cursor: str, calibration: Calibration = CALIBRATION, line_start: bool = False
 ) -> list[tuple[int, float]]:
     """(characters of the completion's `text`, confidence) at each of its word ends, in order;
-    `start`: where the text after the typed prefix begins."""
+    `start`: where the text after the typed prefix begins; `line_start`: `at_line_start`."""
     out = []
+    weakest = weakest_steps(signals)
     for i, end in enumerate(signals.word_ends):
         word = any(is_word_char(ch) for ch in text[start : end.chars])
-        c = calibration.confidence(cursor, end.log_prob, signals.margin, i == 0, word, signals.typed_log_prob)
+        c = calibration.confidence(
+            cursor, end.log_prob, signals.margin, i == 0, word, signals.typed_log_prob, line_start, min_step_at(weakest, end.chars)
+        )
         out.append((end.chars, c))
     return out
 
@@ -146,13 +186,14 @@ def confident_length(
     min_confidence: float,
     limit: int,
     calibration: Calibration = CALIBRATION,
+    line_start: bool = False,
 ) -> int:
     """How much of the completion's `text` to show: up to the last word end at most `limit`
     characters in whose confidence, and every earlier one's, is at least `min_confidence`; 0 when
     the first is below. `start`: where the text after the typed prefix begins (the required
     prefix's length). Per line of a multi-line suggestion: pass the line's end as `limit`."""
     kept = 0
-    for chars, confidence in confidences(text, start, signals, cursor, calibration):
+    for chars, confidence in confidences(text, start, signals, cursor, calibration, line_start):
         if chars > limit or confidence < min_confidence:
             break
         kept = chars

@@ -325,7 +325,7 @@ class CpcServer(LanguageServer):
                 parts, answer.completion, block=block, naive=naive,
                 min_confidence=min_confidence, calibration=gate.calibration,
             )  # fmt: skip
-            if start is None and min_confidence > 0 and not naive:
+            if start is None and not naive:
                 self._keep_if_cut(uri, text, cursor, parts, answer.completion, block, found, model)
         elif answer.reason == "budget" and self._budget_warned is not settings:
             self._budget_warned = settings  # once per settings, not on every keystroke
@@ -352,20 +352,23 @@ class CpcServer(LanguageServer):
         self, uri: str, text: str, cursor: int, parts: Split, completion: Any, block: Any, found: list[Suggestion],
         model: str | None,
     ) -> None:
-        """Keep the whole completion when the gate hid it or part of it (carry.Computed)."""
+        """Keep the whole completion when the gate hid it or part of it, or when it has
+        alternatives (carry.Computed): typing along either is judged again, not shown unjudged."""
         whole = suggestion_for(parts, completion, block=block)
         cut = whole is not None and (not found or found[0].insert_text != whole.insert_text)
-        self.carry.keep(uri, Computed(text, cursor, parts.required, completion, model) if cut else None)
+        kept = cut or bool(completion.alternatives)
+        self.carry.keep(uri, Computed(text, cursor, parts.required, completion, model, cut) if kept else None)
 
     def _judge_again(self, uri: str, text: str, cursor: int, parts: Split, settings: Settings) -> list[Suggestion] | None:
-        """What to show when the user typed along a completion the gate cut, judged again from
-        what was computed (lsp_server.rejudge): the items ([] when the gate still hides it), or
-        None when there is no such completion or nothing of it is left (the engine answers)."""
+        """What to show when the user typed along a completion the gate cut (or one of its
+        alternatives), judged again from what was computed (lsp_server.rejudge): the items ([]
+        when the gate still hides it), or None when there is no such completion or nothing of it
+        is left (the engine answers)."""
         found = self.carry.typed_along(uri, text, cursor)
         if found is None:
             return None
-        kept, typed = found
-        completion = rejudge.along(kept.completion, kept.required, typed, parts)
+        kept, typed, along = found
+        completion = rejudge.along(along, kept.required, typed, parts)
         if completion is None:
             return None
         block = blocks.at(text, cursor, settings.line_mode())
@@ -442,6 +445,7 @@ class CpcServer(LanguageServer):
             "contextChoices": self.context.choices,
             "judgedAgain": self.judged_again,
             "signals": signals_json(last.signals),
+            "alternatives": [signals_json(a.signals) for a in last.alternatives],  # in the items' order after the first
             "gate": self.gate_json(),
         }
 

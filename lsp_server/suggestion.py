@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from engine import Completion, CompletionRequest, RepoContext
 from lsp_server import block as blocks
 from lsp_server.block import Block
-from lsp_server.gate import CALIBRATION, Calibration, confident_length, cursor_class
+from lsp_server.gate import CALIBRATION, Calibration, at_line_start, confident_length, cursor_class
 from lsp_server.settings import Settings
 from lsp_server.split import LINE_BREAKS, Split, is_word_char
 
@@ -118,7 +118,7 @@ def suggestion_for(
         offset = 0 if naive else len(split.required)  # where `added` starts in completion.text
         keep = confident_length(
             completion.text, offset, completion.signals, cursor_class(split),
-            min_confidence, offset + len(added), calibration,
+            min_confidence, offset + len(added), calibration, at_line_start(split),
         )  # fmt: skip
         kept = max(0, keep - offset)
     if multi:

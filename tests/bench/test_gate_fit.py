@@ -19,7 +19,9 @@ def test_newton_recovers_the_coefficients_of_a_known_logistic_model():
     x[:, 5] = rng.integers(0, 2, n)
     x[:, 6] = rng.integers(0, 2, n)
     x[:, 7] = -rng.exponential(3.0, n)
-    true = np.array([-1.0, -2.0, -1.5, 1.2, 0.2, 0.5, 2.0, 0.05])
+    x[:, 8] = (cls == 1) & (rng.uniform(size=n) < 0.5)  # a line start is a word start
+    x[:, 9] = np.maximum(x[:, 3], -rng.exponential(1.0, n))  # the weakest step is no less probable than the whole
+    true = np.array([-1.0, -2.0, -1.5, 1.2, 0.2, 0.5, 2.0, 0.05, -0.7, 0.4])
     y = (rng.uniform(size=n) < 1 / (1 + np.exp(-(x @ true)))).astype(float)
     w = fit_logistic(x, y)
     assert np.allclose(w, true, atol=0.15), w
@@ -71,3 +73,20 @@ def test_the_peer_stream_stops_once_its_first_word_has_ended():
     assert word_done(" foo(")
     assert not word_done("(")
     assert word_done("(x)")
+
+
+def test_a_suggestion_of_the_next_line_at_a_line_end_is_replayed_as_the_server_shapes_it():
+    """At a line's end the server may suggest the next line (its text starts with a line break):
+    the replay shapes it with the server's block (suggestion.shaping_block), so it is shown and
+    accepted across the line break, with the gate off and at a threshold its confidence clears."""
+    passage = {"kind": "python", "text": "x = 1\ny = 2", "before": "def f():\n", "after": ""}
+    positions = [record(None) for _ in range(5)]
+    # at 5, the line's end: the item starts with the partial word "1", the engine's text with " 1"
+    positions.append(record("1\ny = 2", log_prob=-0.1, ends=[[4, -0.1], [8, -0.2]]))
+    positions += [record(None) for _ in range(5)]
+    pts = points(passage, {"where": "end", "positions": positions})
+    assert pts[5].block is not None
+    (run,) = simulate([(passage, pts, "end")], 0.0)
+    assert run["accepts"] == 1 and run["accepted"] == 2  # "\ny": the next line's first word
+    (gated,) = simulate([(passage, pts, "end")], 0.99)
+    assert gated["accepts"] == 0

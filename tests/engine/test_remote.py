@@ -117,6 +117,49 @@ def test_the_next_line_at_a_line_end_is_the_in_process_engines(remote, model_eng
     assert theirs.text == ours.text and theirs.stop_reason == ours.stop_reason
 
 
+ROUTER = """export class Router {
+    constructor(routes) {
+        this.routes = routes;
+        this.cache = new Map();
+    }
+
+    match(path) {
+        for (const route of this.routes) {
+            if (route.pattern.test(path)) {
+                const found = this.cache.get(path);
+"""
+SIGNAL_CASES = [
+    (ROUTER, "                ex"),  # a word after a run of indentation spaces: many token splits cover it
+    (ROUTER, "                re"),
+    ("The committee will meet again next week to review the", " prop"),  # a rival word: a finite margin
+    ("def summarize(records):\n    totals = {}\n    for record in records:\n        totals[record.name] = 0\n    return", " tot"),
+]
+
+
+def _same(a: float, b: float) -> bool:
+    """Equal but for the float noise of two programs computing the same logits (about 1e-3)."""
+    return a == b or abs(a - b) <= 0.01
+
+
+@pytest.mark.parametrize("prompt,required", SIGNAL_CASES)
+def test_the_gates_inputs_are_the_in_process_engines(remote, model_engine, prompt, required):
+    """The confidence gate reads the same numbers on both backends (engine.signals: the coverings
+    along the chosen one, each row cut to its top tokens). They were not: the mass of what was
+    typed summed every covering the search saw, dense rows and cheap branches in-process, listed
+    tokens and proven branches remote (16 spaces and `ex`: log p(typed) -7.12 against -8.08, a
+    margin of 0.42 against none), so the gate showed one and hid the other."""
+    request = CompletionRequest(prompt, required, max_tokens=8)
+    remote.kv.forget()
+    model_engine.kv.forget()
+    theirs, ours = remote.complete(request), model_engine.complete(request)
+    assert ours.signals is not None and ours.signals.word_ends and theirs.text == ours.text
+    a, b = theirs.signals, ours.signals
+    assert _same(a.typed_log_prob, b.typed_log_prob), (a.typed_log_prob, b.typed_log_prob)
+    assert _same(a.margin, b.margin), (a.margin, b.margin)
+    assert [e.chars for e in a.word_ends] == [e.chars for e in b.word_ends]
+    assert all(_same(x.log_prob, y.log_prob) for x, y in zip(a.word_ends, b.word_ends)), (a.word_ends, b.word_ends)
+
+
 def test_a_wrong_key_is_refused_and_the_right_one_works():
     from tests.fixtures import start_llama_server
 

@@ -126,3 +126,43 @@ class _Counted:
 
     def cached(self, path) -> bool:
         return path in self._remembered
+
+
+# --- what both backends see alike: the rows along the chosen covering, cut to their top tokens ----
+
+CUT = [" ", "a", "ab", "abc", "abd", " a", " ab", "b", "x"]
+SP_, A, AB, ABC, ABD, SA, SAB, B, XX = range(len(CUT))
+CUT_VOCAB = toy_vocab(CUT)
+CUT_TABLE = {
+    (): {SP_: 0.4, SA: 0.3, XX: 0.2, SAB: 0.1},
+    (SP_,): {AB: 0.5, ABC: 0.25, A: 0.15, ABD: 0.1},
+    (SA,): {B: 0.5, XX: 0.5},
+}
+
+
+def test_along_the_chosen_covering_only_the_top_tokens_of_its_rows_count():
+    """The mass and the rivals the gate reads (engine.signals) are the coverings ending on the
+    chosen path with one of each row's `top` tokens: the same on a server that lists `top` per row
+    and expands only what its proof needs. The full search's mass counts the branch " a"+"b" and
+    the root's " ab" (third and fourth at the root)."""
+    rows = ToyRows(len(CUT), CUT_TABLE)
+    search = CoveringSearch(CUT_VOCAB, rows, max_decodes=8)
+    best = search.run(b" ab")
+    assert best.path == (SP_, AB)
+    decodes = rows.decodes
+    seen, mass = search.along(best, b" ab", top=2)
+    assert rows.decodes == decodes  # no decode: the rows the search read
+    assert [c.path for c in seen] == [(SP_, AB), (SP_, ABC)]
+    assert math.isclose(mass, LN(0.4 * (0.5 + 0.25)), abs_tol=1e-4)
+    assert search.log_mass() > mass + 0.1  # the whole search saw more
+    wider, wider_mass = search.along(best, b" ab", top=4)  # the root's fourth token covers too
+    assert (SAB,) in [c.path for c in wider] and math.isclose(wider_mass, LN(0.1 + 0.4 * 0.85), abs_tol=1e-4)
+
+
+def test_the_chosen_covering_counts_even_outside_the_top_tokens():
+    rows = ToyRows(len(CUT), {(): {SP_: 0.5, SA: 0.46, SAB: 0.04}, (SP_,): {XX: 0.9, AB: 0.1}, (SA,): {XX: 1.0}})
+    search = CoveringSearch(CUT_VOCAB, rows, max_decodes=8)
+    best = search.run(b" ab")
+    assert best.path == (SP_, AB)  # "ab" is second in its row
+    seen, mass = search.along(best, b" ab", top=1)
+    assert seen == [best] and math.isclose(mass, best.log_prob)

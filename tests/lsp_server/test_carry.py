@@ -6,7 +6,11 @@ the completion menu's selected item (LSP 3.18 `selectedCompletionInfo`) read as 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
+
+from engine import Signals, WordEnd
 
 from lsp_server.carry import Carry
 from tests.fixtures import DRAFT, WORDS, Editor, FakeLoader, InProcessServer
@@ -36,6 +40,14 @@ def test_an_accepted_word_leaves_the_rest():
 def test_the_rest_keeps_every_item_that_still_fits_in_order():
     carry = shown("erday. I'm", "erdays", "ing it")
     assert carry.rest(URI, *inserted("erday")) == (". I'm", "s")
+
+
+def test_only_the_first_item_is_carried_as_shown():
+    """The first item is the one the gate judged; the others are alternatives the user cycles to.
+    Typed along an alternative alone, it is not put first unjudged (the server judges it again)."""
+    carry = shown("erday. I'm", "eryear")
+    assert carry.rest(URI, *inserted("ery")) is None
+    assert carry.rest(URI, *inserted("erday")) == (". I'm",)
 
 
 def test_anything_else_misses():
@@ -149,6 +161,31 @@ def test_the_rest_after_accepting_part_of_an_alternative_is_carried(server, edit
     editor.type(uri, "vi")  # the user cycled to "review" and typed along it
     assert [item["insertText"] for item in editor.inline(uri).result] == ["review"]
     assert len(server.loader.engine.calls) == calls
+
+
+def test_an_unlikely_alternative_typed_along_is_judged_by_the_gate(server, editor):
+    """Typed along an alternative, it would be the first item: it goes through the gate first,
+    judged from its own signals (no engine call), and an unlikely one is not shown."""
+    engine = server.loader.engine
+    made = engine.complete
+
+    def unsure_alternatives(request, cancel):
+        completion = made(request, cancel)
+        unsure = tuple(
+            replace(a, signals=Signals(-9.0, 0.0, (WordEnd(len(a.text), -9.0),), -9.0)) for a in completion.alternatives
+        )
+        return replace(completion, alternatives=unsure)
+
+    engine.complete = unsure_alternatives
+    editor.client.notify("workspace/didChangeConfiguration", {"settings": {"cpcLsp": {"minConfidence": 0.5}}})
+    uri = "file:///tmp/carry/alternative-unsure.py"
+    editor.open(uri, "total = add(a, b)\nre")
+    assert [item["insertText"] for item in editor.inline(uri).result] == ["return done", "review"]
+    calls = len(engine.calls)
+    editor.type(uri, "vi")
+    assert not editor.inline(uri).result  # hidden by the gate, as the engine's own answer would be
+    assert len(engine.calls) == calls
+    assert editor.stats()["judgedAgain"] >= 1
 
 
 def test_the_completion_fallback_lists_every_suggestion_in_order():
