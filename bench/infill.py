@@ -14,6 +14,15 @@ Read in llama.vim's own source (ggml-org/llama.vim, autoload/llama.vim at a1c8e6
   its `dist` sampler, so it samples), `cache_prompt`, `t_max_prompt_ms` 500, `t_max_predict_ms`
   250 on a first request (1000 for its speculative follow-ups), `id_slot` 0.
 
+What it shows as the user types (`LlamaVimSession`, read in the same file: `s:on_move`,
+`s:fim_try_hint`, `s:fim_on_response`, `s:cache_insert`/`s:cache_get`, `s:fim_ctx_local`): every
+answer is kept in an LRU cache (`max_cache_keys` 250) under its context; on each cursor move it
+shows the cached answer for the exact context, else the rest of a cached answer from up to 128
+bytes back that the typed bytes match (typing along a suggestion keeps showing its rest), and it
+asks the server for the exact context unless that is cached. An answer that arrives while such a
+rest is shown is cached, not shown. After showing a suggestion it asks ahead for the context where
+the whole suggestion is accepted (`t_max_predict_ms` 1000).
+
 It sends no `seed`, so the server's default applies: start llama-server with `--seed N` to make
 the run repeatable without changing a byte of the request (`SEED_ARGS`). When it renders, it
 drops a one-line suggestion that only retypes the next line (`render_line`).
@@ -28,12 +37,15 @@ import http.client
 import json
 import re
 import time
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from bench.llama_server import LlamaServer
 
 N_PREFIX, N_SUFFIX, N_PREDICT = 256, 64, 128
+MAX_CACHE_KEYS, LOOK_BACK, TRIMMED_PREFIXES = 250, 128, 3  # its answer cache, `s:fim_try_hint`, `llama#fim`
 SEED_ARGS = ("--seed", "0")  # llama-server's default seed for requests that send none (llama.vim's)
 
 
@@ -71,11 +83,13 @@ def local_context(text: str, cursor: int) -> LocalContext:
     )  # fmt: skip
 
 
-def llama_vim_request(ctx: LocalContext, id_slot: int = 0, first: bool = True) -> dict[str, Any]:
-    """The JSON body llama.vim posts to /infill for that context."""
+def llama_vim_request(ctx: LocalContext, id_slot: int = 0, first: bool = True, indent: int | None = None) -> dict[str, Any]:
+    """The JSON body llama.vim posts to /infill for that context (`first`: not a request ahead
+    for an accepted suggestion, which gets more time and the last request's `indent`)."""
     return {
         "id_slot": id_slot, "input_prefix": ctx.prefix, "input_suffix": ctx.suffix, "input_extra": [],
-        "prompt": ctx.middle, "n_predict": N_PREDICT, "stop": [], "n_indent": ctx.indent, "top_k": 40,
+        "prompt": ctx.middle, "n_predict": N_PREDICT, "stop": [], "n_indent": ctx.indent if indent is None else indent,
+        "top_k": 40,
         "top_p": 0.90, "samplers": ["top_k", "top_p", "infill"], "stream": False, "cache_prompt": True,
         "t_max_prompt_ms": 500, "t_max_predict_ms": 250 if first else 1000,
         "response_fields": ["content", "timings/prompt_n", "timings/prompt_ms", "timings/predicted_n",
@@ -218,9 +232,24 @@ class InfillPeer:
             return ms, "", answer
         return ms, render(ctx, answer["content"], text, cursor, from_cursor=self.endpoint != "/infill"), answer
 
-    def _llama_vim_answer(self, text: str, cursor: int, greedy: bool = False) -> tuple[float, LocalContext, dict[str, Any]]:
+    def session(self) -> LlamaVimSession:
+        """A buffer's llama.vim: what it shows keystroke by keystroke, with its answer cache."""
+        return LlamaVimSession(self._content, from_cursor=self.endpoint != "/infill")
+
+    def _content(self, text: str, cursor: int, first: bool, indent: int | None) -> tuple[float, str | None]:
+        ms, _, answer = self._llama_vim_answer(text, cursor, first=first, indent=indent)
+        content = answer.get("content")
+        return ms, content if isinstance(content, str) else None
+
+    def _llama_vim_answer(
+        self, text: str, cursor: int, greedy: bool = False, first: bool = True, indent: int | None = None
+    ) -> tuple[float, LocalContext, dict[str, Any]]:
         ctx = local_context(text, cursor)
-        body = llama_vim_request(ctx, self.slot) if self.endpoint == "/infill" else completion_request(text, cursor, self.slot)
+        if self.endpoint == "/infill":
+            body = llama_vim_request(ctx, self.slot, first, indent)
+        else:
+            body = completion_request(text, cursor, self.slot)
+            body["t_max_predict_ms"] = 250 if first else 1000
         if greedy:
             body = {**body, "top_k": 1}
         started = time.perf_counter()
@@ -232,3 +261,131 @@ class InfillPeer:
 
     def close(self) -> None:
         self.connection.close()
+
+
+def context_key(prefix_middle: str, suffix: str) -> bytes:
+    """What llama.vim hashes a context by (`prefix . middle . 'Î' . suffix`), as bytes: Vim's
+    strings are bytes, and its look-back cuts them byte by byte."""
+    return prefix_middle.encode() + "Î".encode() + suffix.encode()
+
+
+def cache_keys(ctx: LocalContext) -> list[bytes]:
+    """The keys an answer for `ctx` is cached under (`llama#fim`'s hashes): its context, and the
+    same with its first 1-3 prefix lines dropped (for a view scrolled down since)."""
+    keys = [context_key(ctx.prefix + ctx.middle, ctx.suffix)]
+    prefix = ctx.prefix
+    for _ in range(TRIMMED_PREFIXES):
+        prefix = re.sub(r"^[^\n]*\n", "", prefix, count=1)
+        if not prefix:
+            break
+        keys.append(context_key(prefix + ctx.middle, ctx.suffix))
+    return keys
+
+
+def accepted_key(text: str, cursor: int, ctx: LocalContext, shown: str) -> bytes:
+    """The context once all of `shown` (at `cursor`) is accepted, as llama.vim builds it for the
+    request it sends ahead (`s:fim_ctx_local` with `prev`: the shown lines, the rest of the
+    cursor's line after the last)."""
+    prev = (shown + ctx.line_suffix).split("\n")
+    line_start = text.rfind("\n", 0, cursor) + 1
+    before_lines = text[:line_start].split("\n")[:-1]
+    line = ctx.line
+    if len(prev) == 1:
+        lines, middle = before_lines[-N_PREFIX:], line + prev[0]
+    else:
+        keep = N_PREFIX - (len(prev) - 1)
+        lines = (before_lines[-keep:] if keep > 0 else []) + [line + prev[0], *prev[1:-1]]
+        middle = prev[-1]
+    below = ctx.suffix[len(ctx.line_suffix) :]  # "\n", the lines after the cursor's, "\n"
+    return context_key("\n".join(lines) + "\n" + middle, below)
+
+
+class AnswerCache:
+    """llama.vim's `g:cache_data` with its LRU order: a read makes a key the most recent; an insert
+    into a full cache first drops the least recent key (even when the key is already there)."""
+
+    def __init__(self, max_keys: int = MAX_CACHE_KEYS) -> None:
+        self.max_keys = max_keys
+        self._data: OrderedDict[bytes, str] = OrderedDict()
+
+    def get(self, key: bytes) -> str | None:
+        if key not in self._data:
+            return None
+        self._data.move_to_end(key)
+        return self._data[key]
+
+    def has(self, key: bytes) -> bool:
+        return key in self._data
+
+    def insert(self, key: bytes, content: str) -> None:
+        if len(self._data) > self.max_keys - 1:
+            self._data.popitem(last=False)
+        self._data[key] = content
+        self._data.move_to_end(key)
+
+
+class LlamaVimSession:
+    """What llama.vim shows in one buffer as the user types, keystroke by keystroke (module
+    docstring): `shown(text, cursor)` is one cursor move (`s:on_move`, then the automatic
+    `llama#fim`), with the user waiting for its answer. `ask(text, cursor, first, indent)` is the
+    server: (ms, the answer's content, None for none). The request llama.vim sends ahead after
+    showing a suggestion is asked when the user reaches that context (it is the same request;
+    until then it changes nothing shown)."""
+
+    def __init__(self, ask: Callable[[str, int, bool, int | None], tuple[float, str | None]], from_cursor: bool = False) -> None:
+        self.ask, self.from_cursor = ask, from_cursor
+        self.cache = AnswerCache()
+        self.ahead: dict[bytes, int] = {}  # contexts asked ahead for -> the indent sent with them
+        self.requests = 0
+
+    def shown(self, text: str, cursor: int) -> tuple[float, str]:
+        ctx = local_context(text, cursor)
+        keys = cache_keys(ctx)
+        ms = 0.0
+        if not self.cache.has(keys[0]) and keys[0] in self.ahead:  # its answer would be cached by now
+            ms += self._ask(text, cursor, ctx, False, self.ahead.pop(keys[0]))
+        content = self.hint(ctx)
+        shown = None if content is None else render(ctx, content, text, cursor, self.from_cursor)
+        if not any(self.cache.get(key) is not None for key in keys):
+            ms += self._ask(text, cursor, ctx, True, None)
+            if not (shown or "").strip():  # nothing acceptable shown: the answer is shown on arrival
+                content = self.cache.get(keys[0])
+                shown = None if content is None else render(ctx, content, text, cursor, self.from_cursor)
+        if shown and shown.strip():
+            self.ahead.setdefault(accepted_key(text, cursor, ctx, shown), ctx.indent)
+        return ms, shown or ""
+
+    def _ask(self, text: str, cursor: int, ctx: LocalContext, first: bool, indent: int | None) -> float:
+        ms, content = self.ask(text, cursor, first, indent)
+        self.requests += 1
+        if content is not None:
+            for key in cache_keys(ctx):
+                self.cache.insert(key, content)
+        return ms
+
+    def hint(self, ctx: LocalContext) -> str | None:
+        """`s:fim_try_hint`'s choice: the cached answer for the exact context, else the rest of a
+        cached answer from up to LOOK_BACK bytes back whose start the bytes typed since match
+        (its loop as written: the nearest one found, then replaced by any one further back that
+        is longer than the best replacement so far)."""
+        pm = (ctx.prefix + ctx.middle).encode()
+        exact = self.cache.get(pm + "Î".encode() + ctx.suffix.encode())
+        if exact is not None:
+            return exact
+        raw: bytes | None = None
+        best = 0
+        for i in range(min(LOOK_BACK, len(pm) - 1)):
+            removed = pm[len(pm) - (i + 1) :]
+            cached = self.cache.get(pm[: len(pm) - (i + 1)] + "Î".encode() + ctx.suffix.encode())
+            if not cached:
+                continue
+            answer = cached.encode()
+            if answer[: i + 1] != removed:
+                continue
+            rest = answer[i + 1 :]
+            if rest:
+                if raw is None:
+                    raw = rest
+                elif len(rest) > best:
+                    best, raw = len(rest), rest
+        return None if raw is None else raw.decode(errors="replace")

@@ -385,6 +385,14 @@ def insert_text(reply: Reply) -> str | None:
     return items[0]["insertText"] if items else None
 
 
+def insert_texts(reply: Reply) -> list[str]:
+    """Every item's insertText, in the order sent ([] for an empty answer or an error)."""
+    if reply.error is not None or not reply.result:
+        return []
+    items = reply.result["items"] if isinstance(reply.result, dict) else reply.result
+    return [item["insertText"] for item in items]
+
+
 def peak_rss_mb(pid: int) -> float | None:
     """VmHWM (peak resident set) of a live process, in MiB; None where /proc is missing."""
     try:

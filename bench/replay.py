@@ -28,7 +28,7 @@ from typing import Any
 
 from bench import report
 from bench.cases import KINDS, Case, one_per_file, read_text
-from bench.lsp_client import Editor, insert_text
+from bench.lsp_client import Editor, insert_text, insert_texts
 from bench.quality import LANGUAGES
 from bench.stats import median, ratio
 from lsp_server.gate import CURSOR_CLASSES, cursor_class
@@ -179,11 +179,14 @@ class _Tally:
     cursors: dict[str, list[int]] = field(default_factory=lambda: {k: [0, 0, 0, 0] for k in CURSOR_CLASSES})
     # every request: [characters of the passage typed before it, what its next word was ("" none), shown]
     steps: list[list[Any]] = field(default_factory=list)
+    # every request, beside `steps`: what each item shown added after the partial word, first item first
+    texts: list[list[str]] = field(default_factory=list)
 
-    def step(self, before: str, rest: str, chunk: str, shown: bool = False) -> int:
+    def step(self, before: str, rest: str, chunk: str, shown: bool = False, texts: list[str] | None = None) -> int:
         """One suggestion (`shown`) whose next word is `chunk`, with `before` the text before the
         cursor and `rest` what the passage has left: the user accepts it if it is exactly right,
-        else types one character. Returns how many characters of the passage that took."""
+        else types one character. Returns how many characters of the passage that took. `texts`:
+        all that the items added (kept to read afterwards what was shown where)."""
         at = self.where[position_kind(before, rest)]
         at[0] += 1
         cursor = self.cursors[cursor_class(split(before, len(before)))]
@@ -191,6 +194,7 @@ class _Tally:
         cursor[1] += shown
         self.shown += shown
         self.steps.append([self.typed + self.accepted, chunk, shown])
+        self.texts.append(list(texts or ()))
         if accepts(chunk, rest):
             self.accepted += len(chunk)
             self.accepts += 1
@@ -206,7 +210,7 @@ class _Tally:
         return {
             "chars": chars, "typed": self.typed, "accepted": self.accepted, "accepts": self.accepts,
             "requests": len(self.ms), "ms": self.ms, "shown": self.shown, "begins_with_typed": begins,
-            "positions": self.where, "cursors": self.cursors, "steps": self.steps,
+            "positions": self.where, "cursors": self.cursors, "steps": self.steps, "texts": self.texts,
         }  # fmt: skip
 
 
@@ -233,11 +237,12 @@ def replay_server(editor: Editor, passage: Passage, uri: str, in_place: bool) ->
             tally.ms.append(reply.ms)
             shown = insert_text(reply)
             chunk = ""
+            word = cursor.word()
             if shown is not None:
-                word = cursor.word()
                 begins = begins and shown.startswith(word)
                 chunk = next_word(shown[len(word) :])
-            took = tally.step(passage.before + target[:pos], target[pos:], chunk, shown is not None)
+            texts = [t[len(word) :] for t in insert_texts(reply)]
+            took = tally.step(passage.before + target[:pos], target[pos:], chunk, shown is not None, texts)
             cursor.insert(target[pos : pos + took])  # the accepted word, or one typed character
             pos += took
     finally:
@@ -255,24 +260,32 @@ def replay_peer(peer, passage: Passage, max_tokens: int) -> dict[str, Any]:
         out = peer.llm.create_completion(prompt, max_tokens=max_tokens, temperature=0.0, stop=["\n"])
         tally.ms.append((time.perf_counter() - started) * 1000)
         added = out["choices"][0]["text"]
-        pos += tally.step(prompt, target[pos:], next_word(added), bool(added.strip()))
+        pos += tally.step(prompt, target[pos:], next_word(added), bool(added.strip()), [added])
     return tally.result(len(target), None)
 
 
-def replay_infill(peer, passage: Passage, in_place: bool, progress=None) -> dict[str, Any]:
+def replay_infill(peer, passage: Passage, in_place: bool, progress=None, fresh: bool = False) -> dict[str, Any]:
     """The same replay with llama.vim's request (bench.infill) on llama-server: it sees the
     document as the server does, so the text after the passage too when typing in place. What
     it shows is all of its suggestion as llama.vim renders it (bench.infill.render: the first
     line at the cursor and the lines below), judged as ours is: its next word, across a line
-    break when its first line is empty, as our multi-line suggestions are."""
+    break when its first line is empty, as our multi-line suggestions are. Which answer it shows
+    is llama.vim's choice (bench.infill.LlamaVimSession: typing along a suggestion shows the rest
+    of it from its cache, as ours does); `fresh`: the answer to a request at every keystroke
+    instead, as this replay judged it before (an independent sample where llama.vim shows the
+    rest of the suggestion that was just typed past)."""
     target, pos = passage.text, 0
     after = passage.after if in_place else ""
     tally = _Tally()
+    session = None if fresh or not hasattr(peer, "session") else peer.session()
     while pos < len(target):
         before = passage.before + target[:pos]
-        ms, shown, _ = peer.llama_vim_shown(before + after, len(before))
+        if session is not None:
+            ms, shown = session.shown(before + after, len(before))
+        else:
+            ms, shown, _ = peer.llama_vim_shown(before + after, len(before))
         tally.ms.append(ms)
-        pos += tally.step(before, target[pos:], next_word(shown), bool(shown.strip()))
+        pos += tally.step(before, target[pos:], next_word(shown), bool(shown.strip()), [shown])
         if progress is not None and pos < len(target):  # so far: a run cut short keeps its first `pos` characters
             progress({**tally.result(len(target), None), "partial_chars": pos})
     return tally.result(len(target), None)
@@ -320,7 +333,8 @@ def by_cursor(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def run(editor: Editor, peer, items: list[Passage], max_tokens: int, variants: dict[str, dict[str, Any]], say=print,
-        places: tuple[bool, ...] = (False, True), save=None, only: set[int] | None = None) -> dict[str, Any]:
+        places: tuple[bool, ...] = (False, True), save=None, only: set[int] | None = None,
+        fresh_peer: bool = False) -> dict[str, Any]:
     """Every passage (or those numbered in `only`), for every server variant ({name: settings}) at
     the end and in place (`places`: in place or not), and the peer; `save(results so far)` after
     each passage."""
@@ -345,7 +359,7 @@ def run(editor: Editor, peer, items: list[Passage], max_tokens: int, variants: d
                         save({"passages": [_passage_json(p) for p in items[: n + 1]], "runs": [*runs, current],
                               "complete": False})  # fmt: skip
 
-                result = replay_infill(peer, passage, in_place, progress)
+                result = replay_infill(peer, passage, in_place, progress, fresh=fresh_peer)
                 runs.append({"passage": n, "kind": passage.kind, "who": "peer", "where": "in place" if in_place else "end", **result})
         elif peer is not None:
             result = replay_peer(peer, passage, max_tokens)
@@ -357,6 +371,7 @@ def run(editor: Editor, peer, items: list[Passage], max_tokens: int, variants: d
     found = {"passages": [_passage_json(p) for p in items], "runs": runs, "table": summarize(runs),
              "positions": by_position(runs), "cursors": by_cursor(runs)}  # fmt: skip
     found["places"] = by_place(found)
+    found["paired"] = by_place_paired(found)
     return found
 
 
@@ -404,6 +419,43 @@ def by_place(results: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"who": who, "where": where, "place": place, "requests": c[0], "shown": c[1], "accepted": c[2],
              "precision": c[2] / c[1] if c[1] else None, "saved": c[3] / chars[(who, where)]}
             for (who, where), by in sorted(groups.items()) for place, c in by.items()]  # fmt: skip
+
+
+def by_place_paired(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Ours beside the peer at the same cursors: per server variant and `place_of` class, the
+    requests both made at the same place of the same passage (same `where`), and how many of them
+    each got exactly right. `by_place` counts each side along its own path, and the paths differ:
+    after a word it accepted, a side never asks after the space that follows, so the cursors one
+    side reaches after a space are mostly those where its guess at the word's end was wrong. At
+    the same cursors the two are compared on the same questions."""
+    texts = {n: p.get("text") for n, p in enumerate(results.get("passages", []))}
+    steps: dict[tuple[str, str, int], dict[int, str]] = {}
+    for r in results.get("runs", []):
+        if texts.get(r["passage"]) is not None and "steps" in r:
+            steps[(r["who"], r["where"], r["passage"])] = {pos: chunk for pos, chunk, _ in r["steps"]}
+    counts: dict[tuple[str, str], dict[str, list[int]]] = defaultdict(lambda: {k: [0, 0, 0] for k in PLACES})
+    for (who, where, n), ours in steps.items():
+        peer = steps.get(("peer", where, n)) or steps.get(("peer", "before cursor", n))
+        if who == "peer" or peer is None:
+            continue
+        text = texts[n]
+        for pos in ours.keys() & peer.keys():
+            c = counts[(who, where)][place_of(text[:pos] if pos else "\n", text[pos:])]
+            c[0] += 1
+            c[1] += accepts(ours[pos], text[pos:])
+            c[2] += accepts(peer[pos], text[pos:])
+    return [{"who": who, "where": where, "place": place, "requests": c[0], "accepted": c[1], "peer_accepted": c[2]}
+            for (who, where), by in sorted(counts.items()) for place, c in by.items()]  # fmt: skip
+
+
+def paired_table(rows: list[dict[str, Any]]):
+    from bench.report import num, pct
+
+    header = ["who", "where", "cursor", "same cursors", "accepted", "peer accepted", "rate", "peer rate"]
+    body = [[r["who"], r["where"], r["place"], num(r["requests"]), num(r["accepted"]), num(r["peer_accepted"]),
+             pct(r["accepted"] / r["requests"] if r["requests"] else None),
+             pct(r["peer_accepted"] / r["requests"] if r["requests"] else None)] for r in rows]  # fmt: skip
+    return "typing replay: ours and the peer at the same cursors (both asked there), by the cursor's place", header, body
 
 
 def place_table(rows: list[dict[str, Any]]):
@@ -486,6 +538,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.replay", description=main.__doc__.split(":")[0])
     parser.add_argument("--per-kind", type=int, default=2, help="passages per kind of text")
     parser.add_argument("--chars", type=int, default=PASSAGE_CHARS, help="about this many characters a passage")
+    parser.add_argument("--seed", type=int, default=0, help="which passages are drawn (another seed: other files, a check set)")
     parser.add_argument("--kinds", default=",".join(KINDS))
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--threads", type=int, default=1)
@@ -503,6 +556,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peer", choices=("completion", "infill"), default="completion",
                         help="completion: llama-cpp-python's create_completion; infill: llama.vim's request on "
                              "llama-server with the same model (/infill; /completion for a model with no FIM tokens)")
+    parser.add_argument("--peer-display", choices=("cache", "fresh"), default="cache",
+                        help="infill: what llama.vim shows at each keystroke: cache (its own choice, from its answer "
+                             "cache: the rest of a suggestion typed along) or fresh (the answer to that keystroke's request)")
     parser.add_argument("--out", type=Path, default=report.output_root() / "bench" / "results" / "replay.json")
     args = parser.parse_args(argv)
     if args.merge:
@@ -515,7 +571,7 @@ def main(argv: list[str] | None = None) -> int:
     tuning = build_cases(50, 0)
     used = used_files(tuning, check_cases(50, tuning))
     kinds = tuple(args.kinds.split(","))
-    items = interleaved([p for p in passages(args.per_kind, used, chars=args.chars) if p.kind in kinds])
+    items = interleaved([p for p in passages(args.per_kind, used, seed=args.seed, chars=args.chars) if p.kind in kinds])
     if args.passages_from is not None:  # the passages of another run, exactly
         listed = json.loads(args.passages_from.read_text())["passages"]
         items = [passage_at(p["kind"], p["file"], p["start"], p["end"]) for p in listed]
@@ -548,7 +604,8 @@ def main(argv: list[str] | None = None) -> int:
             return run(editor, peer, items, args.max_tokens, {k: {**base, **v} for k, v in variants.items()}, say,
                        tuple(w == "in place" for w in args.places.split(",")),
                        lambda r: partial.write_text(json.dumps(r, ensure_ascii=False) + "\n"),
-                       {int(n) for n in args.only_passages.split(",")} if args.only_passages else None)  # fmt: skip
+                       {int(n) for n in args.only_passages.split(",")} if args.only_passages else None,
+                       fresh_peer=args.peer_display == "fresh")  # fmt: skip
 
         server_cpu = 0.0
         if args.no_server:
@@ -565,6 +622,7 @@ def main(argv: list[str] | None = None) -> int:
     results["other_processes_cpu_share"] = watch.others_share(server_cpu)
     results["settings"] = {"threads": args.threads, "max_tokens": args.max_tokens, "variants": variants,
                            "model": args.model, "peer": None if args.no_peer else args.peer,
+                           "peer_display": args.peer_display if args.peer == "infill" else None,
                            "peer_endpoint": getattr(peer, "endpoint", None), "places": args.places,
                            "command": "python -m bench.replay " + " ".join(sys.argv[1:] if argv is None else argv)}
     _print(results)
@@ -581,6 +639,8 @@ def _print(results: dict[str, Any]) -> None:
     print(report.render(position_table(results["positions"])))
     print(report.render(cursor_table(results["cursors"])))
     print(report.render(place_table(results["places"])))
+    if results.get("paired"):
+        print(report.render(paired_table(results["paired"])))
 
 
 def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
@@ -610,8 +670,9 @@ def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
     runs = [truncated(r, listed[kept[r["passage"]]], cut[r["passage"]]) if r["passage"] in cut else r for r in runs]
     found = {"passages": [listed[n] for n in kept], "runs": runs, "table": summarize(runs), "positions": by_position(runs),
              "cursors": by_cursor(runs), "parts": [{k: v for k, v in p.items() if k not in ("runs", "passages", "table",
-             "positions", "cursors", "places")} for p in parts]}  # fmt: skip
+             "positions", "cursors", "places", "paired")} for p in parts]}  # fmt: skip
     found["places"] = by_place(found)
+    found["paired"] = by_place_paired(found)
     return found
 
 
@@ -624,8 +685,9 @@ def truncated(run: dict[str, Any], passage: dict[str, Any], chars: int) -> dict[
     tally = _Tally()
     steps = [s for s in run["steps"] if s[0] < chars]
     ms = run["ms"][: len(steps)]
-    for pos, chunk, shown in steps:
-        took = tally.step(before + text[:pos], text[pos:], chunk, shown)
+    texts = run.get("texts") or [[] for _ in steps]
+    for (pos, chunk, shown), shown_texts in zip(steps, texts):
+        took = tally.step(before + text[:pos], text[pos:], chunk, shown, shown_texts)
         if took > chars - pos:  # the accepted word goes past the cut: only its part before it counts
             tally.accepted -= took - (chars - pos)
     tally.ms = list(ms)

@@ -427,6 +427,7 @@ class Engine:
             lexicon_decodes=lexicon_decodes,
             lexicon_changed=again,
             alternative_decodes=alternative_decodes,
+            fim=self.fim is not None and request.suffix is not None,
         )
         return Completion(
             gen.text, gen.reason, stats, seq.required_satisfied, tuple(gen.logprobs), signals, alternatives

@@ -135,6 +135,7 @@ class DecodeStats:
     fallback: str | None = None  # e.g. "mask" when per-step masking on the server had to be used
     alternative_decodes: int = 0  # extra decodes spent finishing the alternatives' words
     server: str | None = None  # the model server that answered (its URL; behind a balancer, its upstream)
+    fim: bool = False  # the prompt held the text after the cursor (FIM layout): where it ends moves the answer
 
 
 @dataclass(frozen=True)

@@ -290,7 +290,7 @@ class CpcServer(LanguageServer):
         if selected is None and (rest := self.carry.rest(uri, text, cursor)) is not None:
             self.carried += 1
             logger.info("#%d shown: the rest of the suggestion already shown (no engine work)", number)
-            self.carry.remember(uri, text, cursor, rest, self.carry.complete(uri))
+            self.carry.moved(uri, text, cursor, rest)
             return doc, [Suggestion(parts.word_start, cursor, parts.word + added) for added in rest]
         if selected is None and (again := self._judge_again(uri, text, cursor, parts, settings)) is not None:
             logger.info("#%d %s: typed along a suggestion the gate cut, judged again (no engine work)",
@@ -339,7 +339,8 @@ class CpcServer(LanguageServer):
                 for f in found
             ]
         complete = answer.completion is not None and answer.completion.stop_reason != "length"
-        self.carry.remember(uri, text, cursor, tuple(f.insert_text[len(parts.word) :] for f in found), complete)
+        added = tuple(f.insert_text[len(parts.word) :] for f in found)
+        self.carry.remember(uri, text, cursor, added, complete, answer.completion is not None and answer.completion.stats.fim)
         return doc, found
 
     def gate(self, settings: Settings, model: str | None) -> tuple[gates.ModelGate, float]:
@@ -378,7 +379,7 @@ class CpcServer(LanguageServer):
         shown = suggestions_for(parts, completion, block=block, min_confidence=min_confidence, calibration=gate.calibration)
         self.judged_again += 1
         added = tuple(f.insert_text[len(parts.word) :] for f in shown)
-        self.carry.remember(uri, text, cursor, added, completion.stop_reason != "length")
+        self.carry.remember(uri, text, cursor, added, completion.stop_reason != "length", kept.completion.stats.fim)
         return shown
 
     def _with_selected(

@@ -96,6 +96,13 @@ def split(text: str, cursor: int, after_lines: int | None = None) -> Split:
     )
 
 
+def prompt_end(text: str, cursor: int) -> int:
+    """Where `split(text, cursor)`'s prompt ends (before the boundary whitespace and the partial
+    word), without the rest of the split."""
+    cursor = max(0, min(cursor, len(text)))
+    return _run_start(text, _run_start(text, cursor, is_word_char), is_horizontal_space)
+
+
 def _run_start(text: str, end: int, belongs: Callable[[str], bool]) -> int:
     """Where the run of characters ending at `end` starts; `end` itself (no run) when the run
     is longer than MAX_RUN."""

@@ -10,10 +10,10 @@ from dataclasses import replace
 
 import pytest
 
-from engine import Signals, WordEnd
+from engine import Completion, DecodeStats, Signals, WordEnd
 
-from lsp_server.carry import Carry
-from tests.fixtures import DRAFT, WORDS, Editor, FakeLoader, InProcessServer
+from lsp_server.carry import Carry, Computed
+from tests.fixtures import DRAFT, WORDS, Editor, FakeEngine, FakeLoader, InProcessServer
 
 URI = "file:///tmp/carry/a.txt"
 TEXT = "Thanks for the draft yest and more"
@@ -200,6 +200,70 @@ def test_the_completion_fallback_lists_every_suggestion_in_order():
         result = editor.client.call("textDocument/completion", {"textDocument": {"uri": uri}, "position": editor.end(uri)})
         items = sorted(result["items"], key=lambda item: item["sortText"])
         assert [item["textEdit"]["newText"] for item in items] == ["return done", "review"]
+    finally:
+        server.close()
+
+
+def test_on_a_fim_prompt_a_character_that_moves_the_prompts_end_is_not_carried_past():
+    text, cursor = "x = total", len("x = total")  # a word end; the suggestion goes on with " + 1)"
+    carry = Carry()
+    carry.remember(URI, text, cursor, (" + count(a)",), fim=True)
+    assert carry.rest(URI, text + " ", cursor + 1) is None  # the space moves "total" into the prompt
+    assert carry.rest(URI, text + " +", cursor + 2) == (" count(a)",)  # an accept (several characters) is carried
+    carry.remember(URI, text + " ", cursor + 1, ("+ count(a)",), fim=True)  # the engine's answer after the space
+    assert carry.rest(URI, text + " +", cursor + 2) is None  # punctuation after a space moves it too
+    carry.remember(URI, text + " + ", cursor + 3, ("count(a)",), fim=True)
+    assert carry.rest(URI, text + " + c", cursor + 4) == ("ount(a)",)  # a letter: the prompt stays
+    carry.remember(URI, text + " +", cursor + 2, ("  count(a)",), fim=True)
+    assert carry.rest(URI, text + " + ", cursor + 3) == (" count(a)",)  # whitespace after "+": the required prefix
+    carry.remember(URI, text + " + c", cursor + 4, ("ount(a)",), fim=True)
+    assert carry.rest(URI, text + " + co", cursor + 5) == ("unt(a)",)
+    carry.remember(URI, text + " + count", cursor + 8, ("(a)",), fim=True)
+    assert carry.rest(URI, text + " + count(", cursor + 9) is None  # "(" after a word moves it
+    plain = Carry()  # on a plain prompt the engine's answer after the space is the carried rest
+    plain.remember(URI, text, cursor, (" + count(a)",))
+    assert plain.rest(URI, text + " ", cursor + 1) == ("+ count(a)",)
+
+
+def test_on_a_fim_prompt_a_hidden_completion_is_not_judged_again_past_a_moved_prompt_end():
+    text, cursor = "x = total", len("x = total")
+    made = Completion(" total + count(a)", "eos", DecodeStats(fim=True))
+    carry = Carry()
+    carry.keep(URI, Computed(text, cursor, " total", made))
+    assert carry.typed_along(URI, text + " ", cursor + 1) is None
+    assert carry.typed_along(URI, text, cursor) is not None
+    carry.keep(URI, Computed(text, cursor, " total", Completion(" total + count(a)", "eos", DecodeStats())))
+    assert carry.typed_along(URI, text + " ", cursor + 1) is not None  # a plain prompt's: judged again
+
+
+class FimEngine(FakeEngine):
+    """FakeEngine whose answers say they came from a FIM prompt."""
+
+    def complete(self, request, cancel):
+        done = super().complete(request, cancel)
+        return Completion(done.text, done.stop_reason, DecodeStats(**{**done.stats.__dict__, "fim": True}),
+                          alternatives=done.alternatives)  # fmt: skip
+
+
+def test_through_the_server_a_space_typed_after_a_word_on_a_fim_prompt_asks_the_engine():
+    engine = FimEngine(words=WORDS)
+    server = InProcessServer(load=lambda config: engine)
+    try:
+        capabilities = {"general": {"positionEncodings": ["utf-16"]}, "textDocument": {"inlineCompletion": {}}}
+        server.client.initialize({"cpcLsp": {"maxTokens": 16}}, wait_loaded=True, capabilities=capabilities)
+        editor = Editor(server.client)
+        uri = "file:///tmp/carry/fim.txt"
+        editor.open(uri, DRAFT)
+        assert editor.suggestion(uri) == "yesterday done"
+        calls = len(engine.calls)
+        editor.type(uri, "e")  # a letter along it: carried
+        assert editor.suggestion(uri) == "yesterday done" and len(engine.calls) == calls
+        editor.type(uri, "rday")  # accepted up to the word's end
+        editor.suggestion(uri)
+        calls = len(engine.calls)
+        editor.type(uri, " ")  # typed past "done" by hand: the engine answers for the new prompt
+        editor.suggestion(uri)
+        assert len(engine.calls) == calls + 1 and engine.calls[-1].endswith("yesterday")
     finally:
         server.close()
 
