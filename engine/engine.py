@@ -49,7 +49,7 @@ LINE_BREAKS = ("\n", "\r")
 MIB = 1024 * 1024
 MAX_REMEMBERED = 15  # sequences beyond the live one, whatever the budget
 RIVALS = 16  # most probable coverings looked at for the margin (engine.signals)
-CONTEXT_SHARE = 4  # other files' chunks take at most 1/CONTEXT_SHARE of the context window
+CONTEXT_SHARE = 2  # other files' text takes at most 1/CONTEXT_SHARE of the context window
 # A remote call that failed may be made again at once when its backend says so (engine.multi: on
 # the next server; behind a balancer: once through it, and once with the server it moved to).
 RETRIES = 2
