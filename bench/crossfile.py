@@ -47,6 +47,7 @@ from bench.replay import accepts, next_word
 from bench.stats import median, ratio
 from lsp_server.chunks import STOP
 from lsp_server.split import is_word_char
+from lsp_server.settings import Settings
 
 WORK = Path("/tmp/cpc-lsp-bench-crossfile")
 REGION_LINES = 150  # the probes of a target lie in this many consecutive lines
@@ -596,7 +597,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-target", type=int, default=8, help="cross probes per target file")
     parser.add_argument("--variants", default="off,on", help="off, on (extraContext), lexicon (words of the open documents), both, peer (llama.vim's /infill with and without its ring)")
     parser.add_argument("--window", type=int, default=2048, help="contextTokens")
-    parser.add_argument("--context-tokens", type=int, default=512, help="extraContextTokens of the 'on' variant")
+    parser.add_argument("--context-tokens", type=int, default=Settings().extra_context_tokens, help="extraContextTokens of the 'on' variant (the server default)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--place", default="in place", choices=("in place", "typing"),

@@ -226,9 +226,10 @@ class Engine:
     def context_tokens(self, request: CompletionRequest) -> tuple[int, ...]:
         """The tokens of the other files' text (engine.prompt.context_tokens), remembered for an
         unchanged context. The budget does not depend on the keystroke (the reserve grows with
-        each letter typed): `maxTokens` of the context, and at most a quarter of the context window
-        (CONTEXT_SHARE), so the current file keeps three quarters: chunks that displace the file's
-        own lines cost more than they bring (measured: bench.context, docs/context.md)."""
+        each letter typed): `maxTokens` of the context, and at most half of the context window
+        (CONTEXT_SHARE), so the current file keeps half or more. The caller (lsp_server.context)
+        chooses definition lines, a dozen tokens each, and bounds them by the file's own tokens
+        so a cold request costs at most 1.5x (docs/context.md)."""
         context = request.context
         if context is None:
             return ()
