@@ -39,6 +39,7 @@ class Choice:
     context: RepoContext | None
     budget: int
     offset: int  # the cursor when it was made
+    settings: tuple[int, int]  # (max_tokens, window_tokens) it was made for
 
 
 @dataclass(frozen=True)
@@ -125,26 +126,27 @@ class ContextChooser:
         """The context of `doc`'s prompt at `cursor` (see the module docstring): at most
         `max_tokens`, and at most half of what the current file's text takes of a window of
         `window_tokens` (budget_for)."""
-        budget = budget_for(doc.text, cursor, max_tokens, window_tokens)
         previous = self._chosen.get(key)
-        if previous is not None and previous.budget != budget:
-            previous = None  # the budget changed: choose afresh
+        if previous is not None and previous.settings != (max_tokens, window_tokens):
+            previous = None  # a setting changed: choose afresh
         if previous is not None and not at_line_start(doc.text, cursor):
-            return previous.context
+            return previous.context  # inside a line nothing changes, not even the budget
+        budget = budget_for(doc.text, cursor, max_tokens, window_tokens)
         if budget <= 0:
-            self._chosen[key] = Choice(frozenset(), None, budget, cursor)
+            self._chosen[key] = Choice(frozenset(), None, budget, cursor, (max_tokens, window_tokens))
             return None
         self.view_chars = view_chars(window_tokens, budget)
         chosen = self.choose(key, doc, cursor, documents, budget)
         keys = chosen.keys
         near = abs(cursor - previous.offset) < stale_chars(window_tokens) if previous is not None else False
-        if previous is not None and (keys == previous.keys or near and not substantial(previous.keys, keys)):
+        same_budget = previous is not None and previous.budget == budget
+        if same_budget and (keys == previous.keys or near and not substantial(previous.keys, keys)):
             return previous.context
         context = None
         if keys:
             path, _ = self.workspace.describe(doc.uri)
             context = RepoContext(chosen.files(), path=path, name=self.workspace.name, max_tokens=budget)
-        self._chosen[key] = Choice(keys, context, budget, cursor)
+        self._chosen[key] = Choice(keys, context, budget, cursor, (max_tokens, window_tokens))
         self.choices += context is not None
         return context
 

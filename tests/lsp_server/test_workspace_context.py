@@ -160,6 +160,13 @@ def test_a_choice_is_replaced_when_the_cursor_has_moved_a_quarter_window_away(pr
     assert first is not None
     close = text + "y = OTHER_CONSTANT\n"  # one line on: a small change is not worth a new prompt
     assert chooser.context_for("me", Document(doc.uri, close), len(close), docs, 512) is first
+    step = close + "w" * (4 * 64 * 2)  # mid-line, past the next step of the budget's: the same value
+    assert budget_for(step, len(step), 512, 2048) == budget_for(close, len(close), 512, 2048)  # (512 reached already)
+    short = PREAMBLE + "x = frobnicate_widget(1) + 1"
+    small = chooser.context_for("s", Document(doc.uri, short), len(short), docs, 512)
+    longer = short + "0" * 600  # 150 more tokens of file, one line: the budget would be a step larger
+    assert budget_for(longer, len(longer), 512, 2048) > small.max_tokens
+    assert chooser.context_for("s", Document(doc.uri, longer), len(longer), docs, 512) is small
     far = close + "# " + "z" * stale_chars(2048) + "\n"  # a quarter of the window on: the window moved too
     again = chooser.context_for("me", Document(doc.uri, far), len(far), docs, 512)
     assert again is not first and again is not None
