@@ -47,6 +47,7 @@ from bench.replay import accepts, next_word
 from bench.stats import median, ratio
 from lsp_server.chunks import STOP
 from lsp_server.split import is_word_char
+from lsp_server.settings import Settings
 
 WORK = Path("/tmp/cpc-lsp-bench-crossfile")
 REGION_LINES = 150  # the probes of a target lie in this many consecutive lines
@@ -163,8 +164,46 @@ _DEFINED = {
                    r"^[ \t]+(?:static[ \t]+|async[ \t]+|get[ \t]+|set[ \t]+)*(?!if\b|for\b|while\b|switch\b|catch\b|return\b)(\w+)[ \t]*\([^)\n]*\)[ \t]*\{"),
     "c": (r"^[ \t]*#[ \t]*define[ \t]+(\w+)", r"\b(?:struct|enum|union)[ \t]+(\w+)[ \t]*\{", r"\}[ \t]*(\w+)[ \t]*;",
           r"^[ \t]*typedef[^;{(]*?\b(\w+)[ \t]*;", r"^(?:[A-Za-z_]\w*[ \t\*]+)+\**(\w+)[ \t]*\(",
-          r"^[ \t]+(\w+)[ \t]*(?:=[^,\n]*)?,?[ \t]*$"),  # the last: an enum's members, one a line
+          r"^[ \t]+(\w+)[ \t]*(?:=[^,;\n]*)?,?[ \t]*$"),  # the last: an enum's members, one a line (never a `x = y;` statement)
 }
+# Where a file binds a name for itself (a local variable, a parameter, a field it assigns): a name
+# the target binds is the target's own even when another file defines the same word (`value`,
+# `size`, `entry`), so it is not a cross-file cursor. Import bindings do not count (the name they
+# bind is the other file's). The name is matched on the one line, comments and strings removed.
+_C_TYPE_WORDS = r"(?:(?:const|static|unsigned|signed|struct|enum|union|volatile|register|extern|inline)[ \t]+)*"
+_C_NOT_TYPE = r"(?!(?:return|else|case|goto|sizeof|do|typedef)\b)"
+# (pattern, which words of its group: "all", the "first" or the "last" of each comma-separated piece)
+_BOUND: dict[str, tuple[tuple[str, str], ...]] = {
+    "python": ((r"^[ \t]*((?:[\w.\[\]*]+[ \t]*,[ \t]*)*\w+(?:[ \t]*,[ \t]*[\w.\[\]*]+)*)[ \t]*(?::[^=\n]+)?=(?!=)", "first"),
+               (r"\bfor[ \t]+([\w, \t()]+?)[ \t]+in\b", "all"), (r"\b(?:with|except)\b[^\n]*?\bas[ \t]+(\w+)", "all"),
+               (r"^[ \t]*(?:async[ \t]+)?def[ \t]+\w+[ \t]*\(([^)]*)", "first"), (r"\blambda\b([^:\n]*):", "first"),
+               (r"\bself\.(\w+)[ \t]*(?::[^=\n]+)?=(?!=)", "all"), (r"^[ \t]*(?:global|nonlocal)[ \t]+([\w, \t]+)", "all")),
+    "javascript": ((r"\b(?:const|let|var)[ \t]+(\w+)", "all"), (r"\b(?:const|let|var)[ \t]*\{([^}]*)\}[ \t]*=[ \t]*(?!require\b)", "last"),
+                   (r"\bfunction\b[^(\n]*\(([^)]*)\)", "first"), (r"\(([^()\n]*)\)[ \t]*=>", "first"), (r"\b(\w+)[ \t]*=>", "all"),
+                   (r"^[ \t]+(?:async[ \t]+|static[ \t]+|get[ \t]+|set[ \t]+)*(?!if\b|for\b|while\b|switch\b|catch\b)\w+[ \t]*\(([^)\n]*)\)[ \t]*\{", "first"),
+                   (r"\bthis\.(\w+)[ \t]*=(?!=)", "all"), (r"\bcatch[ \t]*\(([^)]*)\)", "all"), (r"^[ \t]*(\w+)[ \t]*=(?!=)", "all")),
+    "c": ((r"^[ \t]*" + _C_TYPE_WORDS + _C_NOT_TYPE + r"[A-Za-z_]\w*(?:[ \t]*\*+[ \t]*|[ \t]+)(\**[A-Za-z_]\w*(?:[ \t]*\[[^\]]*\])?(?:[ \t]*=[^,;]*)?(?:[ \t]*,[ \t]*\**[A-Za-z_]\w*(?:[ \t]*\[[^\]]*\])?(?:[ \t]*=[^,;]*)?)*)[ \t]*[;=\[]", "first"),
+          (r"^" + _C_NOT_TYPE + r"[A-Za-z_][\w \t*]*\(([^;]*)$", "last"),  # a function definition's parameters
+          (r"^[ \t]*(\w+)[ \t]*=(?!=)", "all")),
+}
+
+
+def bound_in(text: str, kind: str) -> frozenset[str]:
+    """The names `text` binds for itself (see _BOUND): assignments, declarations, parameters,
+    loop and `as` names, fields it assigns; not what it imports."""
+    code = _STRINGS[kind].sub("", text)
+    code = re.sub(r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|`(?:\\.|[^`\\])*`', '""', code)
+    names: set[str] = set()
+    for line in code.splitlines():
+        if re.search(r"\b(?:import|require)\b|^[ \t]*#", line):
+            continue
+        for pattern, which in _BOUND[kind]:
+            for m in re.finditer(pattern, line):
+                for piece in re.sub(r"\[[^\]]*\]|=[^,]*|:[^,]*", "", m.group(1)).split(","):
+                    words = re.findall(r"[A-Za-z_]\w*", piece)
+                    if words:
+                        names.update(words if which == "all" else [words[0] if which == "first" else words[-1]])
+    return frozenset(names - STOP)
 
 
 def defined_in(text: str, kind: str) -> frozenset[str]:
@@ -174,8 +213,10 @@ def defined_in(text: str, kind: str) -> frozenset[str]:
 
 
 def cross_identifiers(project: Project, target: str) -> frozenset[str]:
-    """Names another file of the project defines and the target does not (4+ characters)."""
-    own = defined_in((project.root / target).read_text(), project.kind)
+    """Names another file of the project defines and the target neither defines nor binds for
+    itself (bound_in: its locals, parameters and fields), 4+ characters."""
+    text = (project.root / target).read_text()
+    own = defined_in(text, project.kind) | bound_in(text, project.kind)
     others: set[str] = set()
     for name in project.files:
         if name != target:
@@ -197,9 +238,18 @@ def probes(project: Project, target: str, per_target: int, local_share: float = 
     found: dict[str, list[Probe]] = {"cross": [], "local": []}
     offset = 0
     in_block_comment = False
+    in_docstring: str | None = None  # the quotes of the Python docstring (triple-quoted string) the line is in
     for number, line in enumerate(lines):
         line_start, offset = offset, offset + len(line)
         body = line.strip()
+        if project.kind == "python":
+            quotes = in_docstring
+            for quote in ('"""', "'''"):
+                if (quotes is None or quotes == quote) and line.count(quote) % 2 == 1:
+                    quotes = None if quotes == quote else quote
+            was, in_docstring = in_docstring, quotes
+            if was is not None or in_docstring is not None or '"""' in line or "'''" in line:
+                continue  # prose, not code
         if "/*" in body and "*/" not in body:
             in_block_comment = True
         if in_block_comment:
@@ -547,7 +597,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-target", type=int, default=8, help="cross probes per target file")
     parser.add_argument("--variants", default="off,on", help="off, on (extraContext), lexicon (words of the open documents), both, peer (llama.vim's /infill with and without its ring)")
     parser.add_argument("--window", type=int, default=2048, help="contextTokens")
-    parser.add_argument("--context-tokens", type=int, default=512, help="extraContextTokens of the 'on' variant")
+    parser.add_argument("--context-tokens", type=int, default=Settings().extra_context_tokens, help="extraContextTokens of the 'on' variant (the server default)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--place", default="in place", choices=("in place", "typing"),

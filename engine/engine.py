@@ -50,7 +50,7 @@ LINE_BREAKS = ("\n", "\r")
 MIB = 1024 * 1024
 MAX_REMEMBERED = 15  # sequences beyond the live one, whatever the budget
 RIVALS = 16  # with nothing typed, the prompt row's first tokens looked at for the margin (engine.signals)
-CONTEXT_SHARE = 4  # other files' chunks take at most 1/CONTEXT_SHARE of the context window
+CONTEXT_SHARE = 2  # other files' text takes at most 1/CONTEXT_SHARE of the context window
 # A remote call that failed may be made again at once when its backend says so (engine.multi: on
 # the next server; behind a balancer: once through it, and once with the server it moved to).
 RETRIES = 2
@@ -227,9 +227,10 @@ class Engine:
     def context_tokens(self, request: CompletionRequest) -> tuple[int, ...]:
         """The tokens of the other files' text (engine.prompt.context_tokens), remembered for an
         unchanged context. The budget does not depend on the keystroke (the reserve grows with
-        each letter typed): `maxTokens` of the context, and at most a quarter of the context window
-        (CONTEXT_SHARE), so the current file keeps three quarters: chunks that displace the file's
-        own lines cost more than they bring (measured: bench.context, docs/context.md)."""
+        each letter typed): `maxTokens` of the context, and at most half of the context window
+        (CONTEXT_SHARE), so the current file keeps half or more. The caller (lsp_server.context)
+        chooses definition lines, a dozen tokens each, and bounds them by the file's own tokens
+        so a cold request costs at most 1.5x (docs/context.md)."""
         context = request.context
         if context is None:
             return ()

@@ -106,21 +106,41 @@ def context_tokens(
     context: RepoContext, tokenize: Callable[[str], tuple[int, ...]], repo: RepoTokens | None, budget: int
 ) -> tuple[int, ...]:
     """The tokens that go before the current file's text: the files in their given order, as many
-    as fit in `budget` tokens (whole files; the first that does not fit ends the list, so the
-    kept ones stay a prefix of what a larger budget keeps), then the current file's header."""
+    as fit in `budget` tokens, then the current file's header. The first file that does not fit
+    keeps as many of its first lines as do and ends the list (the caller's estimate of the
+    tokens may run a little over: it costs a few lines, not a file), so the kept ones stay a
+    prefix of what a larger budget keeps."""
     if repo is not None:
         head = (repo.name, *tokenize(f"{context.name or 'repo'}\n"))
         tail = (repo.sep, *tokenize(f"{context.path}\n"))
-        parts = [(repo.sep, *tokenize(f"{f.path}\n{_with_newline(f.text)}")) for f in context.files]
+
+        def part(path: str, text: str) -> tuple[int, ...]:
+            return (repo.sep, *tokenize(f"{path}\n{text}"))
     else:
         head = ()
         tail = tokenize(comment_line(context.path)) if context.path else ()
-        parts = [tokenize(f"{comment_line(f.path)}{_with_newline(f.text)}\n") for f in context.files]
+
+        def part(path: str, text: str) -> tuple[int, ...]:
+            return tuple(tokenize(f"{comment_line(path)}{text}\n"))
+
     out = head
-    for part in parts:
-        if len(out) + len(part) + len(tail) > budget:
+    for f in context.files:
+        text = _with_newline(f.text)
+        tokens = part(f.path, text)
+        room = budget - len(out) - len(tail)
+        if len(tokens) > room:  # the first file that does not fit: as many of its first lines as do, then stop
+            lines = text.splitlines(keepends=True)
+            low, high = 0, len(lines) - 1  # the most lines known to fit / that might
+            while low < high:
+                mid = (low + high + 1) // 2
+                if len(part(f.path, "".join(lines[:mid]))) <= room:
+                    low = mid
+                else:
+                    high = mid - 1
+            if low:
+                out += part(f.path, "".join(lines[:low]))
             break
-        out += tuple(part)
+        out += tokens
     if len(out) + len(tail) > budget:
         return ()
     return out + tuple(tail)

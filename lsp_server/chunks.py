@@ -164,6 +164,34 @@ def choose(
     return sorted(chosen, key=lambda c: (c.path, c.start, c.key))
 
 
+RELATED_CHUNKS = 8  # the chunks most like the cursor's neighbourhood whose names count as related
+
+
+def related(chunks: list[Chunk], near: frozenset[str]) -> dict[str, float]:
+    """Names the other files use in the code most like the cursor's neighbourhood: per name, the
+    share of the RELATED_CHUNKS most similar chunks that use it, weighted by their Jaccard
+    similarity (0 to 1). Code like the code being written calls what it will call (RepoCoder's
+    retrieval, as names rather than whole chunks)."""
+    if not near:
+        return {}
+    scored = []
+    for chunk in chunks:
+        union = len(near | chunk.ids)
+        value = len(near & chunk.ids) / union if union else 0.0
+        if value >= MIN_SCORE:
+            scored.append((value, chunk))
+    scored.sort(key=lambda vc: -vc[0])
+    top = scored[:RELATED_CHUNKS]
+    if not top:
+        return {}
+    total = sum(value for value, _ in top)
+    out: dict[str, float] = {}
+    for value, chunk in top:
+        for name in chunk.ids - near:
+            out[name] = out.get(name, 0.0) + value / total
+    return out
+
+
 def as_files(chosen: list[Chunk]) -> tuple[ContextFile, ...]:
     """One entry per run of adjacent chunks of the same file (in the given order)."""
     files: list[ContextFile] = []

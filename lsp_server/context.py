@@ -13,10 +13,10 @@ while the user reads.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from engine import ContextFile, RepoContext
-from lsp_server.chunks import Chunk, Chunker, choose, definitions, identifiers, near_cursor
+from lsp_server.chunks import Chunk, Chunker, choose, definitions, identifiers, near_cursor, related
 from lsp_server.documents import Document
 from lsp_server.outline import Entry, Outliner, as_view, pick, used_names
 from lsp_server.workspace import Source, Workspace
@@ -25,6 +25,11 @@ CHANGE_SHARE = 0.5  # a new choice is adopted when more than this share of its c
 MAX_TYPED = 64  # the partial word at the cursor is looked for this far back
 MIN_TYPED = 3  # a partial word this long picks the definitions it begins (lsp_server.chunks' too)
 OUTLINE_SHARE = 1.0  # definitions may take the whole budget; chunks get what they leave
+VIEW_CHARS = 4_000  # the default view_chars (a 2,048-token window, 512 of context)
+VIEW_CHARS_PER_TOKEN = 3.5  # code, in Qwen2.5-Coder's and Gemma's vocabularies
+FILE_CHARS_PER_TOKEN = 4.0  # counted low on purpose (Qwen2.5-Coder: 3.6 to 4.7 on real code, Gemma 2.7 to 4.0): never overestimated (budget_for)
+COLD_SHARE = 0.5  # the context takes at most this share of the current file's tokens: a cold request <= 1.5x
+BUDGET_STEP = 64
 DEFINITIONS_SCAN_CHARS = 262_144  # the current file's definitions are looked for this far (bounded work)
 
 
@@ -32,6 +37,9 @@ DEFINITIONS_SCAN_CHARS = 262_144  # the current file's definitions are looked fo
 class Choice:
     keys: frozenset[str]
     context: RepoContext | None
+    budget: int
+    offset: int  # the cursor when it was made
+    settings: tuple[int, int]  # (max_tokens, window_tokens) it was made for
 
 
 @dataclass(frozen=True)
@@ -48,6 +56,31 @@ class Chosen:
     def files(self) -> tuple[ContextFile, ...]:
         view = as_view(((c.path, c.start, c.text) for c in self.chunks), self.entries)
         return tuple(ContextFile(path, text) for path, text in view)
+
+
+def budget_for(text: str, cursor: int, max_tokens: int, window_tokens: int) -> int:
+    """The context's tokens at this cursor: `max_tokens` when the current file's text before the
+    cursor fills 2/3 of the window (the prompt is then at most the window, at most 1.5x the
+    file's part), else at most half of that text's tokens (counted low, at FILE_CHARS_PER_TOKEN):
+    either way a cold request costs at most 1.5x what it costs without context. In steps of
+    BUDGET_STEP, so the budget (and the choice) stays put while a line is typed."""
+    file_tokens = cursor / FILE_CHARS_PER_TOKEN
+    if file_tokens * (1 + COLD_SHARE) >= window_tokens:  # the file alone fills 2/3 of the window: at most 1.5x either way
+        return max_tokens
+    return min(max_tokens, int(file_tokens * COLD_SHARE) // BUDGET_STEP * BUDGET_STEP)
+
+
+def stale_chars(window_tokens: int) -> int:
+    """How far the cursor may move from where the kept choice was made before any new choice
+    replaces it: a quarter of the window, the step in which the engine moves the window's start
+    (engine.Engine.window), so re-choosing costs at most as many whole-prompt decodes again."""
+    return int(window_tokens / 4 * VIEW_CHARS_PER_TOKEN)
+
+
+def view_chars(window_tokens: int, budget: int) -> int:
+    """About how much of the current file's text before the cursor the prompt shows (the engine
+    keeps between 3/4 and all of what the context leaves; cautious: fewer names count as shown)."""
+    return int((window_tokens - budget) * 3 / 4 * VIEW_CHARS_PER_TOKEN)
 
 
 def at_line_start(text: str, cursor: int) -> bool:
@@ -74,6 +107,8 @@ class ContextChooser:
         self._chosen: dict[str, Choice] = {}
         self._defined: dict[str, tuple[str, frozenset[str], dict[str, int]]] = {}
         self.choices = 0  # contexts adopted (a new layout each: for stats)
+        self.view_chars = VIEW_CHARS  # the current file's text before the cursor the prompt likely shows
+        self.related = True
 
     def forget(self, key: str | None = None) -> None:
         """Drop the kept choice of one document (all when None), e.g. when a setting changed."""
@@ -85,23 +120,33 @@ class ContextChooser:
             self._defined.pop(key, None)
 
     def context_for(
-        self, key: str, doc: Document, cursor: int, documents: Iterable[tuple[str, Document]], max_tokens: int
-    ) -> RepoContext | None:
-        """The context of `doc`'s prompt at `cursor` (see the module docstring)."""
+        self, key: str, doc: Document, cursor: int, documents: Iterable[tuple[str, Document]], max_tokens: int,
+        window_tokens: int = 2048,
+    ) -> RepoContext | None:  # fmt: skip
+        """The context of `doc`'s prompt at `cursor` (see the module docstring): at most
+        `max_tokens`, and at most half of what the current file's text takes of a window of
+        `window_tokens` (budget_for)."""
         previous = self._chosen.get(key)
-        if previous is not None and previous.context is not None and previous.context.max_tokens != max_tokens:
-            previous = None  # the budget changed: choose afresh
+        if previous is not None and previous.settings != (max_tokens, window_tokens):
+            previous = None  # a setting changed: choose afresh
         if previous is not None and not at_line_start(doc.text, cursor):
-            return previous.context
-        chosen = self.choose(key, doc, cursor, documents, max_tokens)
+            return previous.context  # inside a line nothing changes, not even the budget
+        budget = budget_for(doc.text, cursor, max_tokens, window_tokens)
+        if budget <= 0:
+            self._chosen[key] = Choice(frozenset(), None, budget, cursor, (max_tokens, window_tokens))
+            return None
+        self.view_chars = view_chars(window_tokens, budget)
+        chosen = self.choose(key, doc, cursor, documents, budget)
         keys = chosen.keys
-        if previous is not None and not substantial(previous.keys, keys):
+        near = abs(cursor - previous.offset) < stale_chars(window_tokens) if previous is not None else False
+        same_budget = previous is not None and previous.budget == budget
+        if same_budget and (keys == previous.keys or near and not substantial(previous.keys, keys)):
             return previous.context
         context = None
         if keys:
             path, _ = self.workspace.describe(doc.uri)
-            context = RepoContext(chosen.files(), path=path, name=self.workspace.name, max_tokens=max_tokens)
-        self._chosen[key] = Choice(keys, context)
+            context = RepoContext(chosen.files(), path=path, name=self.workspace.name, max_tokens=budget)
+        self._chosen[key] = Choice(keys, context, budget, cursor, (max_tokens, window_tokens))
         self.choices += context is not None
         return context
 
@@ -112,17 +157,20 @@ class ContextChooser:
         define (lsp_server.outline: dozens fit where one chunk does), then, in what is left, the
         chunks most like the cursor's neighbourhood (lsp_server.chunks)."""
         sources = self.sources(key, doc, documents)
+        imported = {s.path for s in sources if s.imported}
         near = identifiers(near_cursor(doc.text, cursor))
         start = cursor
         while start > 0 and cursor - start < MAX_TYPED and (doc.text[start - 1].isalnum() or doc.text[start - 1] == "_"):
             start -= 1
         typed = doc.text[start:cursor]
         defined, uses = self._defined_in(key, doc.text)
+        chunks = [c for s in sources for c in self.chunker.chunks(s)]
+        visible = frozenset(used_names(doc.text[max(0, cursor - self.view_chars) : cursor])) if self.view_chars else frozenset()
         entries = pick((e for s in sources for e in self.outliner.entries(s)), uses, near, defined,
-                       round(max_tokens * OUTLINE_SHARE), typed if len(typed) >= MIN_TYPED else "")  # fmt: skip
+                       round(max_tokens * OUTLINE_SHARE), typed if len(typed) >= MIN_TYPED else "",
+                       visible, related(chunks, near) if self.related else None, imported)  # fmt: skip
         used = sum(e.tokens for e in entries) + sum(len(t) // 3 + 1 for e in entries for _, t in e.head)
         used += 8 * len({e.path for e in entries})
-        chunks = [c for s in sources for c in self.chunker.chunks(s)]
         return Chosen(tuple(entries), tuple(choose(chunks, near, defined, max_tokens - used, typed)))
 
     def sources(self, key: str, doc: Document, documents: Iterable[tuple[str, Document]]) -> list[Source]:
@@ -140,10 +188,13 @@ class ContextChooser:
             if usable and path not in paths:
                 paths.add(path)
                 found.append(Source(other_key, path, other.text, ws.edits(other_key)))
-        for imported in ws.imports(doc.uri, doc.text):
+        imports = ws.imports(doc.uri, doc.text)
+        imported_paths = {i.path for i in imports}
+        found = [replace(f, imported=True) if f.path in imported_paths else f for f in found]
+        for imported in imports:
             if imported.path not in paths and imported.path != own_path:
                 paths.add(imported.path)
-                found.append(imported)
+                found.append(replace(imported, imported=True))
         for region in ws.ring():
             if region.key.rsplit("#", 1)[0] not in open_keys:
                 found.append(region)

@@ -19,7 +19,7 @@ are skipped.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from lsp_server.workspace import Source, language_of
@@ -55,6 +55,11 @@ _C = (
 _C_MEMBER = re.compile(r"^([ \t]+)" + _C_KEYWORDS + r"(?:(?:const|unsigned|signed|struct|enum)[ \t]+)*(?:[A-Za-z_]\w*[ \t\*]+)+\**([A-Za-z_]\w*)[ \t]*(?:\[[^\]]*\])?[ \t]*;")
 _C_ENUMERATOR = re.compile(r"^([ \t]+)([A-Za-z_]\w*)[ \t]*(?:=[^,;{}]*)?,?[ \t]*(?:/[/*].*)?$")
 _C_BLOCK = re.compile(r"\b(struct|union|enum)\b[^;()]*\{[ \t]*(?:/[/*].*)?$")
+# A block's header alone on its line, its brace on the next (`enum JSTYPES` then `{`: Allman style)
+_C_HEADER = re.compile(r"^[ \t]*(?:typedef[ \t]+)?(struct|union|enum)\b[^;(){}=]*$")
+_JS_HEADER = re.compile(r"^[ \t]*(?:export[ \t]+)?(?:default[ \t]+)?(class)\b[^;(){}=]*$")
+# A pointer to a function, as a typedef or a struct's field: `typedef int (*JSPFN_ITERNEXT)(...)`
+_C_FUNCTION_POINTER = re.compile(r"^([ \t]*)(?:typedef[ \t]+)?[A-Za-z_][\w \t\*]*\([ \t]*\*[ \t]*([A-Za-z_]\w*)[ \t]*\)[ \t]*\(")
 
 
 @dataclass(frozen=True)
@@ -127,6 +132,7 @@ def _outline_braces(text: str, language: str) -> list[tuple[int, str, str, tuple
     blocks: list[tuple[int, tuple[int, str] | None, str | None]] = []  # (depth it opened at, its line if kind, kind)
     depth = 0
     in_comment = False
+    header: tuple[int, str, str] | None = None  # a block header whose brace is on the next line
     for number, line in enumerate(text.splitlines()):
         if in_comment:
             if "*/" in line:
@@ -140,7 +146,11 @@ def _outline_braces(text: str, language: str) -> list[tuple[int, str, str, tuple
             continue
         inner = blocks[-1] if blocks else None
         found = None
-        if language == "c" and inner is not None and inner[2] in ("struct", "union"):
+        if language == "c" and (inner is None or inner[2] in ("struct", "union")):
+            found = _C_FUNCTION_POINTER.match(line)
+        if found is not None:
+            pass
+        elif language == "c" and inner is not None and inner[2] in ("struct", "union"):
             found = _C_MEMBER.match(line)
         elif language == "c" and inner is not None and inner[2] == "enum":
             found = _C_ENUMERATOR.match(line)
@@ -157,12 +167,17 @@ def _outline_braces(text: str, language: str) -> list[tuple[int, str, str, tuple
         closed = code.count("}")
         if opened > closed:
             kind = None
-            if language == "c":
+            opener = (number, _cut(line))
+            if header is not None and code.lstrip().startswith("{"):
+                kind, opener = header[2], (header[0], header[1])
+            elif language == "c":
                 m = _C_BLOCK.search(code)
                 kind = m.group(1) if m else None
             elif re.search(r"\bclass\b", code):
                 kind = "class"
-            blocks.append((depth, (number, _cut(line)) if kind else None, kind))
+            blocks.append((depth, opener if kind else None, kind))
+        head_match = (_C_HEADER if language == "c" else _JS_HEADER).match(code) if opened == closed == 0 else None
+        header = (number, _cut(line), head_match.group(1)) if head_match else None
         depth += opened - closed
         while blocks and depth <= blocks[-1][0]:
             blocks.pop()
@@ -209,18 +224,28 @@ SIBLING_WEIGHT = 0.5  # an unused member of a struct, enum or class one of whose
 SAME_FILE_WEIGHT = 0.25  # an unused definition of a file some of whose definitions are used
 
 
+PRIVATE_FACTOR = 0.5  # an unused name its own file keeps to itself (`_name`, a C `static` in a .c file)
+VISIBLE_FACTOR = 0.1  # a name the current file's part of the prompt already shows: the model can copy it
+RELATED_WEIGHT = 1.0  # per unit of similarity of the other files' code that uses the name (see `related`)
+
+
 def pick(
     entries: Iterable[Entry], uses: dict[str, int], near: frozenset[str], defined_here: frozenset[str], budget: int,
-    typed: str = "",
+    typed: str = "", visible: frozenset[str] = frozenset(), related: Mapping[str, float] | None = None,
+    drawn: Iterable[str] = (),
 ) -> list[Entry]:  # fmt: skip
     """The definitions of the names the current file uses and does not define, most used first
     (a use near the cursor counts NEAR_WEIGHT), then the unused ones beside them (SIBLING_WEIGHT,
     SAME_FILE_WEIGHT), within `budget` tokens (with their enclosing lines and each file's
-    header), in a stable order (path, then line)."""
+    header), in a stable order (path, then line). A name in `visible` (the current file's text
+    in the prompt shows it) counts VISIBLE_FACTOR as much: the model spells it from there.
+    `related`: names the other files use in code like the cursor's (RELATED_WEIGHT each).
+    `drawn`: paths drawn on whatever the file uses yet (the files it imports)."""
+    related = related or {}
     scored: list[tuple[float, Entry]] = []
     unused: list[Entry] = []
     families: set[tuple[str, int]] = set()
-    files: set[str] = set()
+    files: set[str] = set(drawn)
     for entry in entries:
         name = entry.name
         if name in defined_here or name.startswith("__"):
@@ -229,16 +254,25 @@ def pick(
         if typed and name != typed and name.startswith(typed):
             score += TYPED_WEIGHT
         if score > 0:
-            scored.append((score, entry))
+            if name in visible:
+                score *= VISIBLE_FACTOR
+            scored.append((score + RELATED_WEIGHT * related.get(name, 0.0), entry))
             families.update((entry.path, n) for n, _ in entry.head)
+            families.add((entry.path, entry.line))  # a used class, struct or enum: its members are siblings
             files.add(entry.path)
         else:
             unused.append(entry)
     for entry in unused:
+        bonus = RELATED_WEIGHT * related.get(entry.name, 0.0)
         if any((entry.path, n) in families for n, _ in entry.head):
-            scored.append((SIBLING_WEIGHT, entry))
+            base = SIBLING_WEIGHT
         elif entry.path in files:
-            scored.append((SAME_FILE_WEIGHT, entry))
+            base = SAME_FILE_WEIGHT
+        elif bonus > 0:
+            base = 0.0
+        else:
+            continue
+        scored.append(((base + bonus) * (PRIVATE_FACTOR if private(entry) else 1.0), entry))
     scored.sort(key=lambda se: (-se[0], se[1].path, se[1].line))
     chosen: list[Entry] = []
     seen: set[tuple[str, str]] = set()
@@ -261,6 +295,14 @@ def pick(
         lines.update((entry.path, n) for n, _ in entry.head)
         paths.add(entry.path)
     return sorted(chosen, key=lambda e: (e.path, e.line))
+
+
+def private(entry: Entry) -> bool:
+    """A definition its language marks as its file's own: a leading underscore (Python, JavaScript),
+    `static` in a C source file (not a header)."""
+    if entry.path.endswith((".c", ".cc", ".cpp")) and entry.text.lstrip().startswith("static"):
+        return True
+    return entry.name.startswith("_")
 
 
 def used_names(text: str) -> dict[str, int]:

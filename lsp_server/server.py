@@ -261,11 +261,11 @@ class CpcServer(LanguageServer):
     def context_for(self, uri: str, doc: Document, cursor: int) -> RepoContext | None:
         """Other files' chunks for `doc`'s prompt (lsp_server.context); None when the setting is
         off. A failure there costs the context, never the suggestion."""
-        budget = min(self.settings.extra_context_tokens, self.settings.context_tokens // 4)  # the engine's cap (CONTEXT_SHARE)
+        budget = min(self.settings.extra_context_tokens, self.settings.context_tokens // 2)  # the engine's cap (CONTEXT_SHARE)
         if not self.settings.extra_context or budget <= 0:
             return None
         try:
-            return self.context.context_for(unquote(uri), doc, cursor, self.documents.items(), budget)
+            return self.context.context_for(unquote(uri), doc, cursor, self.documents.items(), budget, self.settings.context_tokens)
         except Exception as exc:
             logger.error("choosing context failed: %s", frames(exc))
             return None

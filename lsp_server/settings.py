@@ -215,11 +215,12 @@ class Settings:
         "text is sent to the server too. Qwen2.5-Coder gets its repository layout (`<|file_sep|>`).",
     )
     extra_context_tokens: int = setting(
-        512, Int(0, 65_536),
-        "Most prompt tokens the other files' text takes (with `extraContext`): first the definition lines "
-        "of the names this file uses and does not define, then whole chunks; at most a quarter of "
-        "`contextTokens` is used. They are chosen again only at the start of a line, so typing "
-        "inside a word still reuses the whole prompt.",
+        1024, Int(0, 65_536),
+        "Most prompt tokens the other files' text takes (with `extraContext`): the definition lines "
+        "of the names this file calls and the prompt does not show, then whole chunks; at most half "
+        "of `contextTokens`, and at most half of the current file's own tokens until the file fills "
+        "two thirds of the window (so a cold request costs at most 1.5x). They are chosen again "
+        "only at the start of a line, so typing inside a word still reuses the whole prompt.",
     )
     multi_line_tokens: int = setting(
         48, Int(1, 512),

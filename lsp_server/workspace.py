@@ -57,6 +57,7 @@ class Source:
     path: str
     text: str
     edited: tuple[int, ...] = ()
+    imported: bool = False  # the current document imports it (lsp_server.context: drawn on before any use)
 
 
 def uri_path(uri: str) -> Path | None:

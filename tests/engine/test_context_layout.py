@@ -62,6 +62,14 @@ def test_files_that_do_not_fit_are_dropped_from_the_end_so_the_kept_ones_stay_a_
     assert context_tokens(CONTEXT, chars, REPO, 4) == ()  # not even the headers fit: no context at all
 
 
+def test_the_file_that_does_not_fit_keeps_the_first_lines_that_do():
+    tail = 1 + len(chars("pkg/main.py\n"))
+    head = len(chars("proj\n")) + 1
+    one_line = head + 1 + len(chars("pkg/a.py\ndef alpha():\n"))
+    cut = context_tokens(CONTEXT, chars, REPO, one_line + tail + 2)  # room for one line of pkg/a.py, not two
+    assert spelled(cut) == "<REPO>proj\n<SEP>pkg/a.py\ndef alpha():\n<SEP>pkg/main.py\n"  # and pkg/b.py is not tried
+
+
 def test_comment_syntax_follows_the_files_language():
     assert comment_line("a/b.py") == "# a/b.py\n"
     assert comment_line("src/x.c") == "// src/x.c\n"

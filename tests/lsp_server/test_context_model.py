@@ -27,7 +27,11 @@ def frobnicate_widget(count):
 def unrelated_helper():
     return None
 '''
-MAIN = "import os\n\n\ndef main(count):\n    total = frob"
+# The context takes at most half the tokens of the file's text before the cursor (a cold request
+# costs at most 1.5x: lsp_server.context.budget_for), so the file opens with a docstring long
+# enough for the helper's definition; nothing in it names the helper.
+MAIN = '"""Count the widgets of a run.\n\n' + "This program reads a count and reports a total for the run.\n" * 20 + '"""\n' \
+    "import os\n\n\ndef main(count):\n    total = frob"
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from lsp_server.context import ContextChooser
 from lsp_server.documents import Document
-from lsp_server.outline import Entry, as_view, outline, pick, used_names
+from lsp_server.outline import Entry, as_view, outline, pick, private, used_names
 
 PY = '''"""A module.
 
@@ -64,6 +64,21 @@ static int helper(int x)
 """
 
 
+# Allman braces (the brace on the line after the header) and pointers to functions, as ujson writes them
+C_ALLMAN = """enum JSTYPES
+{
+  JT_NULL,      // NULL
+  JT_RAW,
+};
+typedef int (*JSPFN_ITERNEXT)(JSOBJ obj, JSONTypeContext *tc);
+typedef struct __JSONObjectEncoder
+{
+  void (*beginTypeContext)(JSOBJ obj, JSONTypeContext *tc);
+  JSPFN_ITERNEXT iterNext;
+} JSONObjectEncoder;
+"""
+
+
 def names(text: str, language: str) -> list[str]:
     return [name for _, name, _, _ in outline(text, language)]
 
@@ -88,6 +103,14 @@ def test_c_macros_enumerators_fields_typedefs_and_functions():
                              "LZ4F_preferences_t", "LZ4F_compressBound", "helper"]  # fmt: skip
     mode = next(f for f in outline(C, "c") if f[1] == "blockMode")
     assert mode[3] == ((6, "typedef struct {\n"),)
+
+
+def test_c_blocks_with_the_brace_on_the_next_line_and_pointers_to_functions():
+    found = {name: (line, head) for line, name, _, head in outline(C_ALLMAN, "c")}
+    assert list(found) == ["JSTYPES", "JT_NULL", "JT_RAW", "JSPFN_ITERNEXT", "__JSONObjectEncoder", "beginTypeContext",
+                           "iterNext", "JSONObjectEncoder"]  # fmt: skip
+    assert found["JT_RAW"][1] == ((0, "enum JSTYPES\n"),)  # the member knows its enum's header line
+    assert found["iterNext"][1] == ((6, "typedef struct __JSONObjectEncoder\n"),)
 
 
 def test_an_unknown_language_has_no_outline():
@@ -123,6 +146,32 @@ def test_pick_takes_the_name_being_typed_first():
     assert [e.name for e in chosen] == ["frobnicate_widget"]
 
 
+def test_a_name_the_file_shows_already_counts_less_than_one_it_does_not():
+    entries = [entry("shown_often", 1), entry("used_far_above", 2)]
+    uses = {"shown_often": 6, "used_far_above": 1}
+    budget = 8 + max(e.tokens for e in entries)  # room for one
+    assert [e.name for e in pick(entries, uses, frozenset(), frozenset(), budget)] == ["shown_often"]
+    # the model copies a name the prompt shows; the one used only above the window it cannot see
+    chosen = pick(entries, uses, frozenset(), frozenset(), budget, visible=frozenset({"shown_often"}))
+    assert [e.name for e in chosen] == ["used_far_above"]
+
+
+def test_unused_names_come_from_the_imported_files_the_used_classes_and_code_like_the_cursors():
+    klass = (10, "class Policy:\n")
+    entries = [entry("Policy", 10, "p.py"), entry("handle_defect", 11, "p.py", (klass,)), entry("loner", 1, "q.py"),
+               entry("called_alike", 2, "r.py"), entry("_private", 3, "q.py"), entry("public", 4, "q.py")]  # fmt: skip
+    chosen = pick(entries, {"Policy": 1}, frozenset(), frozenset(), 1_000)
+    assert [e.name for e in chosen] == ["Policy", "handle_defect"]  # a used class: its methods are siblings
+    chosen = pick(entries, {"Policy": 1}, frozenset(), frozenset(), 1_000, drawn=["q.py"], related={"called_alike": 0.5})
+    assert {e.name for e in chosen} == {"Policy", "handle_defect", "loner", "called_alike", "_private", "public"}
+    one = 8 + entries[5].tokens
+    assert [e.name for e in pick(entries[2:], {}, frozenset(), frozenset(), one, drawn=["q.py"])] == ["loner"]  # path, line
+    two = [entries[4], entries[5]]
+    assert [e.name for e in pick(two, {}, frozenset(), frozenset(), one, drawn=["q.py"])] == ["public"]  # `_private` counts half
+    assert private(Entry("k", "a.c", 1, "helper", "static int helper(int x)\n")) and not private(entries[5])
+    assert not private(Entry("k", "a.h", 1, "helper", "static inline int helper(int x)\n"))  # a header's is shared
+
+
 def test_the_view_shows_each_line_once_in_the_file_order():
     head = ((0, "class Widget:\n"),)
     entries = [Entry("k#5", "a.py", 5, "b", "    def b(self):\n", head), Entry("k#2", "a.py", 2, "a", "    def a(self):\n", head)]
@@ -139,7 +188,8 @@ def test_the_chooser_puts_the_definition_of_a_name_used_in_the_file_first(tmp_pa
     root.mkdir()
     helpers = "\n".join(f"def helper_{i}(x):\n    return x + {i}\n" for i in range(200)) + "\ndef frobnicate_widget(x):\n    return x\n"
     (root / "helpers.py").write_text(helpers)
-    main = "from helpers import frobnicate_widget\n\n\ndef run():\n    frobnicate_widget(1)\n    \n"
+    preamble = '"""' + "This module is part of the project and does what its name says.\n" * 40 + '"""\n'  # room for 512 tokens
+    main = preamble + "from helpers import frobnicate_widget\n\n\ndef run():\n    frobnicate_widget(1)\n    \n"
     chooser = ContextChooser()
     chooser.workspace.set_roots([str(root)])
     other = Document((root / "helpers.py").as_uri(), helpers)
@@ -148,4 +198,4 @@ def test_the_chooser_puts_the_definition_of_a_name_used_in_the_file_first(tmp_pa
     assert context is not None
     shown = "".join(f.text for f in context.files)
     assert "def frobnicate_widget(x):\n" in shown
-    assert "helper_150" not in shown  # not used by main.py: not worth its tokens
+    assert "helper_150" not in shown  # after the used name, the imported file's others in its order, as the budget allows

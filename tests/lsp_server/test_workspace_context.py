@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from lsp_server.chunks import CHUNK_CHARS, CHUNK_LINES, Chunker, choose, identifiers, split_lines
-from lsp_server.context import ContextChooser, at_line_start, substantial
+from lsp_server.chunks import CHUNK_CHARS, CHUNK_LINES, Chunker, choose, identifiers, related, split_lines
+from lsp_server.context import FILE_CHARS_PER_TOKEN, ContextChooser, at_line_start, budget_for, stale_chars, substantial
 from lsp_server.documents import Document
 from lsp_server.workspace import MAX_FILE_BYTES, Source, Workspace
 
@@ -36,6 +36,12 @@ def project(tmp_path: Path) -> Path:
     (root / "c" / "point.h").write_text("struct point { int x, y; };\nint point_norm(struct point *p);\n")
     (root / "c" / "main.c").write_text('#include <stdio.h>\n#include "point.h"\n')
     return root
+
+
+# A module's opening prose: the context takes at most half the tokens of the file's text before the
+# cursor (lsp_server.context.budget_for: a cold request costs at most 1.5x), so a file of one line
+# gets none; this one is long enough for 128 tokens of it.
+PREAMBLE = '"""' + "This module is part of the project and does what its name says.\n" * 16 + '"""\n\n'
 
 
 def workspace(root: Path) -> Workspace:
@@ -114,7 +120,7 @@ def test_the_choice_is_kept_inside_a_line_and_replaced_only_when_it_changes_subs
     chooser = ContextChooser(workspace(project))
     helpers = Document(uri(project / "pkg" / "helpers.py"), (project / "pkg" / "helpers.py").read_text())
     other = Document(uri(project / "pkg" / "other.py"), (project / "pkg" / "other.py").read_text())
-    text = "import os\n\nvalue = frobnicate_widget(3)\n"
+    text = PREAMBLE + "import os\n\nvalue = frobnicate_widget(3)\n"
     doc = Document(uri(project / "scratch.py"), text)
     docs = [("h", helpers), ("o", other), ("me", doc)]
     first = chooser.context_for("me", doc, len(text), docs, 1024)
@@ -130,6 +136,51 @@ def test_the_choice_is_kept_inside_a_line_and_replaced_only_when_it_changes_subs
     assert at_line_start("x\n   ", 5) and not at_line_start("x\n  y", 5)
 
 
+def test_the_context_takes_at_most_half_the_files_tokens_until_the_file_fills_the_window():
+    def budget(chars: int) -> int:
+        return budget_for("x" * chars, chars, 1024, 2048)
+
+    assert budget(0) == 0 and budget(500) == 0  # 125 tokens of file: not 64 of context yet
+    assert budget(2_000) == 192  # 500 tokens of file: at most 250, in steps of 64
+    assert budget(10_000) == 1024  # the file fills the window either way: the whole budget
+    for chars in range(0, 12_000, 97):  # a cold prompt is at most 1.5x the file's own (counted low)
+        file_tokens = min(chars / FILE_CHARS_PER_TOKEN, 2048 - budget(chars))
+        assert (file_tokens + budget(chars)) <= 1.5 * min(chars / FILE_CHARS_PER_TOKEN, 2048) + 1e-9
+    assert budget_for("x" * 10_000, 10_000, 256, 2048) == 256  # never more than asked
+
+
+def test_a_choice_is_replaced_when_the_cursor_has_moved_a_quarter_window_away(project: Path):
+    chooser = ContextChooser(workspace(project))
+    helpers = Document(uri(project / "pkg" / "helpers.py"), (project / "pkg" / "helpers.py").read_text())
+    other = Document(uri(project / "pkg" / "other.py"), (project / "pkg" / "other.py").read_text())
+    docs = [("h", helpers), ("o", other)]
+    text = PREAMBLE * 20 + "value = frobnicate_widget(3)\n"
+    doc = Document(uri(project / "scratch.py"), text)
+    first = chooser.context_for("me", doc, len(text), docs, 512)
+    assert first is not None
+    close = text + "y = OTHER_CONSTANT\n"  # one line on: a small change is not worth a new prompt
+    assert chooser.context_for("me", Document(doc.uri, close), len(close), docs, 512) is first
+    step = close + "w" * (4 * 64 * 2)  # mid-line, past the next step of the budget's: the same value
+    assert budget_for(step, len(step), 512, 2048) == budget_for(close, len(close), 512, 2048)  # (512 reached already)
+    short = PREAMBLE + "x = frobnicate_widget(1) + 1"
+    small = chooser.context_for("s", Document(doc.uri, short), len(short), docs, 512)
+    longer = short + "0" * 600  # 150 more tokens of file, one line: the budget would be a step larger
+    assert budget_for(longer, len(longer), 512, 2048) > small.max_tokens
+    assert chooser.context_for("s", Document(doc.uri, longer), len(longer), docs, 512) is small
+    far = close + "# " + "z" * stale_chars(2048) + "\n"  # a quarter of the window on: the window moved too
+    again = chooser.context_for("me", Document(doc.uri, far), len(far), docs, 512)
+    assert again is not first and again is not None
+
+
+def test_related_names_are_those_of_code_like_the_cursors():
+    chunker = Chunker()
+    alike = Source("a", "gen.py", "payload = msg.get_payload()\nif _has_surrogates(payload):\n    cte = charset\n")
+    unlike = Source("b", "other.py", "def sum_numbers(values):\n    return reduce(add, values)\n")
+    near = identifiers("payload = self._payload\ncte = str(charset)\n")
+    found = related(chunker.chunks(alike) + chunker.chunks(unlike), near)
+    assert found.get("_has_surrogates", 0) > 0.5 and "reduce" not in found
+
+
 def test_regions_edited_in_a_closed_document_stay_in_a_ring(project: Path):
     ws = workspace(project)
     path = project / "pkg" / "helpers.py"
@@ -140,7 +191,8 @@ def test_regions_edited_in_a_closed_document_stay_in_a_ring(project: Path):
 
 def test_the_server_sends_the_chosen_chunks_with_each_request_and_none_when_off(project: Path):
     """Through the real server (fake engine): the sibling's chunk rides on the request, the same
-    value on a keystroke inside the line, capped at half the context; the setting turns it off."""
+    value on a keystroke inside the line, capped at half the context and at half the file's own
+    tokens; the setting turns it off."""
     from bench.lsp_client import Editor
     from tests.fixtures import InProcessServer
 
@@ -159,7 +211,7 @@ def test_the_server_sends_the_chosen_chunks_with_each_request_and_none_when_off(
         helpers = project / "pkg" / "helpers.py"
         editor.open(uri(helpers), helpers.read_text(), "python")
         current = uri(project / "pkg" / "new.py")
-        editor.open(current, "def go(x):\n    return frob", "python")
+        editor.open(current, PREAMBLE + "def go(x):\n    return frob", "python")
         editor.suggestion(current)
         editor.type(current, "n")
         editor.suggestion(current)
@@ -168,7 +220,7 @@ def test_the_server_sends_the_chosen_chunks_with_each_request_and_none_when_off(
         assert first.context is not None and first.context is second.context
         assert [f.path for f in first.context.files] == ["pkg/helpers.py"]
         assert first.context.path == "pkg/new.py" and first.context.name == "proj"
-        assert first.context.max_tokens == 128  # extraContextTokens, capped at a quarter of contextTokens
+        assert first.context.max_tokens == 128  # extraContextTokens, capped at half of contextTokens, at most half the file's tokens
         client.notify("workspace/didChangeConfiguration", {"settings": {"cpcLsp": {"extraContext": False}}})
         editor.type(current, "i")
         editor.suggestion(current)
