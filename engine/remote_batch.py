@@ -173,8 +173,11 @@ def _read(remote, stream, prompt, order, remaining, spoken, banned, cancel, slot
             stream.close()
             raise remote.client.protocol("an answer for a prompt that was not asked")
         if isinstance(event.get("timings/prompt_n"), int) and index not in progressed:
+            # Of what the server decoded for this prompt, the spelling's tokens past the
+            # document's prompt are the covering's rows (counted as rows, as in-process), and only
+            # the rest is prompt work: none when the slot held the document's prompt.
             progressed.add(index)
-            remote.decoded += max(0, event["timings/prompt_n"])
+            remote.decoded += max(0, event["timings/prompt_n"] - len(order[index]))
         probs = event.get("completion_probabilities")
         if not probs or event.get("stop") is True:
             continue

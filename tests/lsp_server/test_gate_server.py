@@ -30,7 +30,9 @@ def configure(client, **settings) -> None:
 def signals_of(stats) -> Signals:
     raw = stats["signals"]
     margin = NO_RIVAL if raw["margin"] is None else raw["margin"]
-    return Signals(raw["wordLogProb"], margin, tuple(WordEnd(c, lp) for c, lp in raw["wordEnds"]), raw["typedLogProb"])
+    ends = tuple(WordEnd(c, lp) for c, lp in raw["wordEnds"])
+    steps = tuple(WordEnd(c, lp) for c, lp in raw["stepEnds"])  # the gate reads the weakest step too
+    return Signals(raw["wordLogProb"], margin, ends, raw["typedLogProb"], step_ends=steps)
 
 
 def suggest(editor: Editor, uri: str, text: str) -> tuple[str | None, dict]:
