@@ -760,16 +760,17 @@ gate-off figure, precision / 1.5x the gate-off precision)); then it is verified 
 
 **A model with no fitted calibration** (any other GGUF file) gets a conservative default: the
 calibration of `{base}` at `minConfidence` {unfitted:g}, stricter than any fitted default, so an
-unknown model shows less rather than more. `qwen2.5-coder-1.5b` has no fit yet (recording it on a
-shared 2-core machine takes hours), so it gets this default too. Fit one with
-`python -m bench.gate record --model NAME_OR_PATH` then `python -m bench.gate fit --model NAME_OR_PATH`.
+unknown model shows less rather than more. Fit one with `python -m bench.gate refit --model
+NAME_OR_PATH` (record, fit and check in one go; `record --resume` goes on with a run cut short).
 
-**The records.** Gemma's: 16 tune and 8 check passages. The 0.5B's were bounded to 4 and 4 (one
-per kind: Python, JavaScript, C, prose; `record --per-kind 2 --no-peer`, stopped after the fourth
-passage of each set, on a shared 2-core machine at about 2.5 s a request), so its figures are
-rougher. A position the server answered by carrying a shown suggestion (no engine call; three
-quarters of the 0.5B's, whose line-long FIM suggestions end on their own) reports the last engine
-call's signals; the replay judges those positions again from that engine answer, as the server does.
+**The records** (the fit of this round, on the signals both backends give alike: the coverings
+along the chosen one with each row cut to its top 40, the weakest step up to a word end, whether
+the cursor is in a line's indentation). Each set was cut short on a shared 2-core machine, the
+kinds in turn so every kind is in it: Gemma 12 tune and 15 check passages, the 0.5B 11 and 14, the
+1.5B 7 and 8 (a cold 1.5B request took minutes there). The passage counts and characters are in
+the table. A position the server answered by carrying a shown suggestion (no engine call) reports
+the last engine call's signals; the replay judges those positions again from that engine answer,
+as the server does.
 
 {table}
 
