@@ -207,9 +207,10 @@ class Settings:
         "that the text after the cursor already closes; it leaves no bracket it opened unclosed.",
     )
     extra_context: bool = setting(
-        False, Bool(),
-        "Off by default: on the multi-file replay it did not yet lift the first word (docs/context.md). "
-        "Put chunks of your other files in the prompt, before the current file: the open documents, "
+        True, Bool(),
+        "Put the text of your other files in the prompt, before the current file (on by default: "
+        "on held-out projects it lifted the first word at names other files define by 9 points on "
+        "the code model, 5 on Gemma, at most 1.5x a cold request; docs/context.md): the open documents, "
         "regions you edited lately, and the files this one imports (resolved under the workspace "
         "folders only; binary, large and git-ignored files are skipped). With `modelServer` that "
         "text is sent to the server too. Qwen2.5-Coder gets its repository layout (`<|file_sep|>`).",
