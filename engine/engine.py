@@ -399,13 +399,14 @@ class Engine:
         if gen.reason == "cancelled":
             gen = replace(gen, text="")  # never a stale suggestion
         elif seq.required_satisfied:
-            signals = self._signals(request, prompt, first_seq, seq, gen)
+            seen = self._seen_alike(request, prompt, first_seq)  # read by the signals and the alternatives'
+            signals = self._signals(request, first_seq, seq, gen, seen)
             if request.alternatives > 0:
                 # Free when typed along a suggestion, and always over the network, where every row is
                 # a round trip: there they come from the rows the keystroke already brought back.
                 free = self.kv.decoded == decoded_before or bool(self.config.model_server)
                 alternatives, alternative_decodes = self._alternatives(
-                    request, prompt, first_seq, gen, signals, 0 if free else None, cancel
+                    request, prompt, first_seq, gen, signals, seen, 0 if free else None, cancel
                 )
         diag = seq.diagnostics()
         again = choice is not None and choice.word != choice.base_word  # a second pass was made
@@ -452,10 +453,12 @@ class Engine:
             return seq.search.along(seq.covering, request.required.encode("utf-8", "replace"), SIGNAL_TOP)
         return self._coverings(request, prompt, seq, RIVALS)
 
-    def _signals(self, request: CompletionRequest, prompt, first_seq: Sequence, seq: Sequence, gen: _Generated) -> Signals:
+    def _signals(
+        self, request: CompletionRequest, first_seq: Sequence, seq: Sequence, gen: _Generated, seen_alike: tuple[list, float]
+    ) -> Signals:
         """The completion's confidence (engine.signals), normalised by the first pass's coverings
         (a lexicon word's second pass covers a longer prefix, on the same prompt row)."""
-        seen, log_mass = self._seen_alike(request, prompt, first_seq)
+        seen, log_mass = seen_alike
         steps = list(gen.steps)
         if seq.covering is not None:
             covered = b"".join(self.vocab.pieces[t] for t in seq.covering.path)
@@ -464,12 +467,12 @@ class Engine:
         raw = tuple(lp for _, lp in gen.steps)
         return compute_signals(request.required, steps, rivals, _typed_log_prob(first_seq, log_mass), gen.reason == "eos", raw)
 
-    def _alternatives(self, request, prompt, first_seq: Sequence, gen: _Generated, signals: Signals, budget, cancel):
+    def _alternatives(self, request, prompt, first_seq: Sequence, gen: _Generated, signals: Signals, seen_alike, budget, cancel):
         """(other first words (engine.alternatives) within `max_cover_decodes` decodes (`budget` 0:
         remembered rows only), the decodes spent); none when cancelled meanwhile. Their signals
         read the same coverings as the completion's (`_seen_alike`)."""
         ranked, _ = self._coverings(request, prompt, first_seq, request.alternatives * CANDIDATES_PER_ALTERNATIVE + 1)
-        seen, log_mass = self._seen_alike(request, prompt, first_seq)
+        seen, log_mass = seen_alike
         primary = gen.text[: signals.word_ends[0].chars] if signals.word_ends else gen.text
         chosen = first_seq.covering.path if first_seq.covering is not None else gen.first_token
         rows = BudgetedRows(PathRows(self.kv, prompt, cancel), request.max_cover_decodes if budget is None else budget)

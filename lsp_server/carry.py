@@ -105,7 +105,7 @@ class Carry:
         if not (text.startswith(kept.text[: kept.cursor]) and text.endswith(kept.text[kept.cursor :])):
             return None
         typed = text[kept.cursor : cursor]
-        if kept.completion.stats.fim and prompt_end(text, cursor) != prompt_end(kept.text, kept.cursor):
+        if kept.completion.stats.fim and _prompt_end_moved(kept.text, kept.cursor, text, cursor):
             return None  # the prompt's end moved: the engine's answer is another one
         along = kept.along(typed)
         return None if along is None else (kept, typed, along)
@@ -147,10 +147,15 @@ class Carry:
             return None  # one letter typed along a suggestion the budget cut: the engine goes further
         if not (text.startswith(shown.text[: shown.cursor]) and text.endswith(shown.text[shown.cursor :])):
             return None
-        if inserted == 1 and shown.fim and prompt_end(text, cursor) != prompt_end(shown.text, shown.cursor):
+        if inserted == 1 and shown.fim and _prompt_end_moved(shown.text, shown.cursor, text, cursor):
             return None  # one character typed past the suggestion's word: the engine answers anew
         typed = text[shown.cursor : cursor]
         first = shown.added[0]
         if not (first.startswith(typed) and first[inserted:].strip()):
             return None  # off the gated item (or all of it taken): an alternative is not put first unjudged
         return tuple(a[inserted:] for a in shown.added if a.startswith(typed) and a[inserted:].strip())
+
+
+def _prompt_end_moved(old_text: str, old_cursor: int, text: str, cursor: int) -> bool:
+    """Whether the prompt ends elsewhere now (on a FIM prompt the engine's answer is then another)."""
+    return prompt_end(text, cursor) != prompt_end(old_text, old_cursor)
