@@ -72,6 +72,7 @@ VARIANTS = {
         Variant("sim0-noram", 0.0, 0),
         Variant("sim0.1", 0.1, None),  # llama-server's defaults: docs/shared-server.md's command
         Variant("sim0.1-noram", 0.1, 0),
+        Variant("sim0.5", 0.5, None),  # a new document's prompt goes by LRU, not to the slot of another one with the same header
         Variant("sim0-12slots", 0.0, None, slots=12),  # more slots than users x documents (4 x 3)
         Variant("sim0.1-1slot", 0.1, None, slots=1),  # issue 22's "one slot, two users": waits for the slot
     )
@@ -217,14 +218,20 @@ def _mean(values: list[float]) -> float | None:
 
 def measure(variant: Variant, docs: list[list[tuple[str, str]]], settings: dict[str, Any], threads: int, say,
             modes: tuple[str, ...] = ("alone", "together"), server_model: str | None = None,
-            alone_all: bool = False) -> dict[str, Any]:
+            alone_all: bool = False, server_args: tuple[str, ...] = (), logs: Path | None = None) -> dict[str, Any]:
     """The first user alone (`alone_all`: every user, one after another), then all of them
     together, each on a fresh server of `variant`."""
     out: dict[str, Any] = {"variant": variant.name, "slots": variant.slots, "users": len(docs)}
     for mode, together in (("alone", False), ("together", True)):
         if mode not in modes:
             continue
-        server = LlamaServer(model=server_model, slots=variant.slots, threads=threads, extra_args=variant.args()).start()
+        log_path = None
+        if logs is not None:
+            logs.mkdir(parents=True, exist_ok=True)
+            log_path = logs / f"{variant.name}-{len(docs)}-{mode}.log"
+            log_path.unlink(missing_ok=True)
+        server = LlamaServer(model=server_model, slots=variant.slots, threads=threads, extra_args=variant.args() + server_args,
+                             log_path=log_path).start()
         out["command"] = server.command()[1:]
         try:
             say(f"team: {variant.name}, {len(docs)} users {mode}")
@@ -328,6 +335,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--alone-all", action="store_true",
                         help="alone: every user in turn (not only the first), so each keystroke typed together is compared "
                              "with the same user's alone (issue 22's one slot, two users: --variants sim0.1-1slot --users 2)")
+    parser.add_argument("--server-args", default="", help="more llama-server flags, e.g. '-lv 4' (its trace: slot picks, RAM cache)")
+    parser.add_argument("--logs", type=Path, default=None, help="keep each server's log in this folder")
     args = parser.parse_args(argv)
     model = LlamaModel(resolve_model(args.model), vocab_only=True)
     try:
@@ -353,7 +362,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.variants.split(","):
         for users in (int(u) for u in args.users.split(",")):
             results["runs"].append(measure(VARIANTS[name], all_docs[:users], settings, args.threads, say, tuple(args.modes.split(",")),
-                                           args.server_model or args.model, args.alone_all))
+                                           args.server_model or args.model, args.alone_all,
+                                           tuple(args.server_args.split()), args.logs))
             args.out.write_text(json.dumps(results, indent=1) + "\n")
     results["seconds"] = time.perf_counter() - started
     results["other_processes_cpu_share"] = watch.others_share(_children_cpu() - children)  # our servers are children

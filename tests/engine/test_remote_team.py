@@ -57,3 +57,65 @@ def test_a_prompt_displaced_by_another_user_comes_back_from_the_ram_cache(simila
         me.close()
         other.close()
         server.stop()
+
+
+# What llama-server does with a team's prompts, asked of it directly (token prompts, `n_predict`
+# 0, the answer's `id_slot` and `timings.cache_n`): the causes docs/shared-server.md names for
+# reuse lost on 4 slots ("A team on one server").
+
+
+def _tokens(server, text: str) -> list[int]:
+    status, body = server.post("/tokenize", {"content": text, "add_special": True})
+    assert status == 200, body
+    return body["tokens"]
+
+
+def _prefill(server, tokens: list[int], slot: int = -1, cache: bool = True) -> tuple[int, int]:
+    """Decode `tokens` into a slot: (the slot used, prompt tokens taken from cache or RAM)."""
+    status, body = server.post("/completion", {"prompt": tokens, "n_predict": 0, "id_slot": slot, "cache_prompt": cache,
+                                               "response_fields": ["id_slot", "timings"]}, timeout=120)
+    assert status == 200, body
+    return body["id_slot"], body["timings"]["cache_n"]
+
+
+@pytest.mark.parametrize("similarity,same_slot", [("0.1", True), ("0.5", False)])
+def test_a_new_document_with_the_same_header_takes_another_users_idle_slot_only_below_its_share(similarity, same_slot):
+    """A request that names no slot (a document's first) goes to the idle slot most like it when
+    that one shares more than `--slot-prompt-similarity` of it: at 0.1 the slot another user's
+    document holds (the header is about a third of each), though an empty slot is there; at 0.5,
+    the least recently used, which is the empty one."""
+    server = start_llama_server(slots=2, extra_args=("--slot-prompt-similarity", similarity))
+    try:
+        mine, theirs = _tokens(server, MINE), _tokens(server, THEIRS)
+        slot, _ = _prefill(server, mine)
+        other, _ = _prefill(server, theirs)
+        assert (other == slot) is same_slot
+        # Either way my document comes back whole when I name my slot: kept in it (0.5), or
+        # saved to RAM when it was displaced and restored (0.1).
+        assert _prefill(server, mine, slot)[1] == len(mine) - 1
+    finally:
+        server.stop()
+
+
+def test_a_new_document_restored_for_its_header_takes_a_saved_prompt_out_of_ram():
+    """The RAM cache moves a prompt into the slot, it does not copy it (`server_prompt_cache::load`),
+    and it restores any saved prompt that keeps a quarter of itself and more of itself than the
+    slot would, and shares more with the request than the slot does. So a new document that shares the header and its first word with
+    a saved document restores that one, decodes over it, and it is gone: its owner's next request
+    decodes all but what it shares again, whatever the similarity setting."""
+    server = start_llama_server(slots=1, extra_args=("--slot-prompt-similarity", "0.5"))
+    try:
+        # Theirs is long, so the slot holding it keeps a smaller part of itself for the new
+        # document than the saved mine would (the other condition of a restore).
+        mine, theirs = _tokens(server, MINE), _tokens(server, THEIRS + "items = {}\n" + THEIRS[len(HEADER):].replace("self.", "pass\n"))
+        # A third document: the header and MINE's first words ("def parse_"), then its own text.
+        new = _tokens(server, HEADER + "def parse_config(path):\n    \"\"\"Read the settings file at `path`.\"\"\"\n    with open(path) as f:\n        return json.load(f)\n")
+        shared = max(i for i in range(min(len(new), len(mine))) if new[:i] == mine[:i])
+        assert _prefill(server, mine)[1] == 0
+        _prefill(server, theirs, 0)  # displaces mine: saved to RAM
+        assert _prefill(server, mine, 0)[1] == len(mine) - 1  # restored whole (theirs saved)
+        _prefill(server, theirs, 0)  # and theirs back; mine saved again
+        _prefill(server, new, 0)  # restores mine for the shared start, then decodes over it
+        assert _prefill(server, mine, 0)[1] == shared  # only the shared start is left
+    finally:
+        server.stop()
