@@ -391,6 +391,10 @@ class Pending:
         self._conn, status, _ = client._head(conn, self._request, limit, None)
         return client._finish_json(self._conn, status, self._path)
 
+    def ready(self) -> bool:
+        """The answer has begun to arrive (or the connection broke): `wait` would not wait on the server."""
+        return self._conn.readable_now()
+
     def close(self) -> None:
         self._conn.close()
 
@@ -455,6 +459,18 @@ class _Connection:
 
     def buffered(self) -> bool:
         return bool(self._buffer)
+
+    def readable_now(self) -> bool:
+        """A byte (or the end, or an error) can be read at once."""
+        if self._buffer or self.closed or self._sock is None:
+            return True
+        try:
+            if isinstance(self._sock, ssl.SSLSocket) and self._sock.pending():
+                return True
+            ready, _, _ = select.select([self._sock], [], [], 0)
+        except (OSError, ValueError):
+            return True
+        return bool(ready)
 
     def send(self, data: bytes) -> None:
         self.received = False

@@ -87,6 +87,7 @@ PREFETCH_MIN_S, PREFETCH_BUDGETS = 120.0, 12
 # A prompt with more tokens than this left to decode goes through a prefill first (one more round
 # trip), so a slow decode is a `_Fill` that a later call can wait on rather than a lost stream.
 PREFILL_TAIL = 128
+DETACHED = 4  # prefills of documents left for another, kept running until they answer (`_detach_fill`)
 PROBE_TEXT = (
     "Thanks for sending over the draft yesterday.\n\tdef f(x_1, *args):  # ünïcödé 日本語 😀\n"
     "        return {'k': [x_1 ** 2, 0x1F, \"s\\n\"]} <tag attr=\"v\">  \r\n"
@@ -174,6 +175,7 @@ class RemoteRows:
         self._bounded: OrderedDict[tuple, np.ndarray] = OrderedDict()
         self._walk: _Walk | None = None
         self._fill: _Fill | None = None
+        self._detached: list[_Fill] = []  # prefills of other documents left running (`_detach_fill`)
         self._prefetching = False
         self.last_fill_s: float | None = None  # how long the last prefill took, from its request
         self._lock = threading.RLock()
@@ -329,6 +331,7 @@ class RemoteRows:
         key = tuple(tokens)
         with self._lock:
             self._settle_walk()
+            self._reap()
             fill = self._fill
             if fill is not None:
                 if common_prefix_length(fill.context, key) >= SLOT_SHARE * len(fill.context):
@@ -337,7 +340,7 @@ class RemoteRows:
                     if slot >= 0 and self._cached_in(slot, warm, key) >= len(key) - 1:
                         return  # what was running was this prompt (all but its last token)
                 else:
-                    self._drop_fill()  # another document needs the server
+                    self._detach_fill()  # another document needs the client
             slot, warm = self._slot_for(key)
             if slot >= 0 and warm and self._cached_in(slot, warm, key) >= len(key) - 1:
                 # The slot holds it (typing inside a word leaves the prompt as it was): nothing to
@@ -380,8 +383,10 @@ class RemoteRows:
         """Give up the running prefill: the server stops it (decoded chunks stay in its slot, but
         which ones is not known, so neither is what the slot holds)."""
         fill, self._fill = self._fill, None
-        if fill is None:
-            return
+        if fill is not None:
+            self._give_up(fill)
+
+    def _give_up(self, fill: _Fill) -> None:
         fill.pending.close()
         if fill.slot >= 0:
             if self._slots.get(fill.slot) == fill.context:
@@ -389,12 +394,48 @@ class RemoteRows:
         elif fill.context in self._unplaced:
             self._unplaced.remove(fill.context)
 
+    def _detach_fill(self) -> None:
+        """Leave the running prefill to finish while another document is served. Given up, it was
+        decoded anyway (llama-server notices a closed connection only between batches, and a
+        document's prompt is one or two), but the client no longer knew what its slot held, so the
+        document's next request decoded it all again from position 0 (seen in the team benchmark:
+        9 given up in the first second of 4 users opening 3 documents each). Its answer, read by
+        `_reap` when it has come, names the slot that holds it."""
+        fill, self._fill = self._fill, None
+        if fill is None:
+            return
+        if len(self._detached) >= DETACHED:
+            self._give_up(self._detached.pop(0))
+        self._detached.append(fill)
+
+    def _reap(self) -> None:
+        """Take in the answers of detached prefills that have come, without waiting for the others.
+        An answer names the slot holding its prompt, as a prefill waited on does; its decode is
+        counted where it was asked for (a prefetch), not in the call that reads it."""
+        for fill in list(self._detached):
+            if fill.pending.closed:
+                self._detached.remove(fill)
+                self._give_up(fill)
+            elif fill.pending.ready():
+                self._detached.remove(fill)
+                try:
+                    answer = fill.pending.wait(time.monotonic() + self.client.timeout_s)
+                except (ModelServerError, StreamCancelled):
+                    self._give_up(fill)
+                    continue
+                slot = answer.get("id_slot") if isinstance(answer, dict) else None
+                # A slot we have sent something else to since holds that now, whatever this answer says.
+                if self._slots.get(slot, fill.context) != fill.context or not self._learn(fill.context, answer, live=False):
+                    self._give_up(fill)
+
     def forget(self) -> None:
         """Drop every distribution and what we know of the slots: the next prompt is decoded
         whole, from position 0, as in a fresh in-process sequence."""
         with self._lock:
             self._close_walk()
             self._drop_fill()
+            while self._detached:
+                self._give_up(self._detached.pop())
             self._slots.clear()
             self._live = None
             self._unplaced.clear()
@@ -530,14 +571,16 @@ class RemoteRows:
         elif self._unplaced:
             self._unplaced[-1] = tokens
 
-    def _learn(self, context: tuple[int, ...], event: dict) -> bool:
+    def _learn(self, context: tuple[int, ...], event: dict, live: bool = True) -> bool:
         """The server named the slot holding `context` (True); later requests for it name it too,
-        so every request of a document reads KV computed the same way."""
+        so every request of a document reads KV computed the same way. `live`: the slot is the
+        current call's (not a detached prefill's, answering later)."""
         slot = event.get("id_slot")
         if not (isinstance(slot, int) and 0 <= slot < max(1, self.total_slots)):
             return False
         self._slots[slot] = context
-        self._live = slot
+        if live:
+            self._live = slot
         if context in self._unplaced:
             self._unplaced.remove(context)
         for other, held in list(self._slots.items()):
@@ -604,6 +647,7 @@ class RemoteRows:
         (or, with until_free False, one event); the stream then stays open for generation to read on.
         `listed`: tokens listed per event, if not `n_probs`."""
         self._settle_walk()
+        self._reap()
         # What the server decodes as its prompt, and how: the request's prompt (in the same
         # chunks as in-process, its last token alone: engine.llama_backend), then every token past
         # it forced one by one, as the in-process engine decodes them (engine.kv `prepare`).

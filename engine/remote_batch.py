@@ -84,6 +84,7 @@ def fetch(remote, prompt: tuple[int, ...], front: Frontier, cancel: threading.Ev
     if len(front.rows) + len(front.values) == 1:
         return single(remote, rows, front)
     remote._settle_walk(drain=True)
+    remote._reap()
     slot, warm = remote._slot_for(prompt)
     if slot < 0 or remote._fill is not None or remote._cached_in(slot, warm, prompt) < len(prompt) - 1:
         remote.prefill(prompt, cancel)

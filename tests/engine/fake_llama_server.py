@@ -76,6 +76,8 @@ class FakeLlamaServer(LoopbackHttpServer):
         self.bodies: list[dict] = []
         self.headers: list[bytes] = []  # each request's head
         self.prefill_delay_s = 0.0  # before answering a prefill (a slow prompt decode)
+        self.assign_slots = False  # a prefill naming no slot gets the next one (else slot 0), a named one its own
+        self._next_slot = 0
         # sent as X-Cpc-Upstream (a balancer's answering server): a name, or a function of the
         # request's head (a balancer's hash on X-Cpc-Document)
         self.upstream = None
@@ -98,8 +100,13 @@ class FakeLlamaServer(LoopbackHttpServer):
             self.bodies.append(request)
             events = self._complete(request)
             if not request.get("stream"):
+                slot = 0
+                if self.assign_slots:
+                    slot = request.get("id_slot", -1)
+                    if slot < 0:
+                        slot, self._next_slot = self._next_slot, self._next_slot + 1
                 time.sleep(self.prefill_delay_s)
-                self._send(conn, b"200 OK", json.dumps({"id_slot": 0, "timings": {"prompt_n": len(request["prompt"])}}).encode())
+                self._send(conn, b"200 OK", json.dumps({"id_slot": slot, "timings": {"prompt_n": len(request["prompt"])}}).encode())
                 return
             extra = self._upstream_header()
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n%s\r\n" % extra)

@@ -5,12 +5,15 @@ costs, and what happens when the budget runs out."""
 from __future__ import annotations
 
 import math
+import threading
+import time
 
 import pytest
 
 from engine.http_client import ModelServerClient
 from engine.remote import RemoteRows
 from engine.sequence import Sequence
+from engine.kv import Cancelled
 from engine.types import SamplingConfig
 from tests.engine.fake_llama_server import FakeLlamaServer
 from tests.engine.toy import EOG, toy_vocab
@@ -158,6 +161,36 @@ def test_a_path_ranked_on_a_bound_that_became_exact_meanwhile_is_not_taken_as_pr
         assert rows.fallbacks == []
     finally:
         server.close()
+
+
+def test_a_prefill_left_for_another_document_still_names_its_slot(fake):
+    """A document's prefetch is superseded by another document's: its request is left running
+    (the server decodes it anyway), and its answer, read at a later call, names the slot holding
+    it, so the first document's next call sends nothing to decode it again."""
+    fake.prefill_delay_s = 1.0  # the cancel below comes well before the answer
+    fake.assign_slots = True
+    rows = RemoteRows(ModelServerClient(fake.url, None, 5.0), VOCAB, 2048, 4, None)
+    first, second = PROMPT + (1, 2, 3) * 30, PROMPT + (3, 2, 1) * 30  # long enough to move between slots (kv.placement)
+    cancel = threading.Event()
+    threading.Timer(0.1, cancel.set).start()
+    rows.begin(None, max_tokens=0)  # the first document's prefetch, preempted (the newest call wins)
+    with pytest.raises(Cancelled):
+        rows.prefill(first, cancel)
+    rows.end()
+    rows.begin(None, max_tokens=0)  # the second document's prefetch: the first one's is left running
+    rows.prefill(second)
+    rows.end()
+    assert not rows.filling
+    until = time.monotonic() + 10
+    while not rows._detached[0].pending.ready() and time.monotonic() < until:  # its answer comes (sent first)
+        time.sleep(0.01)
+    rows.begin(None, max_tokens=0)  # the first document again: its answer has come meanwhile
+    rows.prefill(first)
+    rows.end()
+    prefills = [(b["prompt"], b["id_slot"]) for b in fake.bodies if not b.get("stream")]
+    assert prefills == [(list(first[:-1]), -1), (list(second[:-1]), -1)], prefills  # nothing sent again
+    assert rows._cached_in(*rows._slot_for(first), first) == len(first) - 1  # slot 0, named by the late answer
+    assert rows._slot_for(first)[0] == 0 and rows._slot_for(second)[0] == 1
 
 
 def test_a_prefill_that_misses_the_budget_is_waited_on_again_not_sent_again(fake):
