@@ -167,9 +167,9 @@ class ContextChooser:
         chunks = [c for s in sources for c in self.chunker.chunks(s)]
         visible = frozenset(used_names(doc.text[max(0, cursor - self.view_chars) : cursor])) if self.view_chars else frozenset()
         outlines = [e for s in sources for e in self.outliner.entries(s)]
-        ids: dict[str, frozenset[str]] = {}
+        ids: dict[str, set[str]] = {}
         for c in chunks:
-            ids[c.path] = ids.get(c.path, frozenset()) | c.ids
+            ids.setdefault(c.path, set()).update(c.ids)
         entries = pick(outlines, uses, near, defined, round(max_tokens * OUTLINE_SHARE), typed if len(typed) >= MIN_TYPED else "",
                        visible, related(chunks, near) if self.related else None, imported, popularity(ids, outlines))  # fmt: skip
         used = sum(e.tokens for e in entries) + sum(len(t) // 3 + 1 for e in entries for _, t in e.head)

@@ -14,12 +14,17 @@ that define a name (functions, classes, methods, module-level and ``self.``/``th
 assignments; C macros, functions, typedefs, struct fields and enum members), each with the line
 that encloses it (a method's class, a field's struct) when there is one. Comments and docstrings
 are skipped.
+
+`pick` ranks them: the names the current file uses first; then, for the names it has not used yet
+(the ones only the context can spell), what tells them apart at a line's start: membership of a
+used class or enum, closeness in their file to a used definition (files keep related things
+together), how many of the other files use the name, and the code like the cursor's that uses it.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Set as AbstractSet
 from dataclasses import dataclass
 
 from lsp_server.workspace import Source, language_of
@@ -325,19 +330,21 @@ def pick(
     return sorted(chosen, key=lambda e: (e.path, e.line))
 
 
-def popularity(ids: Mapping[str, frozenset[str]], entries: Iterable[Entry]) -> dict[str, float]:
+def popularity(ids: Mapping[str, AbstractSet[str]], entries: Iterable[Entry]) -> dict[str, float]:
     """Per defined name, the share of the files in `ids` (path: the identifiers it uses) other
-    than the one defining it that use it."""
+    than the ones defining it that use it (set intersections: a few ms for thousands of names)."""
     homes: dict[str, set[str]] = {}
     for entry in entries:
         homes.setdefault(entry.name, set()).add(entry.path)
+    counts: dict[str, int] = {}
+    for path, used in ids.items():
+        for name in homes.keys() & used:
+            if path not in homes[name]:
+                counts[name] = counts.get(name, 0) + 1
     out: dict[str, float] = {}
-    for name, paths in homes.items():
-        others = [p for p in ids if p not in paths]
-        if others:
-            share = sum(name in ids[p] for p in others) / len(others)
-            if share:
-                out[name] = share
+    for name, count in counts.items():
+        others = len(ids) - sum(1 for p in homes[name] if p in ids)
+        out[name] = count / others
     return out
 
 
