@@ -23,6 +23,7 @@ together), how many of the other files use the name, and the code like the curso
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Iterable, Mapping, Set as AbstractSet
 from dataclasses import dataclass
@@ -290,13 +291,15 @@ def pick(
             anchors.setdefault(entry.path, []).append((entry.line, 1.0 if name in near else PROXIMITY_FAR))
         else:
             unused.append(entry)
+    for lines in anchors.values():
+        lines.sort()
     for entry in unused:
         bonus = RELATED_WEIGHT * related.get(entry.name, 0.0) + POPULAR_WEIGHT * popular.get(entry.name, 0.0)
         if entry.key in unnamed:
             if bonus > 0:
                 scored.append((bonus * UNNAMED_FIELD_FACTOR, entry))
             continue
-        bonus += PROXIMITY_WEIGHT * proximity(entry, anchors.get(entry.path, ()))
+        bonus += PROXIMITY_WEIGHT * proximity(entry, anchors.get(entry.path, []))
         if any((entry.path, n) in families for n, _ in entry.head):
             base = SIBLING_WEIGHT
         elif entry.path in files:
@@ -353,8 +356,14 @@ def unnamed_fields(entries: list[Entry], uses: Mapping[str, int]) -> frozenset[s
     its tag nor its typedef name, the `} Name;` line)."""
     names: dict[tuple[str, int], set[str]] = {}
     fields: list[tuple[str, tuple[str, int]]] = []
+    languages: dict[str, str | None] = {}
     for entry in entries:
-        if not entry.head or language_of(entry.path) != "c":
+        if not entry.head:
+            continue
+        language = languages.get(entry.path, "?")
+        if language == "?":
+            language = languages[entry.path] = language_of(entry.path)
+        if language != "c":
             continue
         line, text = entry.head[0]
         tags = _C_TAG.findall(text)
@@ -370,11 +379,15 @@ def unnamed_fields(entries: list[Entry], uses: Mapping[str, int]) -> frozenset[s
     return frozenset(key for key, family in fields if family not in named)
 
 
-def proximity(entry: Entry, anchors: Iterable[tuple[int, float]]) -> float:
-    """0 to 1: how close `entry` is, in its file, to a used definition (weighted: near the cursor or not)."""
+def proximity(entry: Entry, anchors: list[tuple[int, float]]) -> float:
+    """0 to 1: how close `entry` is, in its file, to a used definition (weighted: near the cursor
+    or not). `anchors`: (line, weight), sorted by line."""
     best = 0.0
-    for line, weight in anchors:
+    i = bisect.bisect_left(anchors, (entry.line - PROXIMITY_LINES, 0.0))
+    while i < len(anchors) and anchors[i][0] <= entry.line + PROXIMITY_LINES:
+        line, weight = anchors[i]
         best = max(best, weight * (1.0 - abs(entry.line - line) / PROXIMITY_LINES))
+        i += 1
     return best
 
 
