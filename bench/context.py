@@ -46,6 +46,7 @@ from bench.lsp_client import Editor, LspClient, insert_text
 from bench.replay import accepts, next_word
 from bench.stats import median, ratio
 from lsp_server.chunks import STOP, definitions
+from lsp_server.settings import Settings
 from lsp_server.split import is_word_char
 
 PASSAGE_CHARS = 160
@@ -365,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--projects", default=None, help="comma-separated project names' first words (json,email,semver,ujson)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--max-tokens", type=int, default=16)
-    parser.add_argument("--context-tokens", type=int, default=512, help="extraContextTokens of the 'on' variant")
+    parser.add_argument("--context-tokens", type=int, default=Settings().extra_context_tokens, help="extraContextTokens of the 'on' variant (the server default)")
     parser.add_argument("--peer", action="store_true", help="also the llama.vim-style peer (llama-server, /infill, input_extra)")
     parser.add_argument("--peer-only", action="store_true", help="the peer alone (its rows join an earlier run's with --merge)")
     parser.add_argument("--merge", type=Path, nargs="*", default=[], help="earlier results whose runs join this table")

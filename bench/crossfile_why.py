@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--first-use", action="store_true")
     parser.add_argument("--place", default="typing", choices=("in place", "typing"))
     parser.add_argument("--window", type=int, default=2048)
-    parser.add_argument("--context-tokens", type=int, default=512)
+    parser.add_argument("--context-tokens", type=int, default=1024, help="extraContextTokens (the server default)")
     parser.add_argument("--cross-only", action="store_true", help="only the cross probes")
     parser.add_argument("--unseen-only", action="store_true", help="only the cross probes at a name's first use (not in the UNSEEN_BEFORE_CHARS before)")
     parser.add_argument("--model", default=None, help="with a model: the prompt tokens, log-probabilities and answers")

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from engine import ContextFile, RepoContext
 from lsp_server.chunks import Chunk, Chunker, choose, definitions, identifiers, near_cursor, related
 from lsp_server.documents import Document
-from lsp_server.outline import Entry, Outliner, as_view, pick, used_names
+from lsp_server.outline import Entry, Outliner, as_view, pick, popularity, used_names
 from lsp_server.workspace import Source, Workspace
 
 CHANGE_SHARE = 0.5  # a new choice is adopted when more than this share of its chunks are new
@@ -166,9 +166,12 @@ class ContextChooser:
         defined, uses = self._defined_in(key, doc.text)
         chunks = [c for s in sources for c in self.chunker.chunks(s)]
         visible = frozenset(used_names(doc.text[max(0, cursor - self.view_chars) : cursor])) if self.view_chars else frozenset()
-        entries = pick((e for s in sources for e in self.outliner.entries(s)), uses, near, defined,
-                       round(max_tokens * OUTLINE_SHARE), typed if len(typed) >= MIN_TYPED else "",
-                       visible, related(chunks, near) if self.related else None, imported)  # fmt: skip
+        outlines = [e for s in sources for e in self.outliner.entries(s)]
+        ids: dict[str, set[str]] = {}
+        for c in chunks:
+            ids.setdefault(c.path, set()).update(c.ids)
+        entries = pick(outlines, uses, near, defined, round(max_tokens * OUTLINE_SHARE), typed if len(typed) >= MIN_TYPED else "",
+                       visible, related(chunks, near) if self.related else None, imported, popularity(ids, outlines))  # fmt: skip
         used = sum(e.tokens for e in entries) + sum(len(t) // 3 + 1 for e in entries for _, t in e.head)
         used += 8 * len({e.path for e in entries})
         return Chosen(tuple(entries), tuple(choose(chunks, near, defined, max_tokens - used, typed)))

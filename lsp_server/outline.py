@@ -14,12 +14,18 @@ that define a name (functions, classes, methods, module-level and ``self.``/``th
 assignments; C macros, functions, typedefs, struct fields and enum members), each with the line
 that encloses it (a method's class, a field's struct) when there is one. Comments and docstrings
 are skipped.
+
+`pick` ranks them: the names the current file uses first; then, for the names it has not used yet
+(the ones only the context can spell), what tells them apart at a line's start: membership of a
+used class or enum, closeness in their file to a used definition (files keep related things
+together), how many of the other files use the name, and the code like the cursor's that uses it.
 """
 
 from __future__ import annotations
 
+import bisect
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Set as AbstractSet
 from dataclasses import dataclass
 
 from lsp_server.workspace import Source, language_of
@@ -227,12 +233,26 @@ SAME_FILE_WEIGHT = 0.25  # an unused definition of a file some of whose definiti
 PRIVATE_FACTOR = 0.5  # an unused name its own file keeps to itself (`_name`, a C `static` in a .c file)
 VISIBLE_FACTOR = 0.1  # a name the current file's part of the prompt already shows: the model can copy it
 RELATED_WEIGHT = 1.0  # per unit of similarity of the other files' code that uses the name (see `related`)
+# Files keep related things together (an enum's members, a family of functions, a regex and its
+# replacement string): an unused definition a few lines from one the file uses is likelier next
+# than one at the other end of the file (which the line order used to prefer).
+PROXIMITY_WEIGHT = 0.5  # an unused definition on the very line next to a used one near the cursor
+PROXIMITY_LINES = 40  # ... falling to nothing this many lines away
+PROXIMITY_FAR = 0.5  # a used definition whose name is not near the cursor counts this much as an anchor
+# C fields are short common words (`start`, `end`, `free`, `type`): a parameter of the same name
+# made a whole struct the file never names look used (the encoder's 40 fields in the decoder).
+# A field counts as used only when the file names its struct (tag or typedef name).
+UNNAMED_FIELD_FACTOR = 0.2
+# What the rest of the project calls, this file likely calls too: a header's typedef every source
+# uses before its hundredth macro (at a file's start nothing else tells them apart).
+POPULAR_WEIGHT = 0.5  # per share of the other files that use the name
+_C_TAG = re.compile(r"\b(?:struct|union)[ \t]+([A-Za-z_]\w*)")
 
 
 def pick(
     entries: Iterable[Entry], uses: dict[str, int], near: frozenset[str], defined_here: frozenset[str], budget: int,
     typed: str = "", visible: frozenset[str] = frozenset(), related: Mapping[str, float] | None = None,
-    drawn: Iterable[str] = (),
+    drawn: Iterable[str] = (), popular: Mapping[str, float] | None = None,
 ) -> list[Entry]:  # fmt: skip
     """The definitions of the names the current file uses and does not define, most used first
     (a use near the cursor counts NEAR_WEIGHT), then the unused ones beside them (SIBLING_WEIGHT,
@@ -240,12 +260,17 @@ def pick(
     header), in a stable order (path, then line). A name in `visible` (the current file's text
     in the prompt shows it) counts VISIBLE_FACTOR as much: the model spells it from there.
     `related`: names the other files use in code like the cursor's (RELATED_WEIGHT each).
-    `drawn`: paths drawn on whatever the file uses yet (the files it imports)."""
+    `drawn`: paths drawn on whatever the file uses yet (the files it imports). `popular`: per
+    name, the share of the other files that use it (POPULAR_WEIGHT each, for unused names)."""
     related = related or {}
+    popular = popular or {}
+    entries = list(entries)
+    unnamed = unnamed_fields(entries, uses)
     scored: list[tuple[float, Entry]] = []
     unused: list[Entry] = []
     families: set[tuple[str, int]] = set()
     files: set[str] = set(drawn)
+    anchors: dict[str, list[tuple[int, float]]] = {}  # per path: (line, weight) of the used definitions
     for entry in entries:
         name = entry.name
         if name in defined_here or name.startswith("__"):
@@ -256,14 +281,25 @@ def pick(
         if score > 0:
             if name in visible:
                 score *= VISIBLE_FACTOR
+            if entry.key in unnamed:
+                scored.append((UNNAMED_FIELD_FACTOR * score + RELATED_WEIGHT * related.get(name, 0.0), entry))
+                continue
             scored.append((score + RELATED_WEIGHT * related.get(name, 0.0), entry))
             families.update((entry.path, n) for n, _ in entry.head)
             families.add((entry.path, entry.line))  # a used class, struct or enum: its members are siblings
             files.add(entry.path)
+            anchors.setdefault(entry.path, []).append((entry.line, 1.0 if name in near else PROXIMITY_FAR))
         else:
             unused.append(entry)
+    for lines in anchors.values():
+        lines.sort()
     for entry in unused:
-        bonus = RELATED_WEIGHT * related.get(entry.name, 0.0)
+        bonus = RELATED_WEIGHT * related.get(entry.name, 0.0) + POPULAR_WEIGHT * popular.get(entry.name, 0.0)
+        if entry.key in unnamed:
+            if bonus > 0:
+                scored.append((bonus * UNNAMED_FIELD_FACTOR, entry))
+            continue
+        bonus += PROXIMITY_WEIGHT * proximity(entry, anchors.get(entry.path, []))
         if any((entry.path, n) in families for n, _ in entry.head):
             base = SIBLING_WEIGHT
         elif entry.path in files:
@@ -295,6 +331,64 @@ def pick(
         lines.update((entry.path, n) for n, _ in entry.head)
         paths.add(entry.path)
     return sorted(chosen, key=lambda e: (e.path, e.line))
+
+
+def popularity(ids: Mapping[str, AbstractSet[str]], entries: Iterable[Entry]) -> dict[str, float]:
+    """Per defined name, the share of the files in `ids` (path: the identifiers it uses) other
+    than the ones defining it that use it (set intersections: a few ms for thousands of names)."""
+    homes: dict[str, set[str]] = {}
+    for entry in entries:
+        homes.setdefault(entry.name, set()).add(entry.path)
+    counts: dict[str, int] = {}
+    for path, used in ids.items():
+        for name in homes.keys() & used:
+            if path not in homes[name]:
+                counts[name] = counts.get(name, 0) + 1
+    out: dict[str, float] = {}
+    for name, count in counts.items():
+        others = len(ids) - sum(1 for p in homes[name] if p in ids)
+        out[name] = count / others
+    return out
+
+
+def unnamed_fields(entries: list[Entry], uses: Mapping[str, int]) -> frozenset[str]:
+    """Keys of the C struct and union fields whose struct the current file never names (neither
+    its tag nor its typedef name, the `} Name;` line)."""
+    names: dict[tuple[str, int], set[str]] = {}
+    fields: list[tuple[str, tuple[str, int]]] = []
+    languages: dict[str, str | None] = {}
+    for entry in entries:
+        if not entry.head:
+            continue
+        language = languages.get(entry.path, "?")
+        if language == "?":
+            language = languages[entry.path] = language_of(entry.path)
+        if language != "c":
+            continue
+        line, text = entry.head[0]
+        tags = _C_TAG.findall(text)
+        if not tags:
+            continue  # an enum's members are constants of the whole program
+        family = (entry.path, line)
+        own = names.setdefault(family, set(tags))
+        if entry.text.lstrip().startswith("}"):
+            own.add(entry.name)
+        else:
+            fields.append((entry.key, family))
+    named = {f for f, ns in names.items() if any(n in uses or n.lstrip("_") in uses for n in ns)}
+    return frozenset(key for key, family in fields if family not in named)
+
+
+def proximity(entry: Entry, anchors: list[tuple[int, float]]) -> float:
+    """0 to 1: how close `entry` is, in its file, to a used definition (weighted: near the cursor
+    or not). `anchors`: (line, weight), sorted by line."""
+    best = 0.0
+    i = bisect.bisect_left(anchors, (entry.line - PROXIMITY_LINES, 0.0))
+    while i < len(anchors) and anchors[i][0] <= entry.line + PROXIMITY_LINES:
+        line, weight = anchors[i]
+        best = max(best, weight * (1.0 - abs(entry.line - line) / PROXIMITY_LINES))
+        i += 1
+    return best
 
 
 def private(entry: Entry) -> bool:

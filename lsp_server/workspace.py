@@ -45,7 +45,11 @@ JS_RESOLVE = ("", ".js", ".mjs", ".cjs", ".ts", ".tsx", ".jsx", "/index.js", "/i
 _PY_FROM = re.compile(r"^[ \t]*from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]+\(?([^)#\n]*)", re.M)
 _PY_IMPORT = re.compile(r"^[ \t]*import[ \t]+([\w. \t,]+)", re.M)
 _JS_SPEC = re.compile(r"""(?:\bfrom|\bimport|\brequire[ \t]*\(|\bimport[ \t]*\()[ \t]*['"](\.{1,2}/[^'"\n]*)['"]""")
-_C_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"\n]+)"', re.M)
+_C_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*(?:"([^"\n]+)"|<([^>\n]+)>)', re.M)
+# A build's include path (`-Ilib`, `-Iinclude`) is not known here: a header is also looked for in
+# the workspace folders' own subfolders, at most this many of each (`#include <ultrajson.h>` from
+# python/ names lib/ultrajson.h). System headers (`<stdio.h>`) are not in the workspace: not found.
+INCLUDE_SUBFOLDERS = 32
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,7 @@ class Workspace:
 
     def __init__(self, ignore: GitIgnore | None = None) -> None:
         self.roots: tuple[Path, ...] = ()
+        self._subfolders: tuple[Path, ...] | None = None  # the roots' subfolders (_include_folders)
         self.ignore = ignore or GitIgnore()
         self._files: dict[Path, tuple[int, int, str | None]] = {}  # path -> (mtime_ns, size, text)
         self._edits: dict[str, deque[int]] = {}  # document key -> lines edited lately
@@ -135,6 +140,7 @@ class Workspace:
             if resolved.is_dir() and resolved not in roots:
                 roots.append(resolved)
         self.roots = tuple(roots)
+        self._subfolders = None
 
     @property
     def name(self) -> str:
@@ -236,7 +242,9 @@ class Workspace:
         elif language == "javascript":
             candidates = [c for spec in _JS_SPEC.findall(head) for c in js_candidates(path.parent, spec)]
         elif language == "c":
-            candidates = [base / name for name in _C_INCLUDE.findall(head) for base in (path.parent, *self.roots)]
+            folders = self._include_folders()
+            candidates = [base / (quoted or angled) for quoted, angled in _C_INCLUDE.findall(head)
+                          for base in ((path.parent,) if quoted else ()) + folders]  # fmt: skip
         else:
             return []
         found: list[Source] = []
@@ -250,6 +258,20 @@ class Workspace:
             seen.add(read[0])
             found.append(Source(read[0], read[0], read[1]))
         return found
+
+    def _include_folders(self) -> tuple[Path, ...]:
+        """Where a C header is looked for: the workspace folders, then their subfolders (listed
+        once, at most INCLUDE_SUBFOLDERS each, `.git` and other hidden ones left out)."""
+        if self._subfolders is None:
+            subs: list[Path] = []
+            for root in self.roots:
+                try:
+                    found = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+                except OSError:
+                    found = []
+                subs += found[:INCLUDE_SUBFOLDERS]
+            self._subfolders = tuple(subs)
+        return (*self.roots, *self._subfolders)
 
     def _python_bases(self, path: Path) -> list[Path]:
         """Where an absolute import may start: the file's folder and its parents up to a

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from lsp_server.context import ContextChooser
 from lsp_server.documents import Document
-from lsp_server.outline import Entry, as_view, outline, pick, private, used_names
+from lsp_server.outline import Entry, as_view, outline, pick, popularity, private, unnamed_fields, used_names
 
 PY = '''"""A module.
 
@@ -170,6 +170,38 @@ def test_unused_names_come_from_the_imported_files_the_used_classes_and_code_lik
     assert [e.name for e in pick(two, {}, frozenset(), frozenset(), one, drawn=["q.py"])] == ["public"]  # `_private` counts half
     assert private(Entry("k", "a.c", 1, "helper", "static int helper(int x)\n")) and not private(entries[5])
     assert not private(Entry("k", "a.h", 1, "helper", "static inline int helper(int x)\n"))  # a header's is shared
+
+
+def test_an_unused_definition_beside_a_used_one_wins_over_the_files_first_line():
+    # re.js keeps a regex's token and its replacement string together; the line order alone took the first lines
+    entries = [entry("first", 1, "re.js"), entry("TILDETRIM", 178, "re.js"), entry("tildeTrimReplace", 179, "re.js")]
+    one = 8 + max(e.tokens for e in entries)
+    chosen = pick(entries[::2], {}, frozenset(), frozenset(), one, drawn=["re.js"])
+    assert [e.name for e in chosen] == ["first"]  # nothing used: the file's order
+    chosen = pick(entries, {"TILDETRIM": 1}, frozenset({"TILDETRIM"}), frozenset(), one + entries[1].tokens)
+    assert [e.name for e in chosen] == ["TILDETRIM", "tildeTrimReplace"]
+
+
+def test_fields_count_as_used_only_when_the_file_names_their_struct():
+    enc, dec = (10, "typedef struct __JSONObjectEncoder\n"), (20, "typedef struct __JSONObjectDecoder\n")
+    field = lambda name, line, head: Entry(f"u.h#{line}", "u.h", line, name, f"  char *{name};\n", (head,))  # noqa: E731
+    entries = [field("start", 11, enc), field("indent", 12, enc), Entry("u.h#13", "u.h", 13, "JSONObjectEncoder", "} JSONObjectEncoder;\n", (enc,)),
+               field("start", 21, dec), field("s2d", 22, dec), Entry("u.h#23", "u.h", 23, "JSONObjectDecoder", "} JSONObjectDecoder;\n", (dec,))]  # fmt: skip
+    # a decoder file: `start` is a parameter there, the encoder is never named
+    assert unnamed_fields(entries, {"start": 3, "JSONObjectDecoder": 1}) == {"u.h#11", "u.h#12"}
+    chosen = pick(entries, {"start": 3, "JSONObjectDecoder": 1}, frozenset(), frozenset(), 1_000)
+    assert {e.key for e in chosen} >= {"u.h#21", "u.h#22", "u.h#23"}  # the decoder's fields
+    assert not {e.key for e in chosen} & {"u.h#11", "u.h#12"}  # none of the encoder's
+    assert unnamed_fields([entry("JT_NULL", 2, "u.h", ((1, "enum JSTYPES {\n"),))], {}) == frozenset()  # enum members are constants
+
+
+def test_a_name_the_other_files_use_comes_before_the_files_first_lines():
+    entries = [entry("MAX_DEPTH", 1, "u.h"), entry("JSOBJ", 169, "u.h")]
+    ids = {"u.h": frozenset({"MAX_DEPTH"}), "enc.c": frozenset({"JSOBJ", "MAX_DEPTH"}), "dec.c": frozenset({"JSOBJ"})}
+    assert popularity(ids, entries) == {"JSOBJ": 1.0, "MAX_DEPTH": 0.5}  # its own file does not count
+    one = 8 + max(e.tokens for e in entries)
+    chosen = pick(entries, {}, frozenset(), frozenset(), one, drawn=["u.h"], popular=popularity(ids, entries))
+    assert [e.name for e in chosen] == ["JSOBJ"]
 
 
 def test_the_view_shows_each_line_once_in_the_file_order():

@@ -60,6 +60,14 @@ def test_imports_resolve_for_python_javascript_and_c(project: Path):
     assert [s.path for s in c] == ["c/point.h"]
 
 
+def test_an_angled_include_is_found_in_a_workspace_subfolder(project: Path):
+    # ujson's python/objToJSON.c says `#include <ultrajson.h>` and builds with -Ilib
+    (project / "py").mkdir()
+    (project / "py" / "ext.c").write_text("#include <stdio.h>\n#include <point.h>\n")
+    found = workspace(project).imports(uri(project / "py" / "ext.c"), (project / "py" / "ext.c").read_text())
+    assert [s.path for s in found] == ["c/point.h"]  # stdio.h is nowhere in the workspace
+
+
 def test_nothing_outside_the_workspace_is_read_even_through_a_symlink(project: Path, tmp_path: Path):
     secret = tmp_path / "secret.py"
     secret.write_text("API_TOKEN = 'x'\n")
