@@ -423,9 +423,11 @@ class RemoteRows:
                 except (ModelServerError, StreamCancelled):
                     self._give_up(fill)
                     continue
-                slot = answer.get("id_slot") if isinstance(answer, dict) else None
+                if not isinstance(answer, dict):
+                    self._give_up(fill)
+                    continue
                 # A slot we have sent something else to since holds that now, whatever this answer says.
-                if self._slots.get(slot, fill.context) != fill.context or not self._learn(fill.context, answer, live=False):
+                if self._slots.get(answer.get("id_slot"), fill.context) != fill.context or not self._learn(fill.context, answer, live=False):
                     self._give_up(fill)
 
     def forget(self) -> None:
