@@ -446,16 +446,8 @@ class _Connection:
                 raise c.unreachable(f"the connection broke during the TLS handshake ({error.strerror or error})") from None
 
     def idle_ok(self) -> bool:
-        """A kept-alive connection can take a request: open, and nothing (an EOF) waiting on it."""
-        if self.closed or self._sock is None:
-            return False
-        try:
-            if isinstance(self._sock, ssl.SSLSocket) and self._sock.pending():
-                return False
-            ready, _, _ = select.select([self._sock], [], [], 0)
-        except (OSError, ValueError):
-            return False
-        return not ready
+        """A kept-alive connection can take a request: open, and nothing (an EOF, stale bytes) waiting on it."""
+        return not self.readable_now()
 
     def buffered(self) -> bool:
         return bool(self._buffer)
