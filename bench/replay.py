@@ -215,13 +215,18 @@ class _Tally:
 
 
 def ready_editor(client, settings: dict[str, Any]) -> Editor:
-    """Initialize the server with `settings` and wait for one answer, so no replay pays the load."""
+    """Initialize the server with `settings` and wait for one answer, so no replay pays the load.
+    A model that cannot load stops the run: a replay of empty answers would read as 0% saved."""
     client.initialize({"cpcLsp": settings})
     editor = Editor(client)
     warm = "file:///bench/replay/warmup.txt"
     editor.open(warm, "The server is ready when this sentence gets an ans")
     editor.inline(warm)
     editor.close(warm)
+    said = client.messages("window/showMessage") + client.messages("window/logMessage")
+    failed = [m for m in said if "cannot load model" in m]
+    if failed:
+        raise RuntimeError(failed[0])
     return editor
 
 

