@@ -434,7 +434,13 @@ def unnamed_fields(entries: list[Entry], uses: Mapping[str, int]) -> frozenset[s
 def proximity(entry: Entry, anchors: list[tuple[int, float]]) -> float:
     """0 to 1: how close `entry` is, in its file, to a used definition (weighted: near the cursor
     or not). `anchors`: (line, weight), sorted by line."""
-    return nearest_anchor(entry, anchors)[0]
+    best = 0.0
+    i = bisect.bisect_left(anchors, (entry.line - PROXIMITY_LINES, 0.0))
+    while i < len(anchors) and anchors[i][0] <= entry.line + PROXIMITY_LINES:
+        line, weight = anchors[i]
+        best = max(best, weight * (1.0 - abs(entry.line - line) / PROXIMITY_LINES))
+        i += 1
+    return best
 
 
 def previous_lines(entries: Iterable[Entry]) -> dict[str, tuple[str, int]]:
@@ -446,21 +452,6 @@ def previous_lines(entries: Iterable[Entry]) -> dict[str, tuple[str, int]]:
             out[entry.key] = (entry.path, last[entry.path])
         last[entry.path] = entry.line
     return out
-
-
-def nearest_anchor(entry: Entry, anchors: list[tuple[int, float]]) -> tuple[float, int | None]:
-    """(proximity, the line of the used definition that gives it: None when none is within
-    PROXIMITY_LINES). `anchors`: (line, weight), sorted by line; a tie goes to the earlier line
-    (sequences are written forwards: the member before is the one just used)."""
-    best, best_line = 0.0, None
-    i = bisect.bisect_left(anchors, (entry.line - PROXIMITY_LINES, 0.0))
-    while i < len(anchors) and anchors[i][0] <= entry.line + PROXIMITY_LINES:
-        line, weight = anchors[i]
-        value = weight * (1.0 - abs(entry.line - line) / PROXIMITY_LINES)
-        if value > best:
-            best, best_line = value, line
-        i += 1
-    return best, best_line
 
 
 def private(entry: Entry) -> bool:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from lsp_server.context import ContextChooser
 from lsp_server.documents import Document
-from lsp_server.outline import Entry, as_view, nearest_anchor, outline, pick, popularity, private, unnamed_fields, used_names
+from lsp_server.outline import Entry, as_view, outline, pick, popularity, previous_lines, private, unnamed_fields, used_names
 
 PY = '''"""A module.
 
@@ -196,11 +196,9 @@ def test_a_member_chosen_beside_a_used_one_brings_that_one_along_though_the_file
     assert [e.name for e in pick(*args, three - 2 * entries[0].tokens, **shown)] == ["E_OK"]
 
 
-def test_the_nearest_anchor_is_the_earlier_one_on_a_tie():
-    anchors = [(10, 1.0), (14, 1.0)]
-    assert nearest_anchor(entry("x", 12), anchors) == (1.0 - 2 / 40, 10)
-    assert nearest_anchor(entry("x", 13), anchors)[1] == 14
-    assert nearest_anchor(entry("x", 100), anchors) == (0.0, None)
+def test_the_definition_before_an_entry_is_the_previous_one_of_its_own_file():
+    entries = [entry("a", 1), entry("x", 1, "b.py"), entry("b", 4), entry("c", 9)]
+    assert previous_lines(entries) == {"a.py#4": ("a.py", 1), "a.py#9": ("a.py", 4)}
 
 
 def test_fields_count_as_used_only_when_the_file_names_their_struct():
