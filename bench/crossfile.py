@@ -12,10 +12,12 @@ request is right when the next word it suggests is exactly the rest of the ident
 Probes are *cross* (the identifier is defined in another file of the project and not in the
 target) or *local* (any other identifier of 4+ characters: the control, "no worse on all
 cursors"). The projects have a split decided before any run: `tune` (looked at while improving
-the choice of chunks) and `held` (run only to check). Python: the standard library's `email`,
-`json`, `asyncio` and `http` (copied to a plain folder: pyenv's git ignores its versions/); JavaScript:
-npm's own `semver`, `cacache` and `minipass-fetch`; C: the `ujson` and `lz4` sdists from PyPI and
-nettle's examples (Debian's nettle-dev).
+the choice of chunks), `held` (run only to check) and, from round 4, `tune2` (a fresh tune split,
+so that `held` stays unseen). Python: the standard library's `email`, `json`, `asyncio`, `http`,
+`logging` and `concurrent` (copied to a plain folder: pyenv's git ignores its versions/);
+JavaScript: npm's own `semver`, `cacache`, `minipass-fetch` and `pacote`; C: the `ujson` and `lz4`
+sdists from PyPI, nettle's examples (Debian's nettle-dev) and the reference Argon2 library (the
+argon2-cffi-bindings sdist's `extras/libargon2`).
 
 Per request: right or not, ms, prompt tokens decoded (cpcLsp/stats). The cold cost is the first
 request of each target after an unrelated document (nothing of it in the KV cache, memoryBudgetMib 0).
@@ -61,7 +63,7 @@ _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 class Project:
     name: str
     kind: str  # python | javascript | c
-    split: str  # tune | held
+    split: str  # tune | tune2 | held
     root: Path
     files: tuple[str, ...]  # opened (the targets among them are typed in turn)
     targets: tuple[str, ...]
@@ -114,6 +116,12 @@ def _nettle(work: Path) -> Path:
     return folder
 
 
+def _argon2(work: Path, say) -> Path:
+    """The reference Argon2 library as the argon2-cffi-bindings 21.2.0 sdist ships it: its own folder
+    is the workspace (include/argon2.h one level down, as a `-Iinclude` build finds it)."""
+    return _sdist(work, "argon2-cffi-bindings", "21.2.0", say) / "extras" / "libargon2"
+
+
 def projects(work: Path, say) -> list[Project]:
     """The projects, their open files and targets; the split is fixed here, before any run."""
     email = tuple(f"email/{n}" for n in ("message.py", "_policybase.py", "charset.py", "utils.py", "errors.py",
@@ -136,7 +144,20 @@ def projects(work: Path, say) -> list[Project]:
            "lz4libs/lz4frame.c", "lz4/frame/_frame.c", "lz4/block/_block.c")  # fmt: skip
     nettle = ("io.h", "io.c", "rsa-session.h", "read_rsa_key.c", "rsa-encrypt.c", "rsa-decrypt.c", "rsa-keygen.c",
               "rsa-sign.c", "timing.h", "timing.c")  # fmt: skip
+    # tune2 (round 4): a fresh tune split, chosen after round 3 so that the held-out projects stay unseen
+    logging_ = ("logging/__init__.py", "logging/handlers.py", "logging/config.py")
+    futures = tuple(f"concurrent/futures/{n}" for n in ("__init__.py", "_base.py", "process.py", "thread.py"))
+    pacote = tuple(f"lib/{n}" for n in ("registry.js", "fetcher.js", "remote.js", "file.js", "dir.js", "git.js", "index.js",
+                                        "util/protected.js", "util/trailing-slashes.js", "util/add-git-sha.js",
+                                        "util/cache-dir.js", "util/is-package-bin.js", "util/tar-create-options.js"))  # fmt: skip
+    argon2 = ("include/argon2.h", "src/argon2.c", "src/core.h", "src/core.c", "src/encoding.h", "src/encoding.c",
+              "src/ref.c", "src/thread.h", "src/thread.c", "src/blake2/blake2.h", "src/blake2/blake2b.c")  # fmt: skip
     return [
+        Project("logging", "python", "tune2", _stdlib(work, "logging"), logging_, ("logging/handlers.py", "logging/config.py")),
+        Project("concurrent", "python", "tune2", _stdlib(work, "concurrent"), futures,
+                ("concurrent/futures/process.py", "concurrent/futures/thread.py")),  # fmt: skip
+        Project("pacote", "javascript", "tune2", _npm(work, "pacote"), pacote, ("lib/git.js", "lib/remote.js")),
+        Project("argon2", "c", "tune2", _argon2(work, say), argon2, ("src/argon2.c", "src/core.c")),
         Project("email", "python", "tune", _stdlib(work, "email"), email, ("email/message.py", "email/generator.py")),
         Project("semver", "javascript", "tune", _npm(work, "semver"), semver, ("classes/range.js", "classes/comparator.js")),
         Project("ujson", "c", "tune", _sdist(work, "ujson", "5.10.0", say), ujson, ("python/objToJSON.c", "python/JSONtoObj.c")),
@@ -591,7 +612,7 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m bench.crossfile`: cross-file probes; results in bench/results/crossfile.json."""
     parser = argparse.ArgumentParser(prog="python -m bench.crossfile", description=main.__doc__.split(":")[0])
     parser.add_argument("--models", default="qwen2.5-coder-0.5b", help="comma-separated catalogue names or paths")
-    parser.add_argument("--split", default="tune", choices=("tune", "held", "all"))
+    parser.add_argument("--split", default="tune", choices=("tune", "tune2", "held", "all"))
     parser.add_argument("--projects", default=None, help="comma-separated project names (default: the split's)")
     parser.add_argument("--targets", type=int, default=None, help="the first N targets of each project (default: all)")
     parser.add_argument("--per-target", type=int, default=8, help="cross probes per target file")

@@ -172,7 +172,7 @@ def diagnose(project: Project, target: str, items: list[Probe], args, engine=Non
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.crossfile_why", description=__doc__.split("\n")[0])
-    parser.add_argument("--split", default="tune", choices=("tune",), help="tune only: never look into the held-out projects")
+    parser.add_argument("--split", default="tune", choices=("tune", "tune2"), help="the tune splits only: never look into the held-out projects")
     parser.add_argument("--projects", default=None)
     parser.add_argument("--targets", type=int, default=1)
     parser.add_argument("--per-target", type=int, default=6)
@@ -221,7 +221,7 @@ def summary(rows: list[dict[str, Any]], variants: list[str]) -> report.Table:
         rs = [r for r in rows if r["cls"] == "cross" and r["in_view"] == (kind == "repeat")]
         body.append([kind, str(len(rs)), *[f"{sum(r[f'defines_{v}'] for r in rs)}" for v in variants if v != "off"],
                      *[f"{sum(r[f'right_{v}'] for r in rs)}" for v in variants if rows and f"right_{v}" in rows[0]]])  # fmt: skip
-    return "cross probes of the tune split: is the definition in the prompt, is the word right", header, body
+    return "cross probes of the tune split(s): is the definition in the prompt, is the word right", header, body
 
 
 if __name__ == "__main__":

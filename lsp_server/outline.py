@@ -262,15 +262,30 @@ def pick(
     `related`: names the other files use in code like the cursor's (RELATED_WEIGHT each).
     `drawn`: paths drawn on whatever the file uses yet (the files it imports). `popular`: per
     name, the share of the other files that use it (POPULAR_WEIGHT each, for unused names)."""
+    ranked = rank(entries, uses, near, defined_here, typed, visible, related, drawn, popular)
+    return fill(ranked, budget)
+
+
+def rank(
+    entries: Iterable[Entry], uses: dict[str, int], near: frozenset[str], defined_here: frozenset[str],
+    typed: str = "", visible: frozenset[str] = frozenset(), related: Mapping[str, float] | None = None,
+    drawn: Iterable[str] = (), popular: Mapping[str, float] | None = None,
+) -> list[tuple[float, Entry, Entry | None]]:  # fmt: skip
+    """(score, entry, anchor) of every definition worth a place, best first (see `pick` for the
+    terms); `anchor`: for an unused entry that comes right after a used definition in its file
+    (the next member of an enum, the next function of a family), that definition (`fill` shows
+    it with the entry: that is what says which one comes next)."""
     related = related or {}
     popular = popular or {}
     entries = list(entries)
     unnamed = unnamed_fields(entries, uses)
-    scored: list[tuple[float, Entry]] = []
+    scored: list[tuple[float, Entry, Entry | None]] = []
     unused: list[Entry] = []
     families: set[tuple[str, int]] = set()
     files: set[str] = set(drawn)
     anchors: dict[str, list[tuple[int, float]]] = {}  # per path: (line, weight) of the used definitions
+    anchor_at: dict[tuple[str, int], Entry] = {}  # the used definition on each anchor line
+    before = previous_lines(entries)
     for entry in entries:
         name = entry.name
         if name in defined_here or name.startswith("__"):
@@ -282,13 +297,14 @@ def pick(
             if name in visible:
                 score *= VISIBLE_FACTOR
             if entry.key in unnamed:
-                scored.append((UNNAMED_FIELD_FACTOR * score + RELATED_WEIGHT * related.get(name, 0.0), entry))
+                scored.append((UNNAMED_FIELD_FACTOR * score + RELATED_WEIGHT * related.get(name, 0.0), entry, None))
                 continue
-            scored.append((score + RELATED_WEIGHT * related.get(name, 0.0), entry))
+            scored.append((score + RELATED_WEIGHT * related.get(name, 0.0), entry, None))
             families.update((entry.path, n) for n, _ in entry.head)
             families.add((entry.path, entry.line))  # a used class, struct or enum: its members are siblings
             files.add(entry.path)
             anchors.setdefault(entry.path, []).append((entry.line, 1.0 if name in near else PROXIMITY_FAR))
+            anchor_at.setdefault((entry.path, entry.line), entry)
         else:
             unused.append(entry)
     for lines in anchors.values():
@@ -297,9 +313,10 @@ def pick(
         bonus = RELATED_WEIGHT * related.get(entry.name, 0.0) + POPULAR_WEIGHT * popular.get(entry.name, 0.0)
         if entry.key in unnamed:
             if bonus > 0:
-                scored.append((bonus * UNNAMED_FIELD_FACTOR, entry))
+                scored.append((bonus * UNNAMED_FIELD_FACTOR, entry, None))
             continue
         bonus += PROXIMITY_WEIGHT * proximity(entry, anchors.get(entry.path, []))
+        anchor = anchor_at.get(before.get(entry.key, ("", -1)))  # a used definition right before it: it follows that one
         if any((entry.path, n) in families for n, _ in entry.head):
             base = SIBLING_WEIGHT
         elif entry.path in files:
@@ -308,28 +325,63 @@ def pick(
             base = 0.0
         else:
             continue
-        scored.append(((base + bonus) * (PRIVATE_FACTOR if private(entry) else 1.0), entry))
+        scored.append(((base + bonus) * (PRIVATE_FACTOR if private(entry) else 1.0), entry, anchor))
     scored.sort(key=lambda se: (-se[0], se[1].path, se[1].line))
+    return scored
+
+
+def fill(scored: list[tuple[float, Entry, Entry | None]], budget: int) -> list[Entry]:
+    """The best of `scored` while they fit `budget` tokens (with their enclosing lines and each
+    file's header), at most PER_NAME definitions a name, in a stable order (path, then line).
+
+    An entry that comes right after a used definition in its file (its anchor, from `rank`) brings
+    that definition's line along when both fit, even when the current file already shows the
+    name: the pair is what says which one comes next (one line more per entry, no more: a wider
+    run cost the unseen members their place at a file's start, where the budget is small). Measured on a switch over an
+    enum's members (argon2.c's error messages): with the members the file had just written left
+    out of the context (they count little, being visible), the enum read `OK = 0, PWD_TOO_SHORT
+    = -4, PWD_TOO_LONG, SALT_TOO_SHORT` and the 0.5B, after `case ARGON2_OUTPUT_TOO_LONG:`,
+    went on with SALT_TOO_SHORT: nothing showed which member follows the one just written."""
     chosen: list[Entry] = []
     seen: set[tuple[str, str]] = set()
     per_name: dict[str, int] = {}
     lines: set[tuple[str, int]] = set()
     paths: set[str] = set()
     left = budget
-    for _, entry in scored:
-        if (entry.path, entry.name) in seen or per_name.get(entry.name, 0) >= PER_NAME:
-            continue
-        cost = entry.tokens + sum(len(t) // CHARS_PER_TOKEN + 1 for n, t in entry.head if (entry.path, n) not in lines)
-        cost += FILE_TOKENS if entry.path not in paths else 0
-        if cost > left:
-            continue
-        left -= cost
+
+    def allowed(entry: Entry) -> bool:
+        return (entry.path, entry.name) not in seen and per_name.get(entry.name, 0) < PER_NAME
+
+    def cost_of(entry: Entry, also: Entry | None = None) -> int:
+        """Tokens `entry` adds (its line, its enclosing lines not shown yet, its file's header);
+        `also`: an entry taken with it, whose lines count as shown."""
+        shown = lines | ({(also.path, also.line), *((also.path, n) for n, _ in also.head)} if also else set())
+        cost = entry.tokens + sum(len(t) // CHARS_PER_TOKEN + 1 for n, t in entry.head if (entry.path, n) not in shown)
+        return cost + (FILE_TOKENS if entry.path not in paths and not (also and also.path == entry.path) else 0)
+
+    def take(entry: Entry) -> None:
         chosen.append(entry)
         seen.add((entry.path, entry.name))
         per_name[entry.name] = per_name.get(entry.name, 0) + 1
         lines.add((entry.path, entry.line))
         lines.update((entry.path, n) for n, _ in entry.head)
         paths.add(entry.path)
+
+    for _, entry, anchor in scored:
+        if not allowed(entry):
+            continue
+        cost = cost_of(entry)
+        if cost > left:
+            continue
+        if anchor is not None and (anchor.path, anchor.line) not in lines and allowed(anchor):
+            pair = cost_of(anchor) + cost_of(entry, anchor)
+            if pair <= left:
+                left -= pair
+                take(anchor)
+                take(entry)
+                continue
+        left -= cost
+        take(entry)
     return sorted(chosen, key=lambda e: (e.path, e.line))
 
 
@@ -389,6 +441,17 @@ def proximity(entry: Entry, anchors: list[tuple[int, float]]) -> float:
         best = max(best, weight * (1.0 - abs(entry.line - line) / PROXIMITY_LINES))
         i += 1
     return best
+
+
+def previous_lines(entries: Iterable[Entry]) -> dict[str, tuple[str, int]]:
+    """Per entry's key, (path, line) of the definition before it in its file (outline order)."""
+    out: dict[str, tuple[str, int]] = {}
+    last: dict[str, int] = {}
+    for entry in entries:
+        if entry.path in last:
+            out[entry.key] = (entry.path, last[entry.path])
+        last[entry.path] = entry.line
+    return out
 
 
 def private(entry: Entry) -> bool:

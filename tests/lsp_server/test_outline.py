@@ -6,7 +6,7 @@ from pathlib import Path
 
 from lsp_server.context import ContextChooser
 from lsp_server.documents import Document
-from lsp_server.outline import Entry, as_view, outline, pick, popularity, private, unnamed_fields, used_names
+from lsp_server.outline import Entry, as_view, outline, pick, popularity, previous_lines, private, unnamed_fields, used_names
 
 PY = '''"""A module.
 
@@ -180,6 +180,25 @@ def test_an_unused_definition_beside_a_used_one_wins_over_the_files_first_line()
     assert [e.name for e in chosen] == ["first"]  # nothing used: the file's order
     chosen = pick(entries, {"TILDETRIM": 1}, frozenset({"TILDETRIM"}), frozenset(), one + entries[1].tokens)
     assert [e.name for e in chosen] == ["TILDETRIM", "tildeTrimReplace"]
+
+
+def test_a_member_chosen_beside_a_used_one_brings_that_one_along_though_the_file_shows_it():
+    # argon2.c's switch over the error codes: the members just written count little (the file shows
+    # them), so the enum read `OK, PWD_TOO_SHORT, ...` and nothing said which one follows the last case
+    head = ((1, "typedef enum codes {\n"),)
+    member = lambda name, line: Entry(f"e.h#{line}", "e.h", line, name, f"    {name} = -{line},\n", head)  # noqa: E731
+    entries = [member("E_OK", 2), member("E_ONE", 3), member("E_TWO", 4), member("E_THREE", 5)]
+    three = 8 + len(head[0][1]) // 3 + 1 + 3 * entries[0].tokens
+    shown = dict(visible=frozenset({"E_ONE"}))  # E_ONE is in the file's text: it scores a tenth, below its siblings
+    args = (entries, {"E_ONE": 1}, frozenset({"E_ONE"}), frozenset())
+    assert [e.name for e in pick(*args, three, **shown)] == ["E_OK", "E_ONE", "E_TWO"]  # not E_OK, E_TWO, E_THREE
+    # no room for the pair: the member alone, as before
+    assert [e.name for e in pick(*args, three - 2 * entries[0].tokens, **shown)] == ["E_OK"]
+
+
+def test_the_definition_before_an_entry_is_the_previous_one_of_its_own_file():
+    entries = [entry("a", 1), entry("x", 1, "b.py"), entry("b", 4), entry("c", 9)]
+    assert previous_lines(entries) == {"a.py#4": ("a.py", 1), "a.py#9": ("a.py", 4)}
 
 
 def test_fields_count_as_used_only_when_the_file_names_their_struct():
