@@ -349,6 +349,15 @@ def main(args, cases: list[Case], say: Callable[[str], None], out: Path) -> int:
     return 0
 
 
+def _peer_endpoint(found: dict[str, Any]) -> str | None:
+    """The peer's endpoint recorded by the run, or by a run merged into it (merges can nest)."""
+    for part in found.get("parts", []):
+        endpoint = part.get("settings", {}).get("peer_endpoint") or _peer_endpoint(part)
+        if endpoint:
+            return endpoint
+    return None
+
+
 def replay_from(pairs: list[str], out: Path) -> dict[str, Any]:
     """The replay table from bench.replay result files ("NAME=FILE": a `python -m bench.replay
     --model NAME --peer infill` run, or its --merge), written to `out` as bench.models writes it."""
@@ -356,8 +365,7 @@ def replay_from(pairs: list[str], out: Path) -> dict[str, Any]:
     for pair in pairs:
         name, _, path = pair.partition("=")
         found = json.loads(Path(path).read_text())
-        found.setdefault("peer_endpoint", next((p.get("settings", {}).get("peer_endpoint") for p in found.get("parts", [])
-                                                if p.get("settings", {}).get("peer_endpoint")), None))  # fmt: skip
+        found.setdefault("peer_endpoint", _peer_endpoint(found))
         results["models"].append(name)
         results["replay"][name] = {k: found[k] for k in ("runs", "table", "cursors", "places", "peer_endpoint") if k in found}
         results["from"][name] = path
