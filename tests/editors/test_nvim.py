@@ -15,14 +15,18 @@ from pathlib import Path
 
 import pytest
 
+from engine import model_files
 from tests.editors.conftest import NVIM_RUNTIME, TIMEOUT_S
 
 HERE = Path(__file__).resolve().parent
 
 
 def _isolated_env(tmp_path: Path) -> dict[str, str]:
-    """Neovim's config, data, state (LSP log) and cache under tmp_path, not the user's home."""
+    """Neovim's config, data, state (LSP log) and cache under tmp_path, not the user's home. The
+    server keeps the user's model cache, as after `make install` (a fresh XDG cache would make it
+    join the default models' 0.75 GB again for every test)."""
     env = dict(os.environ)
+    env[model_files.CACHE_ENV] = str(model_files.cache_dir())
     for name in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME"):
         env[name] = str(tmp_path / name.lower())
     env["NVIM_LOG_FILE"] = str(tmp_path / "nvim.log")

@@ -112,6 +112,7 @@ const env = {
   XDG_CONFIG_HOME: path.join(spec.work, 'xdg'),
   XDG_DATA_HOME: path.join(spec.work, 'xdg'),
   XDG_CACHE_HOME: path.join(spec.work, 'xdg'),
+  ...(spec.modelCache ? { CPC_LSP_CACHE_DIR: spec.modelCache } : {}), // the models as `make install` left them
 };
 
 function installExtension() {
