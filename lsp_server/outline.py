@@ -339,10 +339,10 @@ def fill(scored: list[tuple[float, Entry, Entry | None]], budget: int) -> list[E
     name: the pair is what says which one comes next (one line more per entry, no more: a wider
     run cost the unseen members their place at a file's start, where the budget is small).
     Measured on a switch over an enum's members (argon2.c's error messages): with the members the
-    file had just written left
-    out of the context (they count little, being visible), the enum read `OK = 0, PWD_TOO_SHORT
-    = -4, PWD_TOO_LONG, SALT_TOO_SHORT` and the 0.5B, after `case ARGON2_OUTPUT_TOO_LONG:`,
-    went on with SALT_TOO_SHORT: nothing showed which member follows the one just written."""
+    file had just written left out of the context (they count little, being visible), the enum
+    read `OK = 0, PWD_TOO_SHORT = -4, PWD_TOO_LONG, SALT_TOO_SHORT` and the 0.5B, after `case
+    ARGON2_OUTPUT_TOO_LONG:`, went on with SALT_TOO_SHORT: nothing showed which member follows
+    the one just written."""
     chosen: list[Entry] = []
     seen: set[tuple[str, str]] = set()
     per_name: dict[str, int] = {}
