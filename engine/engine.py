@@ -21,7 +21,7 @@ from typing import TypeVar
 from engine.alternatives import CANDIDATES_PER_ALTERNATIVE, BudgetedRows, alternatives, first_tokens
 from engine.kv import Cancelled, KvCache
 from engine.lexicon import WordScorer, choose, first_word, is_word_char
-from engine.llama_backend import LlamaContext, LlamaModel, allocated_tokens
+from engine.llama_backend import RUNTIME, LlamaContext, LlamaModel, allocated_tokens
 from engine.model_files import resolve
 from engine.prompt import FIM_EXTRA_TOKENS, FimTokens, RepoTokens, context_tokens, layout
 from engine.kv import PathRows
@@ -43,6 +43,7 @@ from engine.types import (  # BudgetError is defined with the types so callers n
     Signals,
 )
 from engine.vocab import VocabIndex
+from engine.vocab_cache import load_vocab
 
 MIN_PROMPT_TOKENS = 64  # below this a context cannot hold a useful prompt beside the budget
 CHARS_PER_CONTEXT_TOKEN = 8  # text kept before tokenizing: generous, the token window trims the rest
@@ -153,8 +154,12 @@ class Engine:
         except Exception:
             model.close()
             raise
-        pieces = model.pieces()
-        vocab = VocabIndex(pieces, *model.special_flags(pieces))
+        try:
+            vocab = load_vocab(model, resolved.model_id, RUNTIME)
+        except Exception:
+            context.close()
+            model.close()
+            raise
         return cls(model, context, vocab, config, model_id=resolved.model_id)
 
     @property

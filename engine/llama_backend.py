@@ -23,6 +23,8 @@ from engine.cores import CoreMeter
 from engine.kv import Decoded
 from engine.types import ModelLoadError
 
+RUNTIME = f"llama-cpp-python {llama_cpp.__version__}"  # how tokens render is this build's (engine.vocab_cache)
+
 log = logging.getLogger(__name__)
 native_log = logging.getLogger("llama.cpp")
 

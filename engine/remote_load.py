@@ -24,11 +24,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from engine.http_client import ModelServerClient
-from engine.llama_backend import LlamaModel
+from engine.llama_backend import RUNTIME, LlamaModel
 from engine.model_files import model_id, resolve_model
 from engine.remote import PROBE_TEXT, RemoteRows
 from engine.types import EngineConfig, ModelServerError
 from engine.vocab import VocabIndex
+from engine.vocab_cache import load_vocab
 
 
 @dataclass(frozen=True)
@@ -162,10 +163,10 @@ def connect(config: EngineConfig, min_prompt_tokens: int):
 
 def load_vocabulary(config: EngineConfig) -> tuple[LlamaModel, VocabIndex]:
     """The local GGUF's vocabulary (no weights)."""
-    model = LlamaModel(resolve_model(config.model_path), vocab_only=True)
+    path = resolve_model(config.model_path)
+    model = LlamaModel(path, vocab_only=True)
     try:
-        pieces = model.pieces()
-        return model, VocabIndex(pieces, *model.special_flags(pieces))
+        return model, load_vocab(model, model_id(path), RUNTIME)
     except BaseException:
         model.close()
         raise
