@@ -4,7 +4,7 @@ Building `VocabIndex` reads every token's bytes through ctypes and sorts them: a
 Gemma 3 270M's 1.9 s load (262,144 tokens), 0.6 s of Qwen2.5-Coder's, on every server start and
 on a model's first use. The bytes, the flags and the byte-sorted order are saved once per model
 identity and llama-cpp-python version (how tokens render is llama.cpp's) as one `.npz` of plain
-arrays (no pickle), written through a temporary name; a file that cannot be read or does not
+arrays (numpy refuses to read objects from it), written through a temporary name; a file that cannot be read or does not
 match the model's size is built again. An unwritable cache costs only the build.
 """
 

@@ -239,7 +239,8 @@ GIT_RUNNER = ROOT / "lsp_server" / "workspace.py"  # runs `git check-ignore` (no
 
 def test_no_template_rendering_or_execution_in_the_code():
     """Nothing in the engine or the server renders a chat template or runs anything, except
-    lsp_server.workspace asking git whether a file is ignored (see the next test)."""
+    lsp_server.workspace asking git whether a file is ignored (see the next test). Files the
+    engine reads back (engine.vocab_cache) are plain arrays: `np.load(..., allow_pickle=False)`."""
     forbidden = re.compile(
         r"chat_template|apply_template|jinja|\beval\(|\bexec\(|subprocess|os\.system|os\.popen|pickle|marshal"
         r"|import_module|__import__|shell=True"
@@ -249,6 +250,7 @@ def test_no_template_rendering_or_execution_in_the_code():
             lines = path.read_text().splitlines()
             if path == GIT_RUNNER:
                 lines = [line.replace("subprocess", "") for line in lines]
+            lines = [line.replace("allow_pickle=False", "") for line in lines]  # numpy refusing objects
             hits = [line for line in lines if forbidden.search(line)]
             assert not hits, (path, hits)
 
