@@ -56,6 +56,8 @@ def _read(path: Path, n_vocab: int) -> VocabIndex | None:
             eog, control, order = saved["eog"], saved["control"], saved["order"]
         if not len(ends) == len(eog) == len(control) == n_vocab:
             raise ValueError(f"{len(ends)} tokens saved, the model has {n_vocab}")
+        if (ends[-1] if len(ends) else 0) != len(blob) or np.any(np.diff(ends) < 0):
+            raise ValueError("the pieces' ends do not fit their bytes")
         starts = np.concatenate([[0], ends[:-1]]).tolist()
         return VocabIndex([blob[a:b] for a, b in zip(starts, ends.tolist())], eog, control, order=order)
     except FileNotFoundError:
@@ -66,6 +68,7 @@ def _read(path: Path, n_vocab: int) -> VocabIndex | None:
 
 
 def _write(path: Path, vocab: VocabIndex) -> None:
+    """Save `vocab` at `path` through a temporary name (a reader never sees half a file)."""
     lengths = np.fromiter((len(p) for p in vocab.pieces), dtype=np.int64, count=vocab.size)
     arrays = {
         "blob": np.frombuffer(b"".join(vocab.pieces), dtype=np.uint8),
@@ -74,10 +77,14 @@ def _write(path: Path, vocab: VocabIndex) -> None:
         "control": vocab.control,
         "order": vocab.sorted_ids,
     }
+    partial: Path | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".npz.tmp", delete=False) as out:
+            partial = Path(out.name)
             np.savez(out, **arrays)
-        os.replace(out.name, path)
+        os.replace(partial, path)
     except OSError as error:
         logger.info("vocabulary cache not written (%s): the next load builds it again", error)
+        if partial is not None:
+            partial.unlink(missing_ok=True)

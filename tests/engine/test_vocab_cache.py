@@ -66,7 +66,7 @@ def test_another_model_or_runtime_builds_its_own():
     assert len({vocab_path("fake", "runtime 1"), vocab_path("other", "runtime 1"), vocab_path("fake", "runtime 2")}) == 3
 
 
-@pytest.mark.parametrize("damage", ["garbage", "truncated", "wrong order", "other size"])
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "wrong order", "other size", "bytes short"])
 def test_a_file_that_does_not_fit_is_built_again(damage):
     model = FakeModel()
     path = vocab_path("fake", "r")
@@ -80,6 +80,8 @@ def test_a_file_that_does_not_fit_is_built_again(damage):
             arrays = dict(saved)
         if damage == "wrong order":
             arrays["order"] = arrays["order"][::-1].copy()
+        elif damage == "bytes short":
+            arrays["blob"] = arrays["blob"][:-1]
         else:
             arrays["eog"] = arrays["eog"][:-1]
         with path.open("wb") as out:
