@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from engine import ContextFile, RepoContext
 from lsp_server.chunks import Chunk, Chunker, choose, definitions, identifiers, near_cursor, related
 from lsp_server.documents import Document
-from lsp_server.outline import Entry, Outliner, as_view, pick, popularity, used_names
+from lsp_server.outline import Entry, Outliner, as_view, pick, popularity, tokens_of, used_names
 from lsp_server.workspace import Source, Workspace
 
 CHANGE_SHARE = 0.5  # a new choice is adopted when more than this share of its chunks are new
@@ -172,9 +172,7 @@ class ContextChooser:
             ids.setdefault(c.path, set()).update(c.ids)
         entries = pick(outlines, uses, near, defined, round(max_tokens * OUTLINE_SHARE), typed if len(typed) >= MIN_TYPED else "",
                        visible, related(chunks, near) if self.related else None, imported, popularity(ids, outlines))  # fmt: skip
-        used = sum(e.tokens for e in entries) + sum(len(t) // 3 + 1 for e in entries for _, t in e.head)
-        used += 8 * len({e.path for e in entries})
-        return Chosen(tuple(entries), tuple(choose(chunks, near, defined, max_tokens - used, typed)))
+        return Chosen(tuple(entries), tuple(choose(chunks, near, defined, max_tokens - tokens_of(entries), typed)))
 
     def sources(self, key: str, doc: Document, documents: Iterable[tuple[str, Document]]) -> list[Source]:
         """The open documents (not this one), the files this one imports, regions of closed ones."""

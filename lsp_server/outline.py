@@ -444,6 +444,14 @@ def proximity(entry: Entry, anchors: list[tuple[int, float]]) -> float:
     return best
 
 
+def tokens_of(entries: Iterable[Entry]) -> int:
+    """The tokens `entries` take in the prompt, counted as `fill` counts them (each one's line and
+    enclosing lines, a header per file), cautiously: an enclosing line two entries share counts twice."""
+    entries = list(entries)
+    lines = sum(e.tokens + sum(len(t) // CHARS_PER_TOKEN + 1 for _, t in e.head) for e in entries)
+    return lines + FILE_TOKENS * len({e.path for e in entries})
+
+
 def previous_lines(entries: Iterable[Entry]) -> dict[str, tuple[str, int]]:
     """Per entry's key, (path, line) of the definition before it in its file (outline order)."""
     out: dict[str, tuple[str, int]] = {}
