@@ -6,17 +6,21 @@ So with no `model` set (in-process), each request goes to the model for its docu
 text, by the LSP languageId: the prose languages below go to Gemma, every other language to the
 code model. Each model loads on the first request of its kind (a document's prefetch on didOpen
 usually), on the engine's worker thread, and both stay loaded: about 0.75 GB of weights in all.
+Each such load is reported as it starts and ends (the status bar says "loading <model>", then
+"<model> loaded in N s"); a model that failed to load is not tried again on every keystroke.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from engine import Completion, CompletionRequest, EngineConfig, Prefetched, resolve_model
+from engine import Completion, CompletionRequest, EngineConfig, ModelLoadError, Prefetched, resolve_model
+from lsp_server.scheduler import Event, LoadResult, ModelLoading
 
 logger = logging.getLogger(__name__)
 
@@ -56,18 +60,41 @@ class RoutedEngine:
         self._configs = {"code": replace(config, model_path=CODE_MODEL), "prose": replace(config, model_path=PROSE_MODEL)}
         self._load = load
         self._engines: dict[str, Any] = {}
+        self._failed: dict[str, ModelLoadError] = {}  # a kind whose load failed: not tried on every keystroke
         self._lock = threading.Lock()  # close() may come from another thread while a load runs
+        self._on_event: Callable[[Event], None] = lambda event: None
         self.last_kind = "code"
 
+    def listen(self, on_event: Callable[[Event], None]) -> None:
+        """Report each model's load on first use to `on_event` (the scheduler's: the status bar)."""
+        self._on_event = on_event
+
     def engine(self, kind: str) -> Any:
-        """The engine for `kind`, loaded on first use."""
+        """The engine for `kind`, loaded on first use (ModelLoadError if that load failed)."""
         with self._lock:
-            found = self._engines.get(kind)
-        if found is None:
-            logger.info("loading the %s model (%s)", kind, self._configs[kind].model_path)
-            found = self._load(self._configs[kind])
+            found, failed = self._engines.get(kind), self._failed.get(kind)
+        if found is not None:
+            return found
+        if failed is not None:
+            raise failed
+        config = self._configs[kind]
+        logger.info("loading the %s model (%s)", kind, config.model_path)
+        self._on_event(ModelLoading(config))
+        started = time.perf_counter()
+        try:
+            found = self._load(config)
+        except Exception as exc:
+            failed = exc if isinstance(exc, ModelLoadError) else ModelLoadError(
+                config.model_path, f"{type(exc).__name__}: {exc}", "See the server's log (`logLevel`: info)")
             with self._lock:
-                self._engines[kind] = found
+                self._failed[kind] = failed
+            self._on_event(LoadResult(config, str(failed), time.perf_counter() - started))
+            if failed is exc:
+                raise
+            raise failed from exc
+        with self._lock:
+            self._engines[kind] = found
+        self._on_event(LoadResult(config, None, time.perf_counter() - started))
         return found
 
     def _for(self, request: CompletionRequest) -> Any:

@@ -11,7 +11,9 @@ prompt a request on that document would need, and any request stops it at once (
 decode chunk). What it decoded stays in the engine's KV cache, so the request continues from it.
 
 Loading runs on the same thread, so completions submitted before or while a model loads simply
-wait for it; once a load has failed they answer "no-model" at once. A failed *re*load puts the
+wait for it; once a load has failed they answer "no-model" at once. An engine that loads more on
+first use (the routed default: each kind's model with its first document) reports those loads
+through `on_event` too, if it has a `listen` method: `ModelLoading`, then a `LoadResult`. A failed *re*load puts the
 previous model back (loaded again rather than kept beside the new one, so memory never holds
 two models), and the result says so.
 
@@ -106,6 +108,14 @@ class ServerHealth:
     caught_up: bool = False
 
 
+@dataclass(frozen=True)
+class ModelLoading:
+    """A model starts loading on first use (the routed default loads each kind's model with the
+    first document of that kind); its `LoadResult` follows."""
+
+    config: EngineConfig
+
+
 @dataclass(eq=False)
 class Job:
     """One completion request on its way through the worker."""
@@ -128,7 +138,7 @@ def _resolve(future: Future, value: object) -> None:
         pass
 
 
-Event = LoadResult | ServerHealth
+Event = LoadResult | ServerHealth | ModelLoading
 
 
 class Scheduler:
@@ -324,6 +334,8 @@ class Scheduler:
         do, and the ModelServerError kind if it was one."""
         try:
             self._engine, self._config = self._load_engine(config), config
+            if callable(listen := getattr(self._engine, "listen", None)):  # loads more on first use
+                listen(self._emit)
             return None, None
         except ModelServerError as exc:
             return f"cannot load model: {exc}", exc.kind
@@ -394,6 +406,9 @@ class Scheduler:
             else:
                 self._server_health(exc.kind, str(exc))
             _resolve(job.future, Answer(None, "server", str(exc)))
+            return
+        except ModelLoadError as exc:  # a model loaded on first use failed (a ModelServerError is caught above; reported by its LoadResult)
+            _resolve(job.future, Answer(None, "no-model", str(exc)))
             return
         except Exception as exc:
             logger.error("%s failed: %s", "prefetch" if job.prefetch else "completion", frames(exc))

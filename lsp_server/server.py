@@ -22,7 +22,7 @@ from pygls.exceptions import FeatureRequestError
 from pygls.lsp.server import LanguageServer
 
 from engine import EngineConfig, RepoContext, Signals
-from lsp_server import __version__, block as blocks, gate as gates, rejudge, status
+from lsp_server import __version__, block as blocks, gate as gates, rejudge, routing, status
 from lsp_server.documents import UTF16, Document, Documents, Range
 from lsp_server.carry import Carry, Computed
 from lsp_server.context import ContextChooser
@@ -30,7 +30,7 @@ from lsp_server.lexicon import Lexicon
 from lsp_server.logs import TextGuard, frames, installed
 from lsp_server.protocol import CpcProtocol, serve_stdio, serve_tcp
 from lsp_server.remote import clear_text_warning, model_name
-from lsp_server.scheduler import Answer, EngineLike, Event, Job, LoadResult, Scheduler, ServerHealth, load_engine
+from lsp_server.scheduler import Answer, EngineLike, Event, Job, LoadResult, ModelLoading, Scheduler, ServerHealth, load_engine
 from lsp_server.schema import camel
 from lsp_server.settings import API_KEY_ENV, SECTION, Settings, apply
 from lsp_server.split import Split, split
@@ -143,7 +143,10 @@ class CpcServer(LanguageServer):
         if result.ok:
             model = self.scheduler.model_id
             named = f"{name} ({model})" if model and model != name else name
-            self.log(types.MessageType.Info, f"loaded {named} in {result.seconds:.1f} s")
+            if routing.routes(result.config):  # the routed default: each model loads on first use (told then)
+                self.log(types.MessageType.Info, f"loaded {named}: their files checked in {result.seconds:.1f} s; each one's weights load with the first document of its kind")
+            else:
+                self.log(types.MessageType.Info, f"loaded {named} in {result.seconds:.1f} s")
             return
         message = f"cpc-lsp: {result.error}"
         if result.kept is not None:
@@ -170,6 +173,11 @@ class CpcServer(LanguageServer):
             self._loop.call_soon_threadsafe(self._on_engine_event, event)
 
     def _on_engine_event(self, event: Event) -> None:
+        if isinstance(event, ModelLoading):  # the routed default loads a kind's model on first use
+            name = model_name(event.config)
+            self.log(types.MessageType.Info, f"loading {name} ({event.config.context_tokens} context tokens)")
+            status.send(self.protocol, status.loading(name))
+            return
         if isinstance(event, LoadResult):
             name = model_name(event.config)
             status.send(self.protocol, status.loaded(event, name))

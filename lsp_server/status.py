@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from lsp_server import routing
 from lsp_server.scheduler import LoadResult, ServerHealth
 
 STATUS_METHOD = "cpcLsp/status"
@@ -34,7 +35,10 @@ def loading(name: str) -> Status:
 
 def loaded(result: LoadResult, name: str) -> Status:
     """After a load: ready, or the error. A failed reload that kept the previous model still serves
-    suggestions, so it is "ready", and says what failed."""
+    suggestions, so it is "ready", and says what failed. The routed default's models are only
+    found here; each says "loading" and "loaded" again when its first document loads it."""
+    if result.ok and routing.routes(result.config):
+        return Status("ready", f"{name}: files checked; each loads with the first document of its kind")
     if result.ok:
         return Status("ready", f"{name} loaded in {result.seconds:.1f} s")
     if result.kept is not None:

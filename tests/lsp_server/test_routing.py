@@ -67,3 +67,34 @@ def test_a_missing_model_file_fails_when_made_not_on_a_keystroke(monkeypatch):
     monkeypatch.setattr(routing, "resolve_model", missing)
     with pytest.raises(ModelLoadError, match="not installed"):
         routing.RoutedEngine(EngineConfig(), lambda config: FakeEngine())
+
+
+def test_each_first_use_load_is_reported_and_a_failed_one_is_not_tried_on_every_keystroke(monkeypatch):
+    """The status bar hears "loading" and "loaded" around each model's first use (it said "ready"
+    when only the files had been found), and a model that failed says why once, then fails fast."""
+    from engine import ModelLoadError
+    from lsp_server.scheduler import LoadResult, ModelLoading
+
+    monkeypatch.setattr(routing, "resolve_model", lambda name: Path(f"/models/{name}.gguf"))
+    tries: list[str] = []
+
+    def load(config: EngineConfig) -> FakeEngine:
+        tries.append(config.model_path)
+        if config.model_path == routing.PROSE_MODEL:
+            raise ValueError("Failed to load model from file")
+        return FakeEngine()
+
+    engine = routing.RoutedEngine(EngineConfig(), load)
+    events: list[object] = []
+    engine.listen(events.append)
+    cancel = threading.Event()
+    engine.complete(CompletionRequest("x = ", " va", language="python"), cancel)
+    engine.complete(CompletionRequest("x = ", " val", language="python"), cancel)
+    assert [type(e) for e in events] == [ModelLoading, LoadResult]
+    assert events[0].config.model_path == routing.CODE_MODEL and events[1].ok
+    for _ in range(2):
+        with pytest.raises(ModelLoadError, match="Failed to load model from file"):
+            engine.prefetch(CompletionRequest("Dear Ann, the", " yest", language="plaintext"), cancel)
+    assert tries == [routing.CODE_MODEL, routing.PROSE_MODEL]  # the broken one was tried once
+    assert [type(e) for e in events[2:]] == [ModelLoading, LoadResult]
+    assert events[3].config.model_path == routing.PROSE_MODEL and "Failed to load" in events[3].error

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from engine import EngineConfig
 from lsp_server import status
 from lsp_server.scheduler import LoadResult
@@ -16,10 +18,12 @@ class _Protocol:
 
 
 def test_states_around_a_load():
-    config = EngineConfig()
-    assert status.loading("the default model") == status.Status("loading", "loading the default model")
-    ok = status.loaded(LoadResult(config, None, 1.5), "the default model")
-    assert ok == status.Status("ready", "the default model loaded in 1.5 s")
+    config = EngineConfig(model_path=Path("x.gguf"))
+    assert status.loading("x.gguf") == status.Status("loading", "loading x.gguf")
+    ok = status.loaded(LoadResult(config, None, 1.5), "x.gguf")
+    assert ok == status.Status("ready", "x.gguf loaded in 1.5 s")
+    routed = status.loaded(LoadResult(EngineConfig(), None, 0.01), "the default models")
+    assert routed.state == "ready" and "loaded in" not in routed.message  # nothing is loaded yet: each model says so on first use
     failed = status.loaded(LoadResult(config, "cannot load model (x.gguf): no such file", 0.1), "x.gguf")
     assert failed == status.Status("error", "cannot load model (x.gguf): no such file")
     kept = status.loaded(LoadResult(config, "cannot load model (x.gguf)", 0.1, kept=config), "x.gguf")
