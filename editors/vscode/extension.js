@@ -103,10 +103,12 @@ function errorHandler(owner) {
 }
 
 /** vscode-languageclient also pops up "couldn't create connection to server" when a start
- * fails, and "Sending document notification … failed" for a keystroke typed while it stops (a
- * restart). startClient says why a start failed (command missing, exit code and last words), and
- * a keystroke during a restart is no error: those only go to the log. The close of a failed start
- * (`toldElsewhere`) is not logged a second time. */
+ * fails, and "Sending document notification … failed" or "Request textDocument/inlineCompletion
+ * failed … Starting server failed" for a keystroke typed while it stops (a restart: a request
+ * that began as the client stopped finds no connection). startClient says why a start failed
+ * (command missing, exit code and last words), and a keystroke during a restart is no error:
+ * those only go to the log. The close of a failed start (`toldElsewhere`) is not logged a second
+ * time. */
 class Client extends LanguageClient {
   error(message, data, showNotification) {
     const text = typeof message === 'string' ? message : '';
@@ -115,7 +117,8 @@ class Client extends LanguageClient {
       return;
     }
     const quiet =
-      text.includes("couldn't create connection to server") || (text.startsWith('Sending ') && !this.isRunning());
+      text.includes("couldn't create connection to server") ||
+      ((text.startsWith('Sending ') || text.startsWith('Request ')) && !this.isRunning());
     super.error(message, data, quiet ? false : showNotification);
   }
 }
