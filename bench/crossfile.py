@@ -173,11 +173,36 @@ def projects(work: Path, say) -> list[Project]:
 
 # What the benchmark counts as a definition: its own patterns, stricter than the server's
 # (lsp_server.chunks.definitions), so the scored set does not follow the chooser it measures.
+# Comments (and Python's triple-quoted strings, its docstrings) are removed; the other strings are
+# read first and kept as they are, so a `*/*` in a JavaScript string (pacote's registry.js: an Accept
+# header) or a `#` in a Python one is not taken for the start of a comment.
+_QUOTED = r'"(?:\\[\s\S]|[^"\\\n])*"|\'(?:\\[\s\S]|[^\'\\\n])*\''  # one line (or a backslash-newline), escapes skipped
 _STRINGS = {
-    "python": re.compile(r'"""[\s\S]*?"""|\'\'\'[\s\S]*?\'\'\'|#[^\n]*'),
-    "javascript": re.compile(r"/\*[\s\S]*?\*/|//[^\n]*"),
-    "c": re.compile(r"/\*[\s\S]*?\*/|//[^\n]*"),
+    "python": re.compile(r'(?P<drop>"""(?:\\[\s\S]|[^\\])*?"""|\'\'\'(?:\\[\s\S]|[^\\])*?\'\'\'|#[^\n]*)|' + _QUOTED),
+    "javascript": re.compile(r"(?P<drop>/\*[\s\S]*?\*/|//[^\n]*)|" + _QUOTED + r"|`(?:\\[\s\S]|[^`\\])*`"),
+    "c": re.compile(r"(?P<drop>/\*[\s\S]*?\*/|//[^\n]*)|" + _QUOTED),
 }
+
+
+def strip_comments(text: str, kind: str) -> str:
+    """`text` without its comments (and Python's triple-quoted strings); its other strings, read
+    from their opening quote to their closing one (escapes skipped, a template literal across
+    lines), stay as they are. JavaScript's regular-expression literals are not told apart."""
+    return _STRINGS[kind].sub(lambda m: "" if m.group("drop") is not None else m.group(), text)
+
+
+def comment_lines(text: str, kind: str) -> frozenset[int]:
+    """The 0-based lines a block comment of more than one line covers, from the line it opens on to
+    the one it closes on (strings read as strip_comments reads them)."""
+    lines: set[int] = set()
+    for m in _STRINGS[kind].finditer(text):
+        drop = m.group("drop")
+        if drop is not None and drop.startswith("/*") and "\n" in drop:
+            first = text.count("\n", 0, m.start())
+            lines.update(range(first, first + drop.count("\n") + 1))
+    return frozenset(lines)
+
+
 _DEFINED = {
     "python": (r"^[ \t]*(?:async[ \t]+)?def[ \t]+(\w+)", r"^[ \t]*class[ \t]+(\w+)", r"^(\w+)[ \t]*(?::[^=\n]+)?=[^=]"),
     "javascript": (r"\bfunction[ \t]*\*?[ \t]*(\w+)", r"\bclass[ \t]+(\w+)", r"^(?:const|let|var)[ \t]+(\w+)[ \t]*=",
@@ -212,7 +237,7 @@ _BOUND: dict[str, tuple[tuple[str, str], ...]] = {
 def bound_in(text: str, kind: str) -> frozenset[str]:
     """The names `text` binds for itself (see _BOUND): assignments, declarations, parameters,
     loop and `as` names, fields it assigns; not what it imports."""
-    code = _STRINGS[kind].sub("", text)
+    code = strip_comments(text, kind)
     code = re.sub(r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|`(?:\\.|[^`\\])*`', '""', code)
     names: set[str] = set()
     for line in code.splitlines():
@@ -229,7 +254,7 @@ def bound_in(text: str, kind: str) -> frozenset[str]:
 
 def defined_in(text: str, kind: str) -> frozenset[str]:
     """The names a file defines, by the benchmark's own patterns (comments and docstrings removed)."""
-    code = _STRINGS[kind].sub("", text)
+    code = strip_comments(text, kind)
     return frozenset(n for p in _DEFINED[kind] for n in re.findall(p, code, re.M) if n not in STOP)
 
 
@@ -258,7 +283,7 @@ def probes(project: Project, target: str, per_target: int, local_share: float = 
     lines = text.splitlines(keepends=True)
     found: dict[str, list[Probe]] = {"cross": [], "local": []}
     offset = 0
-    in_block_comment = False
+    in_comment = comment_lines(text, project.kind) if project.kind != "python" else frozenset()
     in_docstring: str | None = None  # the quotes of the Python docstring (triple-quoted string) the line is in
     for number, line in enumerate(lines):
         line_start, offset = offset, offset + len(line)
@@ -271,10 +296,7 @@ def probes(project: Project, target: str, per_target: int, local_share: float = 
             was, in_docstring = in_docstring, quotes
             if was is not None or in_docstring is not None or '"""' in line or "'''" in line:
                 continue  # prose, not code
-        if "/*" in body and "*/" not in body:
-            in_block_comment = True
-        if in_block_comment:
-            in_block_comment = "*/" not in body
+        if number in in_comment:
             continue
         if number < 10 or not line.endswith("\n") or not _is_code(line) or body.startswith(('"""', "'''")):
             continue
