@@ -403,8 +403,9 @@ def states(full: str, probe: Probe, typing: bool = False):
 
 
 def run_target(client: LspClient, project: Project, target: str, items: list[Probe], settings: dict[str, Any],
-               open_docs: dict[str, Doc], typing: bool = False) -> dict[str, Any]:  # fmt: skip
-    """Every probe of a target, in file order, on one server with the siblings open."""
+               open_docs: dict[str, Doc], typing: bool = False, cold_only: bool = False) -> dict[str, Any]:  # fmt: skip
+    """Every probe of a target, in file order, on one server with the siblings open (`cold_only`:
+    the first request alone, the cold one)."""
     full = (project.root / target).read_text()
     unrelated = Doc(client, "untitled:unrelated", "Nothing in this sentence is like the project's files, so the cache is", "plaintext")
     ask(client, unrelated, len(unrelated.text))
@@ -420,6 +421,8 @@ def run_target(client: LspClient, project: Project, target: str, items: list[Pro
                 shown, ms, decoded = ask(client, doc, cursor)
                 if cold is None:
                     cold = {"ms": ms, "decoded": decoded}
+                    if cold_only:
+                        return {"cold": cold, "probes": []}
                 if k:
                     requests.append({"k": k, "right": judge(shown, full, cursor), "ms": ms, "decoded": decoded,
                                      "shown": (shown or "")[:40]})  # fmt: skip
@@ -613,6 +616,16 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         b = base.get((r["model"], r["split"], r["kind"], place(r)))
         for key in ("cold_ms", "cold_tokens", "line_ms"):
             r[f"{key}_over_off"] = ratio(r[key], b[key]) if b and r is not b else None
+    # the largest cold request over its target's without the context: the bound is per request, a median hides it
+    off_cold = {(r["model"], r["target"], r.get("place")): r["cold"]["decoded"] for r in runs
+                if r["variant"].startswith("context off") and r.get("cold") and r["cold"]["decoded"]}  # fmt: skip
+    for r in rows:
+        ratios = [(run["cold"]["decoded"] / off_cold[key], run["target"]) for run in runs
+                  if (run["model"], run["split"], run["variant"]) == (r["model"], r["split"], r["variant"])
+                  and r["kind"] in (run["kind"], "all") and not run["variant"].startswith("context off")
+                  and run.get("cold") and run["cold"]["decoded"] is not None
+                  and (key := (run["model"], run["target"], run.get("place"))) in off_cold]  # fmt: skip
+        r["cold_tokens_max_over_off"], r["cold_max_target"] = max(ratios) if ratios else (None, None)
     rows.sort(key=lambda r: (r["model"], r["split"], r["kind"] != "all", r["kind"], r["variant"]))
     return rows
 
@@ -621,11 +634,14 @@ def table(rows: list[dict[str, Any]]) -> report.Table:
     from bench.report import num, pct, times
 
     header = ["model", "split", "kind", "variant", "cross probes", "cross right (1st letter)", "cross right (1-3 letters)",
-              "unseen cross probes", "unseen cross right (1-3)", "local right", "all right", "cold tokens", "cold ms", "cold / off", "line-start ms (median)",
+              "unseen cross probes", "unseen cross right (1-3)", "local right", "all right", "cold tokens", "cold ms", "cold / off",
+              "largest cold / off (target)", "line-start ms (median)",
               "warm ms", "warm keys with 0 decoded"]  # fmt: skip
     body = [[r["model"], r["split"], r["kind"], r["variant"], num(r["cross_probes"]), pct(r["cross_right_k1"]),
              pct(r["cross_right"]), num(r["unseen_probes"]), pct(r["unseen_right"]), pct(r["local_right"]), pct(r["all_right"]), num(r["cold_tokens"], 0),
-             num(r["cold_ms"], 0), times(r["cold_ms_over_off"]), num(r["line_ms"], 0), num(r["warm_ms"], 0),
+             num(r["cold_ms"], 0), times(r["cold_ms_over_off"]),
+             f"{times(r['cold_tokens_max_over_off'])} ({Path(r['cold_max_target']).name})" if r.get("cold_max_target") else "-",
+             num(r["line_ms"], 0), num(r["warm_ms"], 0),
              f"{pct(r['warm_zero'])} of {r['warm_keystrokes']}"] for r in rows]  # fmt: skip
     return "cross-file probes: first word right at identifiers other files define, context off vs on", header, body
 
@@ -647,6 +663,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="in place: the rest of the file after the line; typing: the file being written, nothing after the cursor")
     parser.add_argument("--first-use", action="store_true",
                         help="cross probes at names the file has not used yet (CrossCodeEval's kind), then repeats and local ones")
+    parser.add_argument("--cold-only", action="store_true",
+                        help="each target's first request alone (the cold one): its tokens with the context on and off, quickly")
     parser.add_argument("--label", default="", help="appended to the 'context on' variant's name (e.g. the chooser's version)")
     parser.add_argument("--merge", type=Path, nargs="*", default=[], help="earlier results whose runs join this table")
     parser.add_argument("--paired", action="store_true", help="the table over the targets every variant of a model has")
@@ -688,7 +706,7 @@ def main(argv: list[str] | None = None) -> int:
                         if p is not project:
                             continue
                         opened.pop(target).close()  # typed in its own place, as in the editor
-                        result = run_target(client, project, target, items, settings, opened, typing)
+                        result = run_target(client, project, target, items, settings, opened, typing, args.cold_only)
                         runs.append({"model": label, "variant": variant, "place": args.place, "kind": project.kind, "split": project.split,
                                      "project": project.name, "target": target, **result})  # fmt: skip
                         report.write_json(args.out.with_suffix(".partial.json"), {"runs": runs})

@@ -27,8 +27,8 @@ MIN_TYPED = 3  # a partial word this long picks the definitions it begins (lsp_s
 OUTLINE_SHARE = 1.0  # definitions may take the whole budget; chunks get what they leave
 VIEW_CHARS = 4_000  # the default view_chars (a 2,048-token window, 512 of context)
 VIEW_CHARS_PER_TOKEN = 3.5  # code, in Qwen2.5-Coder's and Gemma's vocabularies
-FILE_CHARS_PER_TOKEN = 4.0  # counted low on purpose (Qwen2.5-Coder: 3.6 to 4.7 on real code, Gemma 2.7 to 4.0): never overestimated (budget_for)
-COLD_SHARE = 0.5  # the context takes at most this share of the current file's tokens: a cold request <= 1.5x
+FILE_CHARS_PER_TOKEN = 4.0  # an estimate (Qwen2.5-Coder: 3.6 to 4.7 on real code, 4.4+ on a licence's prose; Gemma 2.7 to 4.0): the engine's exact count bounds it (budget_for)
+COLD_SHARE = 0.5  # the context takes at most this share of the current file's tokens: a cold request <= 1.5x (engine.engine.COLD_SHARE too)
 BUDGET_STEP = 64
 DEFINITIONS_SCAN_CHARS = 262_144  # the current file's definitions are looked for this far (bounded work)
 
@@ -61,9 +61,11 @@ class Chosen:
 def budget_for(text: str, cursor: int, max_tokens: int, window_tokens: int) -> int:
     """The context's tokens at this cursor: `max_tokens` when the current file's text before the
     cursor fills 2/3 of the window (the prompt is then at most the window, at most 1.5x the
-    file's part), else at most half of that text's tokens (counted low, at FILE_CHARS_PER_TOKEN):
+    file's part), else at most half of that text's tokens (estimated at FILE_CHARS_PER_TOKEN):
     either way a cold request costs at most 1.5x what it costs without context. In steps of
-    BUDGET_STEP, so the budget (and the choice) stays put while a line is typed."""
+    BUDGET_STEP, so the budget (and the choice) stays put while a line is typed. This sizes the
+    choice; the engine, which tokenizes, holds the bound exactly (engine.engine.cold_cap: where
+    the estimate runs over, on prose, it lays out fewer of the chosen lines)."""
     file_tokens = cursor / FILE_CHARS_PER_TOKEN
     if file_tokens * (1 + COLD_SHARE) >= window_tokens:  # the file alone fills 2/3 of the window: at most 1.5x either way
         return max_tokens
