@@ -370,14 +370,17 @@ class Doc:
         self.client.notify("textDocument/didClose", {"textDocument": {"uri": self.uri}})
 
 
-def ask(client: LspClient, doc: Doc, offset: int) -> tuple[str | None, float, int | None]:
+def ask(client: LspClient, doc: Doc, offset: int, prompt: list[int] | None = None) -> tuple[str | None, float, int | None]:
     """(insertText, ms, prompt tokens decoded: None when the engine was not called, e.g. a letter
-    typed along the suggestion shown, answered from it)."""
+    typed along the suggestion shown, answered from it). `prompt`: gets the prompt's whole length
+    appended (whatever the KV cache held of it) when the engine was called."""
     before = client.call("cpcLsp/stats", None) or {}
     params = {"textDocument": {"uri": doc.uri}, "position": doc.position(offset), "context": {"triggerKind": 2}}
     reply = client.request("textDocument/inlineCompletion", params, timeout=900)
     after = client.call("cpcLsp/stats", None) or {}
     engine = after.get("engineAnswers", 0) > before.get("engineAnswers", 0)
+    if prompt is not None and engine and after.get("promptTokens") is not None:
+        prompt.append(after["promptTokens"])
     return insert_text(reply), reply.ms, after.get("decodedTokens", 0) if engine else None
 
 
@@ -418,9 +421,12 @@ def run_target(client: LspClient, project: Project, target: str, items: list[Pro
             requests = []
             for text, cursor, k in states(full, probe, typing):
                 doc.set(text)
-                shown, ms, decoded = ask(client, doc, cursor)
+                length: list[int] = []
+                shown, ms, decoded = ask(client, doc, cursor, length)
                 if cold is None:
-                    cold = {"ms": ms, "decoded": decoded}
+                    # "prompt": its whole length, the cold bound's measure: "decoded" leaves out what the KV
+                    # cache still held (the previous target's first lines, when two files open with one licence)
+                    cold = {"ms": ms, "decoded": decoded, "prompt": length[0] if length else None}
                     if cold_only:
                         return {"cold": cold, "probes": []}
                 if k:
@@ -617,13 +623,16 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for key in ("cold_ms", "cold_tokens", "line_ms"):
             r[f"{key}_over_off"] = ratio(r[key], b[key]) if b and r is not b else None
     # the largest cold request over its target's without the context: the bound is per request, a median hides it
-    off_cold = {(r["model"], r["target"], r.get("place")): r["cold"]["decoded"] for r in runs
-                if r["variant"].startswith("context off") and r.get("cold") and r["cold"]["decoded"]}  # fmt: skip
+    def cold_of(run: dict[str, Any]) -> int | None:  # the prompt's length where recorded (older runs: decoded)
+        return run["cold"].get("prompt") or run["cold"]["decoded"] if run.get("cold") else None
+
+    off_cold = {(r["model"], r["target"], r.get("place")): cold_of(r) for r in runs
+                if r["variant"].startswith("context off") and cold_of(r)}  # fmt: skip
     for r in rows:
-        ratios = [(run["cold"]["decoded"] / off_cold[key], run["target"]) for run in runs
+        ratios = [(cold_of(run) / off_cold[key], run["target"]) for run in runs
                   if (run["model"], run["split"], run["variant"]) == (r["model"], r["split"], r["variant"])
                   and r["kind"] in (run["kind"], "all") and not run["variant"].startswith("context off")
-                  and run.get("cold") and run["cold"]["decoded"] is not None
+                  and cold_of(run) is not None
                   and (key := (run["model"], run["target"], run.get("place"))) in off_cold]  # fmt: skip
         r["cold_tokens_max_over_off"], r["cold_max_target"] = max(ratios) if ratios else (None, None)
     rows.sort(key=lambda r: (r["model"], r["split"], r["kind"] != "all", r["kind"], r["variant"]))
