@@ -173,11 +173,36 @@ def projects(work: Path, say) -> list[Project]:
 
 # What the benchmark counts as a definition: its own patterns, stricter than the server's
 # (lsp_server.chunks.definitions), so the scored set does not follow the chooser it measures.
+# Comments (and Python's triple-quoted strings, its docstrings) are removed; the other strings are
+# read first and kept as they are, so a `*/*` in a JavaScript string (pacote's registry.js: an Accept
+# header) or a `#` in a Python one is not taken for the start of a comment.
+_QUOTED = r'"(?:\\[\s\S]|[^"\\\n])*"|\'(?:\\[\s\S]|[^\'\\\n])*\''  # one line (or a backslash-newline), escapes skipped
 _STRINGS = {
-    "python": re.compile(r'"""[\s\S]*?"""|\'\'\'[\s\S]*?\'\'\'|#[^\n]*'),
-    "javascript": re.compile(r"/\*[\s\S]*?\*/|//[^\n]*"),
-    "c": re.compile(r"/\*[\s\S]*?\*/|//[^\n]*"),
+    "python": re.compile(r'(?P<drop>"""(?:\\[\s\S]|[^\\])*?"""|\'\'\'(?:\\[\s\S]|[^\\])*?\'\'\'|#[^\n]*)|' + _QUOTED),
+    "javascript": re.compile(r"(?P<drop>/\*[\s\S]*?\*/|//[^\n]*)|" + _QUOTED + r"|`(?:\\[\s\S]|[^`\\])*`"),
+    "c": re.compile(r"(?P<drop>/\*[\s\S]*?\*/|//[^\n]*)|" + _QUOTED),
 }
+
+
+def strip_comments(text: str, kind: str) -> str:
+    """`text` without its comments (and Python's triple-quoted strings); its other strings, read
+    from their opening quote to their closing one (escapes skipped, a template literal across
+    lines), stay as they are. JavaScript's regular-expression literals are not told apart."""
+    return _STRINGS[kind].sub(lambda m: "" if m.group("drop") is not None else m.group(), text)
+
+
+def comment_lines(text: str, kind: str) -> frozenset[int]:
+    """The 0-based lines a block comment of more than one line covers, from the line it opens on to
+    the one it closes on (strings read as strip_comments reads them)."""
+    lines: set[int] = set()
+    for m in _STRINGS[kind].finditer(text):
+        drop = m.group("drop")
+        if drop is not None and drop.startswith("/*") and "\n" in drop:
+            first = text.count("\n", 0, m.start())
+            lines.update(range(first, first + drop.count("\n") + 1))
+    return frozenset(lines)
+
+
 _DEFINED = {
     "python": (r"^[ \t]*(?:async[ \t]+)?def[ \t]+(\w+)", r"^[ \t]*class[ \t]+(\w+)", r"^(\w+)[ \t]*(?::[^=\n]+)?=[^=]"),
     "javascript": (r"\bfunction[ \t]*\*?[ \t]*(\w+)", r"\bclass[ \t]+(\w+)", r"^(?:const|let|var)[ \t]+(\w+)[ \t]*=",
@@ -212,7 +237,7 @@ _BOUND: dict[str, tuple[tuple[str, str], ...]] = {
 def bound_in(text: str, kind: str) -> frozenset[str]:
     """The names `text` binds for itself (see _BOUND): assignments, declarations, parameters,
     loop and `as` names, fields it assigns; not what it imports."""
-    code = _STRINGS[kind].sub("", text)
+    code = strip_comments(text, kind)
     code = re.sub(r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|`(?:\\.|[^`\\])*`', '""', code)
     names: set[str] = set()
     for line in code.splitlines():
@@ -229,7 +254,7 @@ def bound_in(text: str, kind: str) -> frozenset[str]:
 
 def defined_in(text: str, kind: str) -> frozenset[str]:
     """The names a file defines, by the benchmark's own patterns (comments and docstrings removed)."""
-    code = _STRINGS[kind].sub("", text)
+    code = strip_comments(text, kind)
     return frozenset(n for p in _DEFINED[kind] for n in re.findall(p, code, re.M) if n not in STOP)
 
 
@@ -258,7 +283,7 @@ def probes(project: Project, target: str, per_target: int, local_share: float = 
     lines = text.splitlines(keepends=True)
     found: dict[str, list[Probe]] = {"cross": [], "local": []}
     offset = 0
-    in_block_comment = False
+    in_comment = comment_lines(text, project.kind) if project.kind != "python" else frozenset()
     in_docstring: str | None = None  # the quotes of the Python docstring (triple-quoted string) the line is in
     for number, line in enumerate(lines):
         line_start, offset = offset, offset + len(line)
@@ -271,10 +296,7 @@ def probes(project: Project, target: str, per_target: int, local_share: float = 
             was, in_docstring = in_docstring, quotes
             if was is not None or in_docstring is not None or '"""' in line or "'''" in line:
                 continue  # prose, not code
-        if "/*" in body and "*/" not in body:
-            in_block_comment = True
-        if in_block_comment:
-            in_block_comment = "*/" not in body
+        if number in in_comment:
             continue
         if number < 10 or not line.endswith("\n") or not _is_code(line) or body.startswith(('"""', "'''")):
             continue
@@ -348,14 +370,17 @@ class Doc:
         self.client.notify("textDocument/didClose", {"textDocument": {"uri": self.uri}})
 
 
-def ask(client: LspClient, doc: Doc, offset: int) -> tuple[str | None, float, int | None]:
+def ask(client: LspClient, doc: Doc, offset: int, prompt: list[int] | None = None) -> tuple[str | None, float, int | None]:
     """(insertText, ms, prompt tokens decoded: None when the engine was not called, e.g. a letter
-    typed along the suggestion shown, answered from it)."""
+    typed along the suggestion shown, answered from it). `prompt`: gets the prompt's whole length
+    appended (whatever the KV cache held of it) when the engine was called."""
     before = client.call("cpcLsp/stats", None) or {}
     params = {"textDocument": {"uri": doc.uri}, "position": doc.position(offset), "context": {"triggerKind": 2}}
     reply = client.request("textDocument/inlineCompletion", params, timeout=900)
     after = client.call("cpcLsp/stats", None) or {}
     engine = after.get("engineAnswers", 0) > before.get("engineAnswers", 0)
+    if prompt is not None and engine and after.get("promptTokens") is not None:
+        prompt.append(after["promptTokens"])
     return insert_text(reply), reply.ms, after.get("decodedTokens", 0) if engine else None
 
 
@@ -381,8 +406,9 @@ def states(full: str, probe: Probe, typing: bool = False):
 
 
 def run_target(client: LspClient, project: Project, target: str, items: list[Probe], settings: dict[str, Any],
-               open_docs: dict[str, Doc], typing: bool = False) -> dict[str, Any]:  # fmt: skip
-    """Every probe of a target, in file order, on one server with the siblings open."""
+               open_docs: dict[str, Doc], typing: bool = False, cold_only: bool = False) -> dict[str, Any]:  # fmt: skip
+    """Every probe of a target, in file order, on one server with the siblings open (`cold_only`:
+    the first request alone, the cold one)."""
     full = (project.root / target).read_text()
     unrelated = Doc(client, "untitled:unrelated", "Nothing in this sentence is like the project's files, so the cache is", "plaintext")
     ask(client, unrelated, len(unrelated.text))
@@ -395,9 +421,14 @@ def run_target(client: LspClient, project: Project, target: str, items: list[Pro
             requests = []
             for text, cursor, k in states(full, probe, typing):
                 doc.set(text)
-                shown, ms, decoded = ask(client, doc, cursor)
+                length: list[int] = []
+                shown, ms, decoded = ask(client, doc, cursor, length)
                 if cold is None:
-                    cold = {"ms": ms, "decoded": decoded}
+                    # "prompt": its whole length, the cold bound's measure: "decoded" leaves out what the KV
+                    # cache still held (the previous target's first lines, when two files open with one licence)
+                    cold = {"ms": ms, "decoded": decoded, "prompt": length[0] if length else None}
+                    if cold_only:
+                        return {"cold": cold, "probes": []}
                 if k:
                     requests.append({"k": k, "right": judge(shown, full, cursor), "ms": ms, "decoded": decoded,
                                      "shown": (shown or "")[:40]})  # fmt: skip
@@ -591,6 +622,19 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         b = base.get((r["model"], r["split"], r["kind"], place(r)))
         for key in ("cold_ms", "cold_tokens", "line_ms"):
             r[f"{key}_over_off"] = ratio(r[key], b[key]) if b and r is not b else None
+    # the largest cold request over its target's without the context: the bound is per request, a median hides it
+    def cold_of(run: dict[str, Any]) -> int | None:  # the prompt's length where recorded (older runs: decoded)
+        return run["cold"].get("prompt") or run["cold"]["decoded"] if run.get("cold") else None
+
+    off_cold = {(r["model"], r["target"], r.get("place")): cold_of(r) for r in runs
+                if r["variant"].startswith("context off") and cold_of(r)}  # fmt: skip
+    for r in rows:
+        ratios = [(cold_of(run) / off_cold[key], run["target"]) for run in runs
+                  if (run["model"], run["split"], run["variant"]) == (r["model"], r["split"], r["variant"])
+                  and r["kind"] in (run["kind"], "all") and not run["variant"].startswith("context off")
+                  and cold_of(run) is not None
+                  and (key := (run["model"], run["target"], run.get("place"))) in off_cold]  # fmt: skip
+        r["cold_tokens_max_over_off"], r["cold_max_target"] = max(ratios) if ratios else (None, None)
     rows.sort(key=lambda r: (r["model"], r["split"], r["kind"] != "all", r["kind"], r["variant"]))
     return rows
 
@@ -599,11 +643,14 @@ def table(rows: list[dict[str, Any]]) -> report.Table:
     from bench.report import num, pct, times
 
     header = ["model", "split", "kind", "variant", "cross probes", "cross right (1st letter)", "cross right (1-3 letters)",
-              "unseen cross probes", "unseen cross right (1-3)", "local right", "all right", "cold tokens", "cold ms", "cold / off", "line-start ms (median)",
+              "unseen cross probes", "unseen cross right (1-3)", "local right", "all right", "cold tokens", "cold ms", "cold / off",
+              "largest cold / off (target)", "line-start ms (median)",
               "warm ms", "warm keys with 0 decoded"]  # fmt: skip
     body = [[r["model"], r["split"], r["kind"], r["variant"], num(r["cross_probes"]), pct(r["cross_right_k1"]),
              pct(r["cross_right"]), num(r["unseen_probes"]), pct(r["unseen_right"]), pct(r["local_right"]), pct(r["all_right"]), num(r["cold_tokens"], 0),
-             num(r["cold_ms"], 0), times(r["cold_ms_over_off"]), num(r["line_ms"], 0), num(r["warm_ms"], 0),
+             num(r["cold_ms"], 0), times(r["cold_ms_over_off"]),
+             f"{times(r['cold_tokens_max_over_off'])} ({Path(r['cold_max_target']).name})" if r.get("cold_max_target") else "-",
+             num(r["line_ms"], 0), num(r["warm_ms"], 0),
              f"{pct(r['warm_zero'])} of {r['warm_keystrokes']}"] for r in rows]  # fmt: skip
     return "cross-file probes: first word right at identifiers other files define, context off vs on", header, body
 
@@ -625,6 +672,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="in place: the rest of the file after the line; typing: the file being written, nothing after the cursor")
     parser.add_argument("--first-use", action="store_true",
                         help="cross probes at names the file has not used yet (CrossCodeEval's kind), then repeats and local ones")
+    parser.add_argument("--cold-only", action="store_true",
+                        help="each target's first request alone (the cold one): its tokens with the context on and off, quickly")
     parser.add_argument("--label", default="", help="appended to the 'context on' variant's name (e.g. the chooser's version)")
     parser.add_argument("--merge", type=Path, nargs="*", default=[], help="earlier results whose runs join this table")
     parser.add_argument("--paired", action="store_true", help="the table over the targets every variant of a model has")
@@ -666,7 +715,7 @@ def main(argv: list[str] | None = None) -> int:
                         if p is not project:
                             continue
                         opened.pop(target).close()  # typed in its own place, as in the editor
-                        result = run_target(client, project, target, items, settings, opened, typing)
+                        result = run_target(client, project, target, items, settings, opened, typing, args.cold_only)
                         runs.append({"model": label, "variant": variant, "place": args.place, "kind": project.kind, "split": project.split,
                                      "project": project.name, "target": target, **result})  # fmt: skip
                         report.write_json(args.out.with_suffix(".partial.json"), {"runs": runs})

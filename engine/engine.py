@@ -14,6 +14,7 @@ import codecs
 import math
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
@@ -39,6 +40,7 @@ from engine.types import (  # BudgetError is defined with the types so callers n
     ModelLoadError,
     ModelServerError,
     Prefetched,
+    RepoContext,
     SamplingConfig,
     Signals,
 )
@@ -52,6 +54,10 @@ MIB = 1024 * 1024
 MAX_REMEMBERED = 15  # sequences beyond the live one, whatever the budget
 RIVALS = 16  # with nothing typed, the prompt row's first tokens looked at for the margin (engine.signals)
 CONTEXT_SHARE = 2  # other files' text takes at most 1/CONTEXT_SHARE of the context window
+# ... and, until the current file's tokens before the cursor's line fill 2/3 of the window, at most
+# COLD_SHARE of those tokens (cold_cap): a cold request then decodes at most 1.5x what it decodes
+# without the other files, counted by this tokenizer
+COLD_SHARE = 0.5
 # A remote call that failed may be made again at once when its backend says so (engine.multi: on
 # the next server; behind a balancer: once through it, and once with the server it moved to).
 RETRIES = 2
@@ -68,6 +74,16 @@ class _Generated:
     logprobs: list[float] = field(default_factory=list)  # every token's, when the request asks
     steps: list[tuple[bytes, float]] = field(default_factory=list)  # sampled (not forced) tokens
     first_token: tuple[int, ...] = ()  # the first sampled token (the "covering" when none is required)
+
+
+def cold_cap(file_tokens: int, n_ctx: int) -> int | None:
+    """The most tokens of other files' text beside `file_tokens` of the current file's text, so
+    that a cold request costs at most 1 + COLD_SHARE times what it costs without them: None (no
+    cap beyond CONTEXT_SHARE) once the file's tokens fill 1 / (1 + COLD_SHARE) of the window (the
+    prompt is then at most the window either way), else COLD_SHARE of them."""
+    if file_tokens * (1 + COLD_SHARE) >= n_ctx:
+        return None
+    return int(file_tokens * COLD_SHARE)
 
 
 @dataclass
@@ -128,6 +144,8 @@ class Engine:
         self.fim = FimTokens.of(*model.fim_ids())  # None: the model has no FIM tokens
         self.repo = RepoTokens.of(*model.repo_ids())  # None: no repository-level tokens (plain layout)
         self._last_context: tuple[object, tuple[int, ...]] = (None, ())  # (RepoContext, budget) -> tokens
+        # the budget each recent context was laid out with (context_budget): kept while it stays within the bound
+        self._context_budgets: OrderedDict[RepoContext, int] = OrderedDict()
 
     @classmethod
     def load(cls, config: EngineConfig = EngineConfig()) -> Engine:
@@ -211,10 +229,11 @@ class Engine:
         """The tokens to decode: the plain prompt, or (when the model has FIM tokens and the request
         carries a suffix) the FIM layout of engine.prompt with the suffix's first tokens; other
         files' text (`request.context`) first, in the layout of engine.prompt."""
-        context = self.context_tokens(request)
-        reserve += len(context)
-        plain = self.tokenize(self.clip(request.prompt))
+        clipped = self.clip(request.prompt)
+        plain = self.tokenize(clipped)
         head = len(self._bos)
+        context = self.context_tokens(request, self._before_line(clipped, plain) if request.context is not None else 0)
+        reserve += len(context)
         if self.fim is None or request.suffix is None:
             kept = self.window(plain, reserve)
             return layout(kept[:head], context, kept[head:], None, None, self.repo)
@@ -229,21 +248,58 @@ class Engine:
         kept = self.window(plain, reserve + len(suffix) + FIM_EXTRA_TOKENS)
         return layout(kept[:head], context, kept[head:], suffix, self.fim, self.repo, request.fim_order)
 
-    def context_tokens(self, request: CompletionRequest) -> tuple[int, ...]:
+    def context_tokens(self, request: CompletionRequest, file_tokens: int | None = None) -> tuple[int, ...]:
         """The tokens of the other files' text (engine.prompt.context_tokens), remembered for an
         unchanged context. The budget does not depend on the keystroke (the reserve grows with
-        each letter typed): `maxTokens` of the context, and at most half of the context window
-        (CONTEXT_SHARE), so the current file keeps half or more. The caller (lsp_server.context)
-        chooses definition lines, a dozen tokens each, and bounds them by the file's own tokens
-        so a cold request costs at most 1.5x (docs/context.md)."""
+        each letter typed): `maxTokens` of the context, at most half of the context window
+        (CONTEXT_SHARE), so the current file keeps half or more, and at most cold_cap of
+        `file_tokens`, the current file's tokens before the cursor's line (the same for every
+        keystroke of a line): a cold request costs at most 1.5x, by this tokenizer's count. The
+        caller (lsp_server.context) sizes its choice by an estimate of the same bound; when the
+        estimate runs over (prose counts more characters a token than code), the files' last
+        lines are cut here. None: no such bound (a caller that has no current file)."""
         context = request.context
         if context is None:
             return ()
-        budget = min(context.max_tokens, self.n_ctx // CONTEXT_SHARE)
+        budget = self.context_budget(context, file_tokens)
         key = (context, budget)
         if self._last_context[0] != key:
             self._last_context = (key, context_tokens(context, self._context_text_tokens, self.repo, budget))
         return self._last_context[1]
+
+    def context_budget(self, context: RepoContext, file_tokens: int | None) -> int:
+        """`context.max_tokens`, at most half the window, and at most cold_cap(`file_tokens`). The
+        budget a context was first laid out with is kept while it stays within that bound: the file
+        grows as the user types, and a cap that followed it would lay the context out again (and
+        decode the whole prompt) at every line. It is made again when the bound falls below it (the
+        cursor moved up) or for a new context (the caller's choice changes at its own steps)."""
+        budget = min(context.max_tokens, self.n_ctx // CONTEXT_SHARE)
+        if file_tokens is None:
+            return budget
+        cap = cold_cap(file_tokens, self.n_ctx)
+        allowed = budget if cap is None else min(budget, cap)
+        kept = self._context_budgets.get(context)
+        if kept is None or kept > allowed:
+            kept = self._context_budgets[context] = allowed
+        self._context_budgets.move_to_end(context)
+        while len(self._context_budgets) > MAX_REMEMBERED + 1:
+            self._context_budgets.popitem(last=False)
+        return kept
+
+    def _before_line(self, text: str, tokens: tuple[int, ...]) -> int:
+        """How many of `tokens` (the prompt `text` tokenized, BOS first) spell only text before the
+        start of its last line: a token that crosses the line's start is not counted (a count
+        that errs low, and that every keystroke of the line shares)."""
+        line_start = max(text.rfind("\n"), text.rfind("\r")) + 1
+        room = len(text[:line_start].encode("utf-8", "replace"))
+        count = spelled = 0
+        pieces = self.vocab.pieces
+        for t in tokens[len(self._bos) :]:
+            spelled += len(pieces[t])
+            if spelled > room:
+                break
+            count += 1
+        return count
 
     def _context_text_tokens(self, text: str) -> tuple[int, ...]:
         """Tokens of a piece of context text, spelling exactly it (no BOS, no space prefix)."""

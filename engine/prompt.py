@@ -109,7 +109,8 @@ def context_tokens(
     as fit in `budget` tokens, then the current file's header. The first file that does not fit
     keeps as many of its first lines as do and ends the list (the caller's estimate of the
     tokens may run a little over: it costs a few lines, not a file), so the kept ones stay a
-    prefix of what a larger budget keeps."""
+    prefix of what a larger budget keeps. When every file ranks its lines (ContextFile.ranks),
+    the worst-ranked lines are left out instead, wherever they are (_fit_by_rank)."""
     if repo is not None:
         head = (repo.name, *tokenize(f"{context.name or 'repo'}\n"))
         tail = (repo.sep, *tokenize(f"{context.path}\n"))
@@ -123,6 +124,11 @@ def context_tokens(
         def part(path: str, text: str) -> tuple[int, ...]:
             return tuple(tokenize(f"{comment_line(path)}{text}\n"))
 
+    ranked = _ranked_lines(context)
+    if ranked is not None:
+        whole = sum((part(f.path, _with_newline(f.text)) for f in context.files), head)
+        if len(whole) + len(tail) > budget:
+            return _fit_by_rank(ranked, part, head, tuple(tail), budget)
     out = head
     for f in context.files:
         text = _with_newline(f.text)
@@ -144,6 +150,46 @@ def context_tokens(
     if len(out) + len(tail) > budget:
         return ()
     return out + tuple(tail)
+
+
+def _ranked_lines(context: RepoContext) -> list[tuple[str, list[tuple[int, str]]]] | None:
+    """Per file, its path and its lines with their ranks; None unless every file ranks every line."""
+    out = []
+    for f in context.files:
+        lines = _with_newline(f.text).splitlines(keepends=True)
+        if not f.ranks or len(f.ranks) != len(lines):
+            return None
+        out.append((f.path, list(zip(f.ranks, lines))))
+    return out
+
+
+def _fit_by_rank(
+    ranked: list[tuple[str, list[tuple[int, str]]]], part: Callable[[str, str], tuple[int, ...]],
+    head: tuple[int, ...], tail: tuple[int, ...], budget: int,
+) -> tuple[int, ...]:  # fmt: skip
+    """The files without their worst-ranked lines (the highest rank first; among equals, the
+    later file and line first), as few left out as lets them fit `budget` with `head` and `tail`;
+    a file left with no line is left out. The rest keep their order."""
+    worst = sorted(((rank, f, i) for f, (_, lines) in enumerate(ranked) for i, (rank, _) in enumerate(lines)), reverse=True)
+
+    def build(dropped: int) -> tuple[int, ...]:
+        gone = {(f, i) for _, f, i in worst[:dropped]}
+        out = head
+        for f, (path, lines) in enumerate(ranked):
+            kept = "".join(line for i, (_, line) in enumerate(lines) if (f, i) not in gone)
+            if kept:
+                out += part(path, kept)
+        return out + tail
+
+    low, high = 0, len(worst)  # leaving out `high` lines fits (nothing but the head and tail)
+    while low < high:
+        mid = (low + high) // 2
+        if len(build(mid)) <= budget:
+            high = mid
+        else:
+            low = mid + 1
+    fitted = build(high)
+    return fitted if len(fitted) <= budget else ()
 
 
 def layout(

@@ -57,6 +57,9 @@ class ContextFile:
 
     path: str
     text: str
+    # One number a line of `text` (lower: more wanted), or (): when the budget cannot hold every
+    # file, the engine leaves out the highest-numbered lines first (else the last lines of the list)
+    ranks: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from engine import ContextFile, RepoContext
 from lsp_server.chunks import Chunk, Chunker, choose, definitions, identifiers, near_cursor, related
 from lsp_server.documents import Document
-from lsp_server.outline import Entry, Outliner, as_view, pick, popularity, tokens_of, used_names
+from lsp_server.outline import Entry, Outliner, as_view, fill, popularity, rank, tokens_of, used_names
 from lsp_server.workspace import Source, Workspace
 
 CHANGE_SHARE = 0.5  # a new choice is adopted when more than this share of its chunks are new
@@ -27,8 +27,8 @@ MIN_TYPED = 3  # a partial word this long picks the definitions it begins (lsp_s
 OUTLINE_SHARE = 1.0  # definitions may take the whole budget; chunks get what they leave
 VIEW_CHARS = 4_000  # the default view_chars (a 2,048-token window, 512 of context)
 VIEW_CHARS_PER_TOKEN = 3.5  # code, in Qwen2.5-Coder's and Gemma's vocabularies
-FILE_CHARS_PER_TOKEN = 4.0  # counted low on purpose (Qwen2.5-Coder: 3.6 to 4.7 on real code, Gemma 2.7 to 4.0): never overestimated (budget_for)
-COLD_SHARE = 0.5  # the context takes at most this share of the current file's tokens: a cold request <= 1.5x
+FILE_CHARS_PER_TOKEN = 4.0  # an estimate (Qwen2.5-Coder: 3.6 to 4.7 on real code, 4.4+ on a licence's prose; Gemma 2.7 to 4.0): the engine's exact count bounds it (budget_for)
+COLD_SHARE = 0.5  # the context takes at most this share of the current file's tokens: a cold request <= 1.5x (engine.engine.COLD_SHARE too)
 BUDGET_STEP = 64
 DEFINITIONS_SCAN_CHARS = 262_144  # the current file's definitions are looked for this far (bounded work)
 
@@ -48,22 +48,42 @@ class Chosen:
 
     entries: tuple[Entry, ...]
     chunks: tuple[Chunk, ...]
+    order: tuple[Entry, ...] = ()  # the entries best first (the engine leaves out the last ones' lines first)
 
     @property
     def keys(self) -> frozenset[str]:
         return frozenset([*(e.key for e in self.entries), *(c.key for c in self.chunks)])
 
     def files(self) -> tuple[ContextFile, ...]:
+        """One ContextFile a file (lsp_server.outline.as_view), each line ranked: a definition's
+        lines (its own, its enclosing ones) by the definition's place in `order`, a chunk's lines
+        after every definition, in the chunks' order. The engine leaves out the worst-ranked lines
+        first when its exact count of the budget holds fewer than the estimate chose."""
         view = as_view(((c.path, c.start, c.text) for c in self.chunks), self.entries)
-        return tuple(ContextFile(path, text) for path, text in view)
+        place = {e: i for i, e in reversed(list(enumerate(self.order)))}
+        ranks: dict[str, dict[int, int]] = {}
+        for entry in self.entries:
+            r = place.get(entry, len(self.order))
+            own = ranks.setdefault(entry.path, {})
+            for n in (*(n for n, _ in entry.head), entry.line):
+                own[n] = min(own.get(n, r), r)
+        for k, chunk in enumerate(self.chunks):
+            own = ranks.setdefault(chunk.path, {})
+            for i in range(len(chunk.text.splitlines())):
+                own.setdefault(chunk.start + i, len(self.order) + 1 + k)
+        return tuple(ContextFile(path, text, tuple(ranks[path][n] for n in sorted(ranks[path])))
+                     if len(ranks.get(path, {})) == len(text.splitlines()) else ContextFile(path, text)
+                     for path, text in view)  # fmt: skip
 
 
 def budget_for(text: str, cursor: int, max_tokens: int, window_tokens: int) -> int:
     """The context's tokens at this cursor: `max_tokens` when the current file's text before the
     cursor fills 2/3 of the window (the prompt is then at most the window, at most 1.5x the
-    file's part), else at most half of that text's tokens (counted low, at FILE_CHARS_PER_TOKEN):
+    file's part), else at most half of that text's tokens (estimated at FILE_CHARS_PER_TOKEN):
     either way a cold request costs at most 1.5x what it costs without context. In steps of
-    BUDGET_STEP, so the budget (and the choice) stays put while a line is typed."""
+    BUDGET_STEP, so the budget (and the choice) stays put while a line is typed. This sizes the
+    choice; the engine, which tokenizes, holds the bound exactly (engine.engine.cold_cap: where
+    the estimate runs over, on prose, it lays out fewer of the chosen lines)."""
     file_tokens = cursor / FILE_CHARS_PER_TOKEN
     if file_tokens * (1 + COLD_SHARE) >= window_tokens:  # the file alone fills 2/3 of the window: at most 1.5x either way
         return max_tokens
@@ -170,9 +190,13 @@ class ContextChooser:
         ids: dict[str, set[str]] = {}
         for c in chunks:
             ids.setdefault(c.path, set()).update(c.ids)
-        entries = pick(outlines, uses, near, defined, round(max_tokens * OUTLINE_SHARE), typed if len(typed) >= MIN_TYPED else "",
-                       visible, related(chunks, near) if self.related else None, imported, popularity(ids, outlines))  # fmt: skip
-        return Chosen(tuple(entries), tuple(choose(chunks, near, defined, max_tokens - tokens_of(entries), typed)))
+        scored = rank(outlines, uses, near, defined, typed if len(typed) >= MIN_TYPED else "", visible,
+                      related(chunks, near) if self.related else None, imported, popularity(ids, outlines))  # fmt: skip
+        entries = fill(scored, round(max_tokens * OUTLINE_SHARE))  # outline.pick, with the ranking kept
+        taken = set(entries)
+        order = tuple(dict.fromkeys(e for _, e, _ in scored if e in taken))
+        order += tuple(e for e in entries if e not in set(order))  # an anchor brought along, not ranked itself
+        return Chosen(tuple(entries), tuple(choose(chunks, near, defined, max_tokens - tokens_of(entries), typed)), order)
 
     def sources(self, key: str, doc: Document, documents: Iterable[tuple[str, Document]]) -> list[Source]:
         """The open documents (not this one), the files this one imports, regions of closed ones."""

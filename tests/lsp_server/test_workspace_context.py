@@ -235,3 +235,19 @@ def test_the_server_sends_the_chosen_chunks_with_each_request_and_none_when_off(
         assert engine.requests[-1].context is None
     finally:
         server.close()
+
+
+def test_each_line_of_the_context_carries_its_definitions_rank_and_chunks_come_after():
+    from lsp_server.chunks import Chunk
+    from lsp_server.context import Chosen
+    from lsp_server.outline import Entry
+
+    method = Entry("a#5", "a.py", 5, "run", "    def run(self):\n", ((1, "class Job:\n"),))
+    const = Entry("a#9", "a.py", 9, "LIMIT", "LIMIT = 3\n")
+    other = Entry("b#0", "b.py", 0, "helper", "def helper():\n")
+    chunk = Chunk("c#20", "c.py", 20, "x = 1\ny = 2\n", frozenset({"x", "y"}), frozenset({"x", "y"}))
+    chosen = Chosen((method, const, other), (chunk,), order=(const, other, method))
+    files = {f.path: f for f in chosen.files()}
+    assert files["a.py"].text == "class Job:\n    def run(self):\nLIMIT = 3\n"
+    assert files["a.py"].ranks == (2, 2, 0)  # the class line ranks with the method that brought it
+    assert files["b.py"].ranks == (1,) and files["c.py"].ranks == (4, 4)  # chunks after every definition
