@@ -74,7 +74,7 @@ def banned_tokens(remote, prompt: tuple[int, ...], front: Frontier, spoken: byte
     return frozenset(t for t in consistent if all(t in node.exact for node in nodes))
 
 
-def fetch(remote, prompt: tuple[int, ...], front: Frontier, cancel: threading.Event | None, rows) -> set[Path]:
+def fetch(remote, prompt: tuple[int, ...], front: Frontier, cancel: threading.Event | None, rows, ahead: tuple[Path, ...] = ()) -> set[Path]:
     """Ask for all of `front` in one request; returns the paths asked. Nothing is asked (empty set)
     when the document has no slot of its own yet. A frontier of one goes as one streamed request
     that goes on into the suggestion when its path is the one chosen (`single`)."""
@@ -92,7 +92,8 @@ def fetch(remote, prompt: tuple[int, ...], front: Frontier, cancel: threading.Ev
     if slot < 0 or not warm:
         return set()
     remaining = dict(front.rows) | dict(front.values)
-    order = asks(prompt, remote._slots.get(slot, ()), list(remaining))
+    order = asks(prompt, remote._slots.get(slot, ()), list(remaining) + list(ahead))
+    capped = remaining | {path: rows._remaining(path) for path in ahead if path not in remaining}
     spoken = _grammar_group(front)
     literal = gbnf_literal(spoken) if spoken is not None else None
     banned = banned_tokens(remote, prompt, front, spoken) if literal is not None else frozenset()
@@ -123,7 +124,7 @@ def fetch(remote, prompt: tuple[int, ...], front: Frontier, cancel: threading.Ev
         stream = remote.client.stream("/completion", body, remote._deadline, cancel.is_set if cancel else None)
     except StreamCancelled:
         raise Cancelled() from None
-    _read(remote, stream, prompt, order, remaining, spoken if literal is not None else None, banned, cancel, slot)
+    _read(remote, stream, prompt, order, capped, spoken if literal is not None else None, banned, cancel, slot)
     remote._slots[slot] = prompt + order[-1]
     return set(remaining)
 
@@ -216,6 +217,7 @@ def prove(rows) -> None:
 
     remote, prompt, required = rows._remote, rows._prompt, rows._required
     asked: set[Path] = set()
+    start: Path | None = None  # where the descent starts, chosen with the batch that asked its rows
 
     def exact_at(path: Path):
         node = remote.node(prompt + path)
@@ -237,7 +239,7 @@ def prove(rows) -> None:
             return  # proven on what is known
         if left <= 0:
             if front.rows:
-                _descend(rows, front.rows[0][0])
+                _walk_down(rows, start if start is not None else front.rows[0][0], floor)
             return
         if front.best is not None and front.best[1] > floor and rows.exact(Covering(*front.best)) is not None:
             # The most probable covering by its bounds has a token known only by a bound: ask for
@@ -247,7 +249,15 @@ def prove(rows) -> None:
             if not rows.refine(Covering(*front.best)):
                 return
             continue
-        got = fetch(remote, prompt, front, rows._cancel, rows)
+        ahead: tuple[Path, ...] = ()
+        if not front.values and len(front.rows) == max(1, left + 1) and known is not None and start is None:
+            # The budget runs out with this batch: the last row is where the descent starts, as the
+            # in-process search descends from the node it pops when its budget is spent. Its likely
+            # path (the known covering's spelling, from where that row's bytes end) goes with the
+            # batch, so the descent most often needs no request of its own (`_walk_down`).
+            start = front.rows[-1][0]
+            ahead = continuation(remote._vocab, start, required, known.path)
+        got = fetch(remote, prompt, front, rows._cancel, rows, ahead)
         if not got:
             return
         rows.decodes += 1
@@ -275,3 +285,72 @@ def _descend(rows, path: Path) -> None:
         remote._settle_walk(drain=True)
     except _Inexpressible:
         rows.fallback = "inexpressible"
+
+
+AHEAD = 6  # rows of a descent's likely path asked with the batch, at most
+
+
+def continuation(vocab, path: Path, required: bytes, covering: Path) -> tuple[Path, ...]:
+    """The rows a greedy descent from `path` likely reads: `covering`'s strict-prefix tokens from
+    where `path`'s bytes end (the bytes up to its next token boundary spelled by one token, when
+    one spells them), each as the path after it."""
+    pieces = vocab.pieces
+    offset = sum(len(pieces[t]) for t in path)
+    guess: list[int] = []
+    end = 0
+    for token in covering[:-1]:
+        start, end = end, end + len(pieces[token])
+        if end <= offset:
+            continue
+        if start < offset:
+            gap = end - offset
+            ids = [t for t, n in vocab.strict_prefixes_of(required[offset:]) if n == gap]
+            if not ids:
+                break
+            token = ids[0]
+        guess.append(token)
+        offset = end
+    guess = guess[:AHEAD]
+    return tuple(path + tuple(guess[:i]) for i in range(1, len(guess) + 1))
+
+
+def _walk_down(rows, path: Path, floor: float) -> None:
+    """The descent from `path`, as far as the known rows show each greedy step (the consistent
+    token of highest value is known exactly and every other consistent token is below it); from
+    the first step they do not show, the server descends (`_descend`, one request). Not even that
+    when the path so far, with the best its next step allows, is at most `floor` (the best
+    covering known exactly): whatever the descent finds then cannot be chosen."""
+    import numpy as np
+
+    remote, prompt = rows._remote, rows._prompt
+    vocab = remote._vocab
+    bound = 0.0  # the path's value so far, from its exact values and upper bounds
+    for i, token in enumerate(path):
+        node = remote.node(prompt + path[:i])
+        if node is None:
+            bound = 0.0
+            break
+        bound += float(remote.bounded_row(node, rows._remaining(path[:i]), False)[token])
+    while True:
+        if bound <= floor:
+            return
+        node = remote.node(prompt + path)
+        if node is None:
+            _descend(rows, path)
+            return
+        remaining = rows._remaining(path)
+        ids = vocab.candidates(remaining).all_ids()
+        if ids.size == 0:
+            return
+        values = remote.bounded_row(node, remaining, False)[ids]
+        best = int(np.argmax(values))
+        if bound + float(values[best]) <= floor:
+            return
+        token = int(ids[best])
+        if token not in node.exact or int(np.count_nonzero(values >= values[best])) > 1:
+            _descend(rows, path)
+            return
+        if len(vocab.pieces[token]) >= len(remaining):
+            return  # a covering: the descent ends here
+        path = path + (token,)
+        bound += float(values[best])
