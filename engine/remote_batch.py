@@ -23,7 +23,10 @@ request of many prompts, each generating one token:
   goes on into the suggestion when that entry is the answer;
 - before any of that, the most probable covering by its bounds, when a token of it is known only
   by a bound, is made exact with one streamed request (engine.remote `refine`): it most often is
-  the answer, so that stream is the suggestion too, and its exact value leaves less to ask.
+  the answer, so that stream is the suggestion too, and its exact value leaves less to ask;
+- the batch that spends the search's budget also carries the rows of the greedy descent the
+  search then makes (`continuation`, `_walk_down` under `prove`), so the descent most often needs
+  no request of its own.
 
 Each answer is recorded as a streamed token is (engine.remote `_record`), with that cap. A token
 the server holds back (one ending inside a UTF-8 character) gives no event: its path stays unknown
@@ -201,11 +204,18 @@ def prove(rows) -> None:
     not count), so the server does the work the in-process search would, in one or a few round
     trips; requests are counted against the same budget (`refine`, which makes a token of the
     chosen covering exact, still has what is left of it). When the rows run out with the proof
-    open, the search does what the in-process one does
-    then: it follows the most promising open branch down greedily (`_descend`), with every token
-    of that path made exact, in one streamed request; the first
-    row of that descent comes with the last batch, and when it (with every other branch) falls
-    below the best covering known exactly, the descent could not win and is not made. Counted by
+    open, the search does what the in-process one does then: it follows an open branch down
+    greedily. The branch is the batch's last row (one past the budget: the node the in-process
+    search pops when its budget is spent), and the rows that descent most likely reads (the best
+    covering known exactly, spelled from where that row's bytes end: `continuation`) go with the
+    same batch. After it, the descent is read from the known rows (`_walk_down`) as far as they
+    show each greedy step, and stops where its value, bounded, falls to the best covering known
+    exactly (it could not win from there); only a step the rows do not show costs a request
+    (`_descend`: the server descends from there, every token of the path forced). Before, the
+    descent started after the batch from its most promising open row, which the batch itself
+    had just opened (a child of a row it asked, on a token known only by a bound): always one
+    request more, so a keystroke after 17 spaces of indentation took three round trips (the
+    batch, the descent, the suggestion) where it now takes two. Counted by
     request instead (16 rows each), the keystroke `max_help_p` took three batches of 21 to 26
     prompts where the in-process search stops after 8 decodes; counted by row without the
     descent, the seed "Once upon a ti" after an empty prompt spent its 8 on the first tokens
