@@ -228,6 +228,7 @@ def prove(rows) -> None:
     remote, prompt, required = rows._remote, rows._prompt, rows._required
     asked: set[Path] = set()
     start: Path | None = None  # where the descent starts, chosen with the batch that asked its rows
+    ahead: tuple[Path, ...] = ()  # the rows of that descent asked with the batch
 
     def exact_at(path: Path):
         node = remote.node(prompt + path)
@@ -248,8 +249,15 @@ def prove(rows) -> None:
         if not front and (front.best is None or front.best[1] <= floor or rows.exact(Covering(*front.best)) is None):
             return  # proven on what is known
         if left <= 0:
-            if front.rows:
-                _walk_down(rows, start if start is not None else front.rows[0][0], floor)
+            if front.rows and start is not None and not _walk_down(rows, start, floor):
+                # The known rows do not show that descent: as before, the server descends from the
+                # most promising open row, on what the search knew without the rows asked ahead
+                # (forgotten, so they choose nothing the in-process search would not see either).
+                remote.drop(prompt + path for path in ahead)
+                front = frontier(remote._vocab, exact_at, row_at, required, floor, 1, frozenset(asked))
+                start = None
+            if front.rows and start is None:
+                _descend(rows, front.rows[0][0])
             return
         if front.best is not None and front.best[1] > floor and rows.exact(Covering(*front.best)) is not None:
             # The most probable covering by its bounds has a token known only by a bound: ask for
@@ -259,15 +267,15 @@ def prove(rows) -> None:
             if not rows.refine(Covering(*front.best)):
                 return
             continue
-        ahead: tuple[Path, ...] = ()
         if not front.values and len(front.rows) == max(1, left + 1) and known is not None and start is None:
             # The budget runs out with this batch: the last row is where the descent starts, as the
             # in-process search descends from the node it pops when its budget is spent. Its likely
             # path (the known covering's spelling, from where that row's bytes end) goes with the
             # batch, so the descent most often needs no request of its own (`_walk_down`).
             start = front.rows[-1][0]
-            ahead = continuation(remote._vocab, start, required, known.path)
+            ahead = tuple(path for path in continuation(remote._vocab, start, required, known.path) if remote.node(prompt + path) is None)
         got = fetch(remote, prompt, front, rows._cancel, rows, ahead)
+        ahead = tuple(path for path in ahead if path not in got)
         if not got:
             return
         rows.decodes += 1
@@ -324,12 +332,12 @@ def continuation(vocab, path: Path, required: bytes, covering: Path) -> tuple[Pa
     return tuple(path + tuple(guess[:i]) for i in range(1, len(guess) + 1))
 
 
-def _walk_down(rows, path: Path, floor: float) -> None:
-    """The descent from `path`, as far as the known rows show each greedy step (the consistent
-    token of highest value is known exactly and every other consistent token is below it); from
-    the first step they do not show, the server descends (`_descend`, one request). Not even that
-    when the path so far, with the best its next step allows, is at most `floor` (the best
-    covering known exactly): whatever the descent finds then cannot be chosen."""
+def _walk_down(rows, path: Path, floor: float) -> bool:
+    """The descent from `path` on the known rows: True when they show it to its end (each greedy
+    step: the consistent token of highest value is known exactly and every other consistent token
+    is below it), or to where its value so far, with the best its next step allows, is at most
+    `floor` (the best covering known exactly: whatever the descent finds then cannot be chosen).
+    False at the first step they do not show."""
     import numpy as np
 
     remote, prompt = rows._remote, rows._prompt
@@ -343,24 +351,22 @@ def _walk_down(rows, path: Path, floor: float) -> None:
         bound += float(remote.bounded_row(node, rows._remaining(path[:i]), False)[token])
     while True:
         if bound <= floor:
-            return
+            return True
         node = remote.node(prompt + path)
         if node is None:
-            _descend(rows, path)
-            return
+            return False
         remaining = rows._remaining(path)
         ids = vocab.candidates(remaining).all_ids()
         if ids.size == 0:
-            return
+            return True
         values = remote.bounded_row(node, remaining, False)[ids]
         best = int(np.argmax(values))
         if bound + float(values[best]) <= floor:
-            return
+            return True
         token = int(ids[best])
         if token not in node.exact or int(np.count_nonzero(values >= values[best])) > 1:
-            _descend(rows, path)
-            return
+            return False
         if len(vocab.pieces[token]) >= len(remaining):
-            return  # a covering: the descent ends here
+            return True  # a covering: the descent ends here
         path = path + (token,)
         bound += float(values[best])
