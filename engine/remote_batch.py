@@ -210,8 +210,10 @@ def prove(rows) -> None:
     covering known exactly, spelled from where that row's bytes end: `continuation`) go with the
     same batch. After it, the descent is read from the known rows (`_walk_down`) as far as they
     show each greedy step, and stops where its value, bounded, falls to the best covering known
-    exactly (it could not win from there); only a step the rows do not show costs a request
-    (`_descend`: the server descends from there, every token of the path forced). Before, the
+    exactly (it could not win from there). When a step does not show, the rows asked ahead are
+    forgotten (kept, they let the search choose coverings the in-process one never sees: the seed
+    "Once upon a ti" took " ti" after a char-by-char "On|c|e| up|o|n| |a") and the server descends
+    as before, from the most promising open row (`_descend`, one request). Before, the
     descent started after the batch from its most promising open row, which the batch itself
     had just opened (a child of a row it asked, on a token known only by a bound): always one
     request more, so a keystroke after 17 spaces of indentation took three round trips (the
