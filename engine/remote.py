@@ -477,6 +477,12 @@ class RemoteRows:
         if cap is not None:
             node.caps.append((cap[0], cap[1], logprob, cap[2] if len(cap) > 2 else frozenset()))
 
+    def drop(self, keys) -> None:
+        """Forget the distributions after these token paths."""
+        for key in keys:
+            self._nodes.pop(tuple(key), None)
+            self._dense.pop(tuple(key), None)
+
     def _dense_row(self, node: _Node) -> np.ndarray:
         size = self._vocab.size
         ids = np.fromiter(node.exact.keys(), dtype=np.int64, count=len(node.exact))
@@ -688,8 +694,13 @@ class RemoteRows:
             terms.append(written)
         if terms:
             body["grammar"] = "root ::= " + " ".join(terms) + " .*"
-        if ban or exclude:
-            body["logit_bias"] = [[int(t), False] for t in sorted(set(ban) | exclude)]
+        # A token the grammar forces (the path the slot lacks, decoded here one by one) is never
+        # banned: logit_bias holds at every step, and a banned forced token leaves the server no
+        # token to take ("empty grammar stack", HTTP 500). Left allowed at the free step too, the
+        # cap read there still bounds what it says it bounds (the greedy pick is over more tokens).
+        banned = (set(ban) | exclude) - set(forced)
+        if banned:
+            body["logit_bias"] = [[int(t), False] for t in sorted(banned)]
         if listed is not None:
             body["n_probs"] = max(1, listed)
         try:

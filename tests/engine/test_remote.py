@@ -106,6 +106,29 @@ def test_equal_to_in_process_on_mid_word_cases(remote, model_engine):
     assert report["equal"] == report["cases"], report["differ"]
 
 
+def test_a_word_after_a_deep_indent_takes_two_round_trips_and_is_the_in_process_one(remote, model_engine):
+    """bench.tail's keystrokes that need the server (Gemma 3 270M): a word after 17 spaces of
+    indentation, whose many spellings (16 + 1 spaces, 13 + 4, ...) the covering search must bound.
+    Each one is the batch of rows (with the rows of the descent it would make when the budget runs
+    out: engine.remote_batch `continuation`) and the suggestion's stream, and its suggestion is the
+    in-process one. Asked one after another, as typed (the rows of one keystroke serve the next)."""
+    from bench.prompts import SIZES, documents
+
+    doc = documents(model_engine.count_tokens, SIZES[1], 1, min_word=7, first_line=60 + SIZES[1] // 3)[0]
+    indent = doc.base[len(doc.base.rstrip(" ")) :]
+    assert len(indent) == 17 and doc.word.startswith("max_help_p")
+    remote.kv.forget()
+    model_engine.kv.forget()
+    for typed in ("m", "max_h", "max_help_p", "max_help_po"):
+        request = CompletionRequest(doc.base.rstrip(" "), indent + typed, max_tokens=16, suffix="", document="file:///t/deep.py")
+        remote.prefetch(request)
+        model_engine.prefetch(request)
+        theirs, ours = remote.complete(request), model_engine.complete(request)
+        assert theirs.text == ours.text, typed
+        assert theirs.stats.fallback is None, typed
+        assert theirs.stats.round_trips <= 2, (typed, theirs.stats.round_trips)
+
+
 def test_the_next_line_at_a_line_end_is_the_in_process_engines(remote, model_engine):
     """A `next_line` request whose line the model ends at once: the server stops its stream at
     that line break, and the engine asks for the rest from there (one round trip more)."""

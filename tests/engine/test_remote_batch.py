@@ -163,3 +163,14 @@ def test_the_frontier_is_every_unknown_row_and_loose_value_above_the_floor():
     assert front.best == ((S2, AB), pytest.approx(floor))
     assert frontier(VOCAB, exact_at, row_at, b"  ab", floor, 1).rows == (((S1,), b" ab"),)  # the limit
     assert not frontier(VOCAB, exact_at, row_at, b"  ab", math.log(0.36), 8)  # nothing beats it
+
+
+def test_a_descents_likely_rows_follow_the_known_covering_from_where_its_bytes_end():
+    """The batch that spends the budget carries the rows of the descent the search then makes:
+    the best covering known exactly, spelled from where the descent's first row ends (a gap up to
+    that covering's next token boundary spelled by one token)."""
+    from engine.remote_batch import continuation
+
+    assert continuation(VOCAB, (S1,), REQUIRED, (S2, AB)) == ((S1, S1),)  # " " then the other " "
+    assert continuation(VOCAB, (S2,), REQUIRED, (S2, AB)) == ()  # only the covering token is left
+    assert continuation(VOCAB, (S1,), REQUIRED, (S2, A, B)) == ((S1, S1), (S1, S1, A))
