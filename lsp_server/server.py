@@ -66,6 +66,7 @@ class CpcServer(LanguageServer):
         self.scheduler = Scheduler(load, on_event=self._engine_event)
         self._loop: asyncio.AbstractEventLoop | None = None  # the server's loop, set at initialize
         self._told: dict[str, float] = {}  # failure cause -> when it was last shown (monotonic)
+        self._first_use_told = False  # a model of the routed default said "loading" since the last load began
         self.encoding = UTF16
         self.initialized = False
         self.requests = 0  # completion requests seen, for log lines and stats
@@ -127,12 +128,16 @@ class CpcServer(LanguageServer):
             self.tell(types.MessageType.Warning, warning)
         self.log(types.MessageType.Info, f"loading {name} ({config.context_tokens} context tokens)")
         status.send(self.protocol, status.loading(name))
+        self._first_use_told = False
         token = await self._begin_progress(f"Loading {name}")
         result = await asyncio.wrap_future(loading)
         if token is not None:
             done = "model loaded" if result.ok else "model failed to load"
             self.work_done_progress.end(token, types.WorkDoneProgressEnd(message=done))
-        status.send(self.protocol, status.loaded(result, name))
+        # The routed default's first-use load can start on the worker before this line runs (a
+        # prefetch right after the load): its own loading/loaded status is then the newer truth.
+        if not (result.ok and self._first_use_told):
+            status.send(self.protocol, status.loaded(result, name))
         self._told.clear()  # a load the user asked for: its failure is always shown
         self._report_load(result, name)
         return result
@@ -174,6 +179,7 @@ class CpcServer(LanguageServer):
 
     def _on_engine_event(self, event: Event) -> None:
         if isinstance(event, ModelLoading):  # the routed default loads a kind's model on first use
+            self._first_use_told = True
             name = model_name(event.config)
             self.log(types.MessageType.Info, f"loading {name} ({event.config.context_tokens} context tokens)")
             status.send(self.protocol, status.loading(name))

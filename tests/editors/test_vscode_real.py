@@ -155,14 +155,15 @@ def test_first_keystroke_after_start_gets_ghost_text(session):
     assert step["ghost"].startswith("erday"), step["ghost"]
     assert Path(session["screenshot"]).stat().st_size > 0
     # The status bar went through loading to ready: the default models' files, then each model
-    # the open documents need, as it loads on first use (the prose model for this one; the code
+    # the open documents need, as it loads on first use, never "ready" while one loads (the prose model for this one; the code
     # model too when code-server opened its settings.json first).
     labels = [entry["label"].split(",")[0] for entry in step["statusHistory"]]
     starting, loading, ready = "cpc-lsp: starting the server", "cpc-lsp: loading the model", "cpc-lsp: ready"
     seen = [label for label in labels if label in (starting, loading, ready)]
     # One state can be drawn twice in a row (its ", on for <language>" part changed with the editor).
     states = [label for i, label in enumerate(seen) if i == 0 or seen[i - 1] != label]
-    assert states[0] == starting and states[1:] == [loading, ready] * ((len(states) - 1) // 2) and len(states) >= 5, labels
+    # (When the first model's load began before the files were reported checked, "ready" waits for it.)
+    assert states[0] == starting and states[1:] == [loading, ready] * ((len(states) - 1) // 2) and len(states) >= 3, labels
     assert re.search(r"cpc-lsp: ready, on for plaintext", step["status"])
     print(f"window load -> first ghost text: {step['ghostMs']} ms (editor at {step['editorMs']} ms)")
 
