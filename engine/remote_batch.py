@@ -11,13 +11,11 @@ request of many prompts, each generating one token:
   in-process engine decodes every token past the prompt (a path of four tokens decoded as one
   batch moved a row by up to 0.38 nats on Gemma 3 270M);
 - one grammar serves every prompt of a request, so it is the remaining bytes of one group of
-  prompts that share them: under it the greedy token at such a node is the best token consistent
-  with those bytes, a bound for all of them (a "cap"). The other prompts bring their rows only
-  (the top `n_probs` exactly, the rest below the last listed). A union of every prompt's bytes was
-  tried and gave loose caps: after 13 of 17 spaces, "max" (which finishes the word's own node)
-  beat the "    " the node's own bytes allow, -7.2 against -11.8. A grammar is sent only where it
-  pays (`_grammar_group`: a value node's bytes, or bytes every prompt shares): at every prompt
-  whose greedy token it refuses, the server passes the grammar over the whole vocabulary;
+  prompts that share them (the most promising one's): under it the greedy token at such a node is
+  the best token consistent with those bytes, a bound for all of them (a "cap"). The other prompts
+  bring their rows only (the top `n_probs` exactly, the rest below the last listed). A union of
+  every prompt's bytes was tried and gave loose caps: after 13 of 17 spaces, "max" (which finishes
+  the word's own node) beat the "    " the node's own bytes allow, -7.2 against -11.8;
 - at a known node asked for the values of its consistent tokens (a "value node": a token that
   would finish the covering is known only by a bound), the consistent tokens it already lists are
   banned (logit_bias), so there the greedy token is the best of those it does not list;
@@ -99,7 +97,7 @@ def fetch(remote, prompt: tuple[int, ...], front: Frontier, cancel: threading.Ev
     remaining = dict(front.rows) | dict(front.values)
     order = asks(prompt, remote._slots.get(slot, ()), list(remaining) + list(ahead))
     capped = remaining | {path: rows._remaining(path) for path in ahead if path not in remaining}
-    spoken = _grammar_group(front, order, capped)
+    spoken = _grammar_group(front)
     literal = gbnf_literal(spoken) if spoken is not None else None
     banned = banned_tokens(remote, prompt, front, spoken) if literal is not None else frozenset()
     body = {
@@ -156,18 +154,12 @@ def single(remote, rows, front: Frontier) -> set[Path]:
     return {path}
 
 
-def _grammar_group(front: Frontier, order: list[Path], capped: dict[Path, bytes]) -> bytes | None:
-    """The remaining bytes the request's grammar speaks for, or None: no grammar. A value node's
-    (its cap is what it is asked for); else the rows' bytes only when every prompt of the request
-    has them. A grammar caps only the prompts that share its bytes, and costs the server a pass
-    over the whole vocabulary at every prompt whose greedy token it refuses (llama.cpp samples
-    again under the grammar): on Gemma's 262,144 tokens, 2 cores, the 16-prompt batch of
-    `max_help_p` after 17 spaces took 730 ms with the bytes of the one row that had them, 340
-    without, in the same round trips and with the same choices."""
+def _grammar_group(front: Frontier) -> bytes | None:
+    """The remaining bytes the request's grammar speaks for: a value node's (it needs the cap),
+    else the most promising unknown row's."""
     if front.values:
         return front.values[0][1]
-    spoken = {capped.get(path) for path in order}
-    return spoken.pop() if len(spoken) == 1 and None not in spoken else None
+    return front.rows[0][1] if front.rows else None
 
 
 def _read(remote, stream, prompt, order, remaining, spoken, banned, cancel, slot) -> None:
