@@ -29,8 +29,8 @@ request of many prompts, each generating one token:
   by a bound, is made exact with one streamed request (engine.remote `refine`): it most often is
   the answer, so that stream is the suggestion too, and its exact value leaves less to ask;
 - the batch that spends the search's budget also carries the rows of the greedy descent the
-  search then makes (`continuation`, `_walk_down` under `prove`), so the descent most often needs
-  no request of its own.
+  search then makes (`continuation`, `_likely`, `_walk_down` under `prove`), so the descent most
+  often needs no request of its own.
 
 Each answer is recorded as a streamed token is (engine.remote `_record`), with that cap. A token
 the server holds back (one ending inside a UTF-8 character) gives no event: its path stays unknown
@@ -240,7 +240,8 @@ def prove(rows) -> None:
     open, the search does what the in-process one does then: it follows an open branch down
     greedily. The branch is the batch's last row (one past the budget: the node the in-process
     search pops when its budget is spent), and the rows that descent most likely reads (the best
-    covering known exactly, spelled from where that row's bytes end: `continuation`) go with the
+    covering known exactly, spelled from where that row's bytes end: `continuation`, as far as
+    the descent's value estimated with that covering's values beats it: `_likely`) go with the
     same batch. After it, the descent is read from the known rows (`_walk_down`) as far as they
     show each greedy step, and stops where its value, bounded, falls to the best covering known
     exactly (it could not win from there). When a step does not show, the rows asked ahead are
@@ -308,7 +309,8 @@ def prove(rows) -> None:
             # path (the known covering's spelling, from where that row's bytes end) goes with the
             # batch, so the descent most often needs no request of its own (`_walk_down`).
             start = front.rows[-1][0]
-            ahead = tuple(path for path in continuation(remote._vocab, start, required, known.path) if remote.node(prompt + path) is None)
+            likely = _likely(rows, start, continuation(remote._vocab, start, required, known.path), known.path, floor)
+            ahead = tuple(path for path in likely if remote.node(prompt + path) is None)
         got = fetch(remote, prompt, front, rows._cancel, rows, ahead)
         ahead = tuple(path for path in ahead if path not in got)
         if not got:
@@ -377,13 +379,7 @@ def _walk_down(rows, path: Path, floor: float) -> bool:
 
     remote, prompt = rows._remote, rows._prompt
     vocab = remote._vocab
-    bound = 0.0  # the path's value so far, from its exact values and upper bounds
-    for i, token in enumerate(path):
-        node = remote.node(prompt + path[:i])
-        if node is None:
-            bound = 0.0
-            break
-        bound += float(remote.bounded_row(node, rows._remaining(path[:i]), False)[token])
+    bound = _bound(rows, path)  # the path's value so far
     while True:
         if bound <= floor:
             return True
@@ -405,3 +401,38 @@ def _walk_down(rows, path: Path, floor: float) -> bool:
             return True  # a covering: the descent ends here
         path = path + (token,)
         bound += float(values[best])
+
+
+def _bound(rows, path: Path) -> float:
+    """The value of `path` from its exact values and upper bounds (0: a node on it is unknown)."""
+    remote, prompt = rows._remote, rows._prompt
+    bound = 0.0
+    for i, token in enumerate(path):
+        node = remote.node(prompt + path[:i])
+        if node is None:
+            return 0.0
+        bound += float(remote.bounded_row(node, rows._remaining(path[:i]), False)[token])
+    return bound
+
+
+def _likely(rows, start: Path, ahead: tuple[Path, ...], covering: Path, floor: float) -> tuple[Path, ...]:
+    """The rows of `ahead` (`continuation`) the descent from `start` likely reads: while its value,
+    estimated with `covering`'s own values for the tokens that end where its steps end (its guess
+    spells the covering's bytes), is above `floor`; `_walk_down` stops reading where it falls to
+    it. On `max_help_p` after 17 spaces the descent read one of the three rows asked ahead. A wrong
+    estimate costs a request (the descent's own), never a choice."""
+    remote, prompt, pieces = rows._remote, rows._prompt, rows._remote._vocab.pieces
+    value_at: dict[int, float] = {}  # byte offset where a token of the covering ends -> its value
+    end = 0
+    for i, token in enumerate(covering):
+        node = remote.node(prompt + covering[:i])
+        end += len(pieces[token])
+        value_at[end] = node.exact.get(token, 0.0) if node is not None else 0.0
+    estimate = _bound(rows, start)
+    likely: list[Path] = []
+    for path in ahead:
+        estimate += value_at.get(sum(len(pieces[t]) for t in path), 0.0)
+        if estimate <= floor:
+            break
+        likely.append(path)
+    return tuple(likely)

@@ -201,3 +201,21 @@ def test_a_groups_cap_is_its_boosted_pick_with_slack_and_many_tokens_go_under_th
     batch = [b for b in fake.bodies if isinstance(b["prompt"][0], list)][0]
     assert batch["grammar"] == 'root ::= " ab" .*' and "logit_bias" not in batch
     rows.client.close()
+
+
+def test_rows_asked_ahead_stop_where_the_descent_estimated_with_the_coverings_values_cannot_win():
+    """The descent from " " reads the row after " " " " only while its value, estimated with the
+    known covering's value for the token ending at the same byte ("  ": 0.4), beats the floor."""
+    from engine.remote import BoundedRows
+    from engine.remote_batch import _likely, continuation
+
+    rows = RemoteRows(ModelServerClient("http://127.0.0.1:9", None, 1.0), VOCAB, 2048, 1, None, n_probs=2)
+    rows._record(PROMPT, S2, math.log(0.4), [(S2, math.log(0.4)), (S1, math.log(0.3))], None)
+    rows._record(PROMPT + (S2,), AB, math.log(0.5), [(AB, math.log(0.5))], None)
+    bounded = BoundedRows(rows, PROMPT, REQUIRED, None, 8)
+    ahead = continuation(VOCAB, (S1,), REQUIRED, (S2, AB))
+    assert ahead == ((S1, S1),)
+    # 0.3 * 0.4 = 0.12: below the covering "  " "ab" (0.2), above 0.1.
+    assert _likely(bounded, (S1,), ahead, (S2, AB), math.log(0.2)) == ()
+    assert _likely(bounded, (S1,), ahead, (S2, AB), math.log(0.1)) == ahead
+    rows.client.close()
