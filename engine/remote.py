@@ -460,7 +460,9 @@ class RemoteRows:
     def _record(
         self, key: tuple[int, ...], token: int, logprob: float, top: list[tuple[int, float]],
         cap: tuple[bool, bytes] | tuple[bool, bytes, frozenset[int]] | None,
+        slack: float = 0.0,
     ) -> None:
+        """A token event's values; `cap` bounds the tokens it names at `logprob` + `slack`."""
         node = self._nodes.get(key)
         if node is None:
             node = self._nodes[key] = _Node(nth=min((lp for _, lp in top), default=logprob))
@@ -475,7 +477,7 @@ class RemoteRows:
             node.exact.setdefault(tok, lp)
         node.exact.setdefault(token, logprob)
         if cap is not None:
-            node.caps.append((cap[0], cap[1], logprob, cap[2] if len(cap) > 2 else frozenset()))
+            node.caps.append((cap[0], cap[1], logprob + slack, cap[2] if len(cap) > 2 else frozenset()))
 
     def drop(self, keys) -> None:
         """Forget the distributions after these token paths."""

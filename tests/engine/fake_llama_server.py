@@ -1,7 +1,7 @@
 """A stand-in for llama-server's /completion over a hand-built vocabulary, for unit tests of the
 remote backend's search logic (no model). It follows the semantics engine.remote relies on, as
 read in llama-server's source: greedy under the grammar (`<[id]>` terms, one string literal,
-then `.*`) and logit_bias bans, each event listing the sampled token's log-probability and the top
+then `.*`) and logit_bias (bans, and raised tokens: the greedy pick reads the biased values), each event listing the sampled token's log-probability and the top
 `n_probs` of the raw distribution. Several prompts in one request are answered one after another. The real server is tested in
 test_remote.py."""
 
@@ -148,7 +148,7 @@ class FakeLlamaServer(LoopbackHttpServer):
         if literal_match:
             text = re.sub(r"\\[uU]([0-9A-Fa-f]+)", lambda m: chr(int(m.group(1), 16)), literal_match.group(1))
             literal = text.encode()
-        banned = {int(t) for t, _ in request.get("logit_bias", [])}
+        bias = {int(t): -math.inf if b is False else float(b) for t, b in request.get("logit_bias", [])}
         path = tuple(request["prompt"][self.prompt_len :])
         n_probs = int(request.get("n_probs", 0))
         for step in range(int(request["n_predict"])):
@@ -156,8 +156,8 @@ class FakeLlamaServer(LoopbackHttpServer):
             if forced:
                 token = forced.pop(0)
             else:
-                allowed = [t for t in range(self.vocab.size) if t not in banned and self._fits(t, literal)]
-                token = max(allowed, key=lambda t: lps[t])
+                allowed = [t for t in range(self.vocab.size) if bias.get(t) != -math.inf and self._fits(t, literal)]
+                token = max(allowed, key=lambda t: lps[t] + bias.get(t, 0.0))
                 piece = self.vocab.pieces[token]
                 literal = literal[len(piece) :] if literal.startswith(piece) else b""
             top = sorted(range(self.vocab.size), key=lambda t: -lps[t])[:n_probs]

@@ -13,7 +13,7 @@ from bench.fault_proxy import FaultProxy
 from engine.covering import CoveringSearch
 from engine.http_client import ModelServerClient
 from engine.remote import RemoteRows
-from engine.remote_batch import asks
+from engine.remote_batch import BOOST, asks
 from engine.sequence import Sequence
 from engine.types import SamplingConfig
 from tests.engine.fake_llama_server import FakeLlamaServer
@@ -76,10 +76,12 @@ def test_both_unknown_spellings_are_asked_in_one_request_and_the_exact_covering_
     streamed = [b for b in fake.bodies if b.get("stream")]
     grammar, batch, refine = streamed
     assert grammar["grammar"] == 'root ::= "  ab" .*'
-    # Both spellings' rows in one request, each prompt one token past the prompt; their own bytes
-    # as the grammar, so each one's greedy token bounds its consistent tokens.
+    # Both spellings' rows in one request, each prompt one token past the prompt; the tokens
+    # consistent with their own bytes raised (no grammar), so each one's greedy token bounds them.
     assert batch["prompt"] == [[BOS, S1], [BOS, S1X]] and batch["n_predict"] == 1
-    assert batch["grammar"] == 'root ::= " ab" .*'
+    assert "grammar" not in batch
+    assert sorted(t for t, _ in batch["logit_bias"]) == sorted([S1, S1X, SA, SAB])
+    assert {b for _, b in batch["logit_bias"]} == {BOOST}
     # What is left to prove is the first token's exact value: forced, then on into the suggestion.
     assert refine["grammar"] == f"root ::= <[{S1}]> \" ab\" .*"
     assert [seq.sample_next().token for _ in range(3)] == [S1, SAB, X]
@@ -174,3 +176,46 @@ def test_a_descents_likely_rows_follow_the_known_covering_from_where_its_bytes_e
     assert continuation(VOCAB, (S1,), REQUIRED, (S2, AB)) == ((S1, S1),)  # " " then the other " "
     assert continuation(VOCAB, (S2,), REQUIRED, (S2, AB)) == ()  # only the covering token is left
     assert continuation(VOCAB, (S1,), REQUIRED, (S2, A, B)) == ((S1, S1), (S1, S1, A))
+
+
+def test_a_groups_cap_is_its_boosted_pick_with_slack_and_many_tokens_go_under_the_grammar(fake, monkeypatch):
+    """The batch raises the tokens consistent with its group's bytes instead of sending a grammar
+    (llama.cpp passes a grammar over the whole vocabulary at every prompt whose greedy token it
+    refuses); the cap is the boosted pick's value plus the float32 rounding slack. A group whose
+    consistent tokens are more than BOOST_MAX goes under the grammar, as before."""
+    import engine.remote_batch as batching
+
+    best = CoveringSearch(VOCAB, ExactRows(fake), 1 << 10).run(REQUIRED)
+    rows = remote_for(fake.url)
+    seq = Sequence(rows, VOCAB, SamplingConfig())
+    assert seq.decode_prompt(PROMPT, REQUIRED, True, 8) and seq.covering.path == best.path
+    node = rows.node(PROMPT + (S1X,))
+    assert [cap[1:3] for cap in node.caps] == [(b" ab", pytest.approx(node.exact[SAB] + batching.BOOST_SLACK))]
+    rows.client.close()
+
+    monkeypatch.setattr(batching, "BOOST_MAX", 1)
+    fake.bodies.clear()
+    rows = remote_for(fake.url)
+    seq = Sequence(rows, VOCAB, SamplingConfig())
+    assert seq.decode_prompt(PROMPT, REQUIRED, True, 8) and seq.covering.path == best.path
+    batch = [b for b in fake.bodies if isinstance(b["prompt"][0], list)][0]
+    assert batch["grammar"] == 'root ::= " ab" .*' and "logit_bias" not in batch
+    rows.client.close()
+
+
+def test_rows_asked_ahead_stop_where_the_descent_estimated_with_the_coverings_values_cannot_win():
+    """The descent from " " reads the row after " " " " only while its value, estimated with the
+    known covering's value for the token ending at the same byte ("  ": 0.4), beats the floor."""
+    from engine.remote import BoundedRows
+    from engine.remote_batch import _likely, continuation
+
+    rows = RemoteRows(ModelServerClient("http://127.0.0.1:9", None, 1.0), VOCAB, 2048, 1, None, n_probs=2)
+    rows._record(PROMPT, S2, math.log(0.4), [(S2, math.log(0.4)), (S1, math.log(0.3))], None)
+    rows._record(PROMPT + (S2,), AB, math.log(0.5), [(AB, math.log(0.5))], None)
+    bounded = BoundedRows(rows, PROMPT, REQUIRED, None, 8)
+    ahead = continuation(VOCAB, (S1,), REQUIRED, (S2, AB))
+    assert ahead == ((S1, S1),)
+    # 0.3 * 0.4 = 0.12: below the covering "  " "ab" (0.2), above 0.1.
+    assert _likely(bounded, (S1,), ahead, (S2, AB), math.log(0.2)) == ()
+    assert _likely(bounded, (S1,), ahead, (S2, AB), math.log(0.1)) == ahead
+    rows.client.close()
