@@ -5,6 +5,7 @@ llama.cpp bindings load only when `Engine` is first touched.
 """
 
 from engine.types import (
+    COLD_SHARE,
     NO_RIVAL,
     Alternative,
     BudgetError,
@@ -24,6 +25,7 @@ from engine.types import (
 )
 
 __all__ = [
+    "COLD_SHARE",
     "NO_RIVAL",
     "Alternative",
     "BudgetError",

@@ -32,6 +32,7 @@ from engine.signals import compute as compute_signals
 from engine.speculative import DraftConfig, PromptLookup
 from engine.stops import first_stop
 from engine.types import (  # BudgetError is defined with the types so callers need not import llama_cpp
+    COLD_SHARE,
     BudgetError,
     Completion,
     CompletionRequest,
@@ -53,11 +54,7 @@ LINE_BREAKS = ("\n", "\r")
 MIB = 1024 * 1024
 MAX_REMEMBERED = 15  # sequences beyond the live one, whatever the budget
 RIVALS = 16  # with nothing typed, the prompt row's first tokens looked at for the margin (engine.signals)
-CONTEXT_SHARE = 2  # other files' text takes at most 1/CONTEXT_SHARE of the context window
-# ... and, until the current file's tokens before the cursor's line fill 2/3 of the window, at most
-# COLD_SHARE of those tokens (cold_cap): a cold request then decodes at most 1.5x what it decodes
-# without the other files, counted by this tokenizer
-COLD_SHARE = 0.5
+CONTEXT_SHARE = 2  # other files' text takes at most 1/CONTEXT_SHARE of the context window (and cold_cap)
 # A remote call that failed may be made again at once when its backend says so (engine.multi: on
 # the next server; behind a balancer: once through it, and once with the server it moved to).
 RETRIES = 2
@@ -256,8 +253,9 @@ class Engine:
         `file_tokens`, the current file's tokens before the cursor's line (the same for every
         keystroke of a line): a cold request costs at most 1.5x, by this tokenizer's count. The
         caller (lsp_server.context) sizes its choice by an estimate of the same bound; when the
-        estimate runs over (prose counts more characters a token than code), the files' last
-        lines are cut here. None: no such bound (a caller that has no current file)."""
+        estimate runs over (prose counts more characters a token than code), the worst-ranked
+        lines are left out here (engine.prompt.context_tokens). None: no such bound (a caller that
+        has no current file)."""
         context = request.context
         if context is None:
             return ()

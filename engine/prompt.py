@@ -129,6 +129,7 @@ def context_tokens(
         whole = sum((part(f.path, _with_newline(f.text)) for f in context.files), head)
         if len(whole) + len(tail) > budget:
             return _fit_by_rank(ranked, part, head, tuple(tail), budget)
+        return whole + tuple(tail)  # every file fits: the loop below would tokenize them again
     out = head
     for f in context.files:
         text = _with_newline(f.text)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from engine import ContextFile, RepoContext
+from engine import COLD_SHARE, ContextFile, RepoContext
 from lsp_server.chunks import Chunk, Chunker, choose, definitions, identifiers, near_cursor, related
 from lsp_server.documents import Document
 from lsp_server.outline import Entry, Outliner, as_view, fill, popularity, rank, tokens_of, used_names
@@ -28,7 +28,6 @@ OUTLINE_SHARE = 1.0  # definitions may take the whole budget; chunks get what th
 VIEW_CHARS = 4_000  # the default view_chars (a 2,048-token window, 512 of context)
 VIEW_CHARS_PER_TOKEN = 3.5  # code, in Qwen2.5-Coder's and Gemma's vocabularies
 FILE_CHARS_PER_TOKEN = 4.0  # an estimate (Qwen2.5-Coder: 3.6 to 4.7 on real code, 4.4+ on a licence's prose; Gemma 2.7 to 4.0): the engine's exact count bounds it (budget_for)
-COLD_SHARE = 0.5  # the context takes at most this share of the current file's tokens: a cold request <= 1.5x (engine.engine.COLD_SHARE too)
 BUDGET_STEP = 64
 DEFINITIONS_SCAN_CHARS = 262_144  # the current file's definitions are looked for this far (bounded work)
 
@@ -194,8 +193,8 @@ class ContextChooser:
                       related(chunks, near) if self.related else None, imported, popularity(ids, outlines))  # fmt: skip
         entries = fill(scored, round(max_tokens * OUTLINE_SHARE))  # outline.pick, with the ranking kept
         taken = set(entries)
-        order = tuple(dict.fromkeys(e for _, e, _ in scored if e in taken))
-        order += tuple(e for e in entries if e not in set(order))  # an anchor brought along, not ranked itself
+        ranked = dict.fromkeys(e for _, e, _ in scored if e in taken)
+        order = (*ranked, *(e for e in entries if e not in ranked))  # then an anchor brought along, not ranked itself
         return Chosen(tuple(entries), tuple(choose(chunks, near, defined, max_tokens - tokens_of(entries), typed)), order)
 
     def sources(self, key: str, doc: Document, documents: Iterable[tuple[str, Document]]) -> list[Source]:
