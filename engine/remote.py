@@ -80,6 +80,9 @@ DRAIN_S = 0.002  # what an ended call still reads of its stream (the final event
 # it takes another request for the slot anyway), then closes it. Reading for at most 0.5 s, as
 # before, closed it on a loaded machine, and the next request opened a new connection.
 LEFTOVER_TOKENS = GENERATION_SLACK + 2
+# A named slot that gives back this many tokens fewer than we left in it was taken by another
+# client (a token or two can be ours: the last token of a stream closed early may not be decoded).
+TAKEN_MIN_TOKENS = 8
 SLOT_SHARE = 0.5  # a prompt goes to a slot we used when it shares at least this part of it
 # A prefetch's budget (and so a slow prompt's, once its keystroke gave up on it): at least this,
 # or this many keystroke budgets.
@@ -121,6 +124,7 @@ class _Walk:
     slot: int = -1
     seen: int = 0
     first: bool = True
+    expected: int | None = None  # prompt tokens the named slot should give back (`_expect`)
     n_predict: int = 0  # tokens the request may generate
     leftover: bool = False  # kept open past the engine call that opened it (see `end`)
     excluded: frozenset[int] = frozenset()  # banned at the first free step: its cap leaves them out
@@ -137,6 +141,7 @@ class _Fill:
     context: tuple[int, ...]  # the prompt sent
     pending: Pending
     slot: int  # the slot named in the request (-1: the server picks)
+    expected: int | None = None  # prompt tokens the named slot should give back (`_expect`)
 
 
 def gbnf_literal(text: bytes) -> str | None:
@@ -188,6 +193,14 @@ class RemoteRows:
         self.decoded = 0  # prompt tokens the server decoded for us (its timings' prompt_n)
         self.fallbacks: list[str] = []  # one entry per unproven covering ("unproven" | "mask")
         self.switches = 0
+        # Another client has taken a slot we held (a team on one server): a named slot gave back
+        # less of its prompt than we left in it. From then on a document we come back to goes to
+        # the server's pick (`_slot_for`). `_blind`: prefills sent to the server's pick that were
+        # given up unanswered, so where they landed (perhaps one of our slots) is not known.
+        self.shared = False
+        self.taken = 0  # named requests that found their slot taken
+        self._blind = 0
+        self._placed = False
         # Checks a server's model (engine.remote_load `ServerCheck`): run again on the server a
         # balancer moved a document to, before any of its numbers are used.
         self.check: Callable[[ModelServerClient, "RemoteRows"], None] | None = None
@@ -243,6 +256,7 @@ class RemoteRows:
         self._predict = max(1, max_tokens)
         self._single_line = single_line
         self._prompt = ()
+        self._placed = False  # the server has placed this call's document (`_slot_for`)
 
     def end(self) -> None:
         """The engine call is over: an open stream is closed, so the server stops decoding it.
@@ -349,10 +363,11 @@ class RemoteRows:
                 return
             # All but the last token: the request that follows then decodes that one alone.
             start = key[:-1] if len(key) > 1 and self._cached_in(slot, warm, key) < len(key) - 1 else key
+            expected = self._expect(slot, warm, start)
             body = self._body(start, 0, slot, warm)
             body["stream"] = False
             pending = self.client.start("/completion", body, self._deadline, cancel.is_set if cancel else None)
-            self._fill = _Fill(start, pending, slot)
+            self._fill = _Fill(start, pending, slot, expected)
             self._await_fill(cancel)
 
     @property
@@ -377,7 +392,7 @@ class RemoteRows:
         if not isinstance(answer, dict):
             raise self.client.protocol("a prefetch answer that is not an object")
         self._learn(fill.context, answer)
-        self._note_timings(answer)
+        self._note_timings(answer, fill.expected)
 
     def _drop_fill(self) -> None:
         """Give up the running prefill: the server stops it (decoded chunks stay in its slot, but
@@ -393,6 +408,7 @@ class RemoteRows:
                 del self._slots[fill.slot]
         elif fill.context in self._unplaced:
             self._unplaced.remove(fill.context)
+            self._blind += 1
 
     def _detach_fill(self) -> None:
         """Leave the running prefill to finish while another document is served. Given up, it was
@@ -441,6 +457,7 @@ class RemoteRows:
             self._slots.clear()
             self._live = None
             self._unplaced.clear()
+            self._blind, self.shared = 0, False
             self._nodes.clear()
             self._dense.clear()
             self._bounded.clear()
@@ -553,6 +570,13 @@ class RemoteRows:
         others = [(slot, held) for slot, held in self._slots.items() if slot != self._live]
         others += [(slot, ()) for slot in range(self.total_slots) if slot not in self._slots and slot != self._live]
         where, target = placement(live, others, context)
+        if self.shared and not self._placed and where != "fresh":
+            # A team (`shared`): between two calls another user may have taken the slot; named,
+            # it would be decoded again over whatever it holds now (llama-server's RAM prompt
+            # cache is consulted for a named slot only at a non-zero similarity, which is unsafe:
+            # docs/shared-server.md). So the call's first request goes to the server's pick, an
+            # idle slot, into which the RAM cache restores the document; the answer names it.
+            return -1, True
         if where == "stay":
             return self._live, True
         if where == "move":
@@ -565,6 +589,13 @@ class RemoteRows:
         if any(common_prefix_length(held, context) >= SLOT_SHARE * len(context) for held in self._unplaced):
             return -1, True
         return -1, False
+
+    def _expect(self, slot: int, warm: bool, context: tuple[int, ...]) -> int | None:
+        """How many of `context`'s tokens the server should report reused from a named slot (it
+        always evaluates the last one again); None when nothing is expected of it."""
+        if slot < 0 or not warm:
+            return None
+        return min(self._cached_in(slot, warm, context), len(context) - 1)
 
     def _cached_in(self, slot: int, warm: bool, context: tuple[int, ...]) -> int:
         """How much of `context` the server will reuse in `slot`, as far as we know."""
@@ -591,6 +622,7 @@ class RemoteRows:
         self._slots[slot] = context
         if live:
             self._live = slot
+            self._placed = True
         if context in self._unplaced:
             self._unplaced.remove(context)
         for other, held in list(self._slots.items()):
@@ -598,16 +630,25 @@ class RemoteRows:
                 del self._slots[other]
         return True
 
-    def _note_timings(self, event: dict) -> None:
+    def _note_timings(self, event: dict, expected: int | None = None) -> None:
         """Prompt tokens the server evaluated for a request: its timings' `prompt_n` (a prefill's
-        answer), or a stream's first progress event (`total` - `cache`)."""
+        answer), or a stream's first progress event (`total` - `cache`). Fewer reused than
+        `expected` from a named slot: another client took it (`shared`)."""
+        reused = None
         timings = event.get("timings")
+        progress = event.get("prompt_progress")
         if isinstance(timings, dict) and isinstance(timings.get("prompt_n"), int):
             self.decoded += max(0, timings["prompt_n"])
-            return
-        progress = event.get("prompt_progress")
-        if isinstance(progress, dict) and isinstance(progress.get("total"), int) and isinstance(progress.get("cache"), int):
+            reused = timings.get("cache_n")
+        elif isinstance(progress, dict) and isinstance(progress.get("total"), int) and isinstance(progress.get("cache"), int):
             self.decoded += max(0, progress["total"] - progress["cache"])
+            reused = progress["cache"]
+        if expected is not None and isinstance(reused, int) and reused + TAKEN_MIN_TOKENS < expected:
+            self.taken += 1
+            if self._blind:  # perhaps our own prefill, sent to the server's pick and given up
+                self._blind = 0
+            else:
+                self.shared = True
 
     def _body(self, context: tuple[int, ...], predict: int, slot: int, warm: bool, line_stop: bool = True) -> dict:
         if slot >= 0:
@@ -687,6 +728,7 @@ class RemoteRows:
         # forced token past a line break (`next_line`: the line ended at once) would stop it there.
         line_stop = not any(b in self._vocab.pieces[t] for t in forced for b in (b"\n", b"\r"))
         line_stop = line_stop and not (literal and (b"\n" in literal or b"\r" in literal))
+        expected = self._expect(slot, warm, start)
         body = self._body(start, predict + len(context) - len(start), slot, warm, line_stop)
         terms = [f"<[{t}]>" for t in forced]
         if literal:
@@ -712,7 +754,7 @@ class RemoteRows:
         self._held = start
         self._walk = _Walk(
             stream, start, list(forced), literal if literal else None, bool(ban), slot=body["id_slot"],
-            n_predict=body["n_predict"], excluded=frozenset(exclude),
+            n_predict=body["n_predict"], excluded=frozenset(exclude), expected=expected,
         )
         if not until_free:
             return
@@ -745,7 +787,7 @@ class RemoteRows:
                 return
             if walk.first and ("timings" in event or "prompt_progress" in event):
                 walk.first = False
-                self._note_timings(event)
+                self._note_timings(event, walk.expected)
             if walk.slot < 0 and self._learn(walk.context, event):
                 walk.slot = event["id_slot"]  # the final event names it (token events say -1)
             if event.get("stop") is True:  # the final event: no token

@@ -77,6 +77,7 @@ class FakeLlamaServer(LoopbackHttpServer):
         self.headers: list[bytes] = []  # each request's head
         self.prefill_delay_s = 0.0  # before answering a prefill (a slow prompt decode)
         self.assign_slots = False  # a prefill naming no slot gets the next one (else slot 0), a named one its own
+        self.cache_n = None  # a prefill's reused prompt tokens to report (`timings.cache_n`): another user took the slot
         self._next_slot = 0
         # sent as X-Cpc-Upstream (a balancer's answering server): a name, or a function of the
         # request's head (a balancer's hash on X-Cpc-Document)
@@ -106,7 +107,10 @@ class FakeLlamaServer(LoopbackHttpServer):
                     if slot < 0:
                         slot, self._next_slot = self._next_slot, self._next_slot + 1
                 time.sleep(self.prefill_delay_s)
-                self._send(conn, b"200 OK", json.dumps({"id_slot": slot, "timings": {"prompt_n": len(request["prompt"])}}).encode())
+                timings = {"prompt_n": len(request["prompt"])}
+                if self.cache_n is not None:
+                    timings |= {"cache_n": self.cache_n, "prompt_n": len(request["prompt"]) - self.cache_n}
+                self._send(conn, b"200 OK", json.dumps({"id_slot": slot, "timings": timings}).encode())
                 return
             extra = self._upstream_header()
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n%s\r\n" % extra)

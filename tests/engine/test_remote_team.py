@@ -7,9 +7,13 @@ The test claims no speed: it counts the prompt tokens the server evaluated (its 
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 from engine import CompletionRequest, Engine, EngineConfig
+from engine.http_client import ModelServerClient
 from tests.fixtures import start_llama_server
 
 pytestmark = pytest.mark.model
@@ -117,5 +121,58 @@ def test_a_new_document_restored_for_its_header_takes_a_saved_prompt_out_of_ram(
         _prefill(server, theirs, 0)  # and theirs back; mine saved again
         _prefill(server, new, 0)  # restores mine for the shared start, then decodes over it
         assert _prefill(server, mine, 0)[1] == shared  # only the shared start is left
+    finally:
+        server.stop()
+
+
+def test_at_similarity_0_a_client_that_lost_its_slot_once_gets_its_document_back_from_ram():
+    """At `--slot-prompt-similarity 0` (the safe setting: see the next test) llama-server consults
+    its RAM prompt cache only for a request that names no slot. The first time another user takes
+    my slot, my named request decodes my document again and the client learns it is in a team;
+    from then on its calls let the server place the document, which the cache gives back."""
+    server = start_llama_server(slots=1, extra_args=("--slot-prompt-similarity", "0"))
+    me, other = engine_for(server.url), engine_for(server.url)
+    try:
+        first = me.complete(CompletionRequest(MINE, "pars", max_tokens=3))
+        other.complete(CompletionRequest(THEIRS, "ite", max_tokens=3))
+        lost = me.complete(CompletionRequest(MINE, "opt", max_tokens=3))
+        assert lost.stats.decoded_tokens >= first.stats.prompt_tokens // 2, lost.stats  # decoded again
+        other.complete(CompletionRequest(THEIRS, "cou", max_tokens=3))  # takes the slot again
+        back = me.complete(CompletionRequest(MINE, "arg", max_tokens=3))
+        assert back.stats.decoded_tokens <= 3, back.stats  # restored from RAM
+        assert back.text.startswith("arg")
+    finally:
+        me.close()
+        other.close()
+        server.stop()
+
+
+@pytest.mark.parametrize("similarity,intact", [("0.1", False), ("0", True)])
+def test_a_request_naming_a_busy_slot_changes_its_running_generation_only_at_a_non_zero_similarity(similarity, intact):
+    """Why docs/shared-server.md runs llama-server at `--slot-prompt-similarity 0`. At a non-zero
+    similarity, a request that names a slot busy with another request runs the RAM-cache step
+    before it is deferred (`get_available_slot`): it saves the slot and loads its own saved prompt
+    into it, under the generation running there, which goes on over the other document's KV. At 0
+    the request just waits for the slot. Two users whose documents were in one slot do this."""
+    server = start_llama_server(slots=1, threads=2, extra_args=("--slot-prompt-similarity", similarity))
+    try:
+        mine, theirs = _tokens(server, MINE), _tokens(server, THEIRS)
+        generate = {"prompt": mine, "n_predict": 96, "id_slot": 0, "cache_prompt": True, "temperature": 0.0,
+                    "samplers": ["temperature"], "return_tokens": True, "ignore_eos": True}
+        _prefill(server, theirs, 0)
+        _prefill(server, mine, 0)  # theirs saved to RAM (at 0.1; at 0 nothing is saved or loaded)
+        status, alone = server.post("/completion", generate, timeout=120)
+        assert status == 200, alone
+        _prefill(server, theirs, 0)
+        _prefill(server, mine, 0)
+        stream = ModelServerClient(server.url, None, 120.0).stream("/completion", generate | {"stream": True}, time.monotonic() + 120)
+        tokens = []
+        while (event := stream.next_event()) is not None:
+            if event.get("tokens") and not tokens:
+                other = threading.Thread(target=_prefill, args=(server, theirs, 0))  # names the busy slot
+                other.start()
+            tokens += event.get("tokens") or []
+        other.join()
+        assert (tokens == alone["tokens"]) is intact, (tokens, alone["tokens"])
     finally:
         server.stop()

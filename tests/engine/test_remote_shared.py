@@ -1,0 +1,68 @@
+"""A team on one llama-server, seen from one client (a fake server, no model): once a slot it held
+gives back less of its document than it left there (another user took it), the client stops
+naming slots for a call's first request and lets the server place the document (an idle slot,
+into which the server's RAM prompt cache restores it). Alone, it keeps naming its slots."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.http_client import ModelServerClient
+from engine.remote import TAKEN_MIN_TOKENS, RemoteRows
+from tests.engine.fake_llama_server import FakeLlamaServer
+from tests.engine.toy import EOG, toy_vocab
+
+PIECES = ["a", "b", EOG, "<bos>"]
+A, B, END, BOS = range(4)
+VOCAB = toy_vocab(PIECES, control=("<bos>",))
+DOCUMENT = (BOS,) + (A,) * 30
+LONGER = DOCUMENT + (B,) * 5  # the same document, typed on: its slot should give back DOCUMENT
+
+
+@pytest.fixture
+def fake():
+    server = FakeLlamaServer(VOCAB, {(): {A: 0.6, END: 0.4}})
+    server.assign_slots = True
+    yield server
+    server.close()
+
+
+def client(fake: FakeLlamaServer) -> RemoteRows:
+    return RemoteRows(ModelServerClient(fake.url, None, 5.0), VOCAB, 2048, 4, None)
+
+
+def prefill(rows: RemoteRows, tokens: tuple[int, ...]) -> None:
+    """One engine call (a prefetch) that decodes `tokens` into a slot."""
+    rows.begin(None, max_tokens=0)
+    rows.prefill(tokens)
+
+
+def test_alone_every_request_after_the_first_names_the_slot(fake):
+    rows = client(fake)
+    prefill(rows, DOCUMENT)
+    fake.cache_n = len(DOCUMENT) - 1  # the slot gave back all it held
+    prefill(rows, LONGER)
+    prefill(rows, LONGER + (A,) * 5)
+    assert [b["id_slot"] for b in fake.bodies] == [-1, 0, 0]
+    assert not rows.shared and rows.taken == 0
+
+
+def test_a_slot_taken_by_another_user_makes_the_next_call_ask_the_server_to_place_it(fake):
+    rows = client(fake)
+    prefill(rows, DOCUMENT)
+    fake.cache_n = 3  # another user's document, sharing 3 tokens, took the slot meanwhile
+    prefill(rows, LONGER)
+    assert rows.shared and rows.taken == 1
+    fake.cache_n = len(LONGER) - 1
+    prefill(rows, LONGER + (A,) * 5)  # the next call: the server's pick, with its cache
+    prefill(rows, LONGER + (A,) * 9)  # and every call's first request after it
+    assert [(b["id_slot"], b["cache_prompt"]) for b in fake.bodies] == [(-1, False), (0, True), (-1, True), (-1, True)]
+    assert rows.taken == 1  # the server placed the last two: nothing was expected of a slot
+
+
+def test_a_few_tokens_short_is_not_a_theft(fake):
+    rows = client(fake)
+    prefill(rows, DOCUMENT)
+    fake.cache_n = len(DOCUMENT) - TAKEN_MIN_TOKENS  # e.g. a stream closed before its last token was decoded
+    prefill(rows, LONGER)
+    assert not rows.shared
