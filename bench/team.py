@@ -16,9 +16,10 @@ first user alone on a fresh server of the same kind, typing the same: the refere
   back to a document), and the share of keystrokes with a suggestion, per user;
 - how the server picked slots (its log: by id, by LRU, by similarity).
 
-Server variants (`VARIANTS`): llama-server's default `--slot-prompt-similarity 0.1` (the command
-docs/shared-server.md gives a team) and 0, each with and without the RAM prompt cache (`--cache-ram`, 8192 MiB by default), and more
-slots than users. Results: bench/results/team.json.
+Server variants (`VARIANTS`): `--slot-prompt-similarity 0` (the command docs/shared-server.md gives
+a team: at a non-zero similarity a request naming a busy slot can change the generation running
+there) and llama-server's default 0.1, each with and without the RAM prompt cache (`--cache-ram`,
+8192 MiB by default), and more slots than users. Results: bench/results/team.json.
 """
 
 from __future__ import annotations
@@ -68,12 +69,13 @@ class Variant:
 VARIANTS = {
     v.name: v
     for v in (
-        Variant("sim0", 0.0, None),  # what the docs recommended before session 6 (the RAM cache at its default)
+        Variant("sim0", 0.0, None),  # docs/shared-server.md's command (the RAM cache at its default)
         Variant("sim0-noram", 0.0, 0),
-        Variant("sim0.1", 0.1, None),  # llama-server's defaults: docs/shared-server.md's command
+        Variant("sim0.1", 0.1, None),  # llama-server's defaults (the docs' command before 2026-12-05)
         Variant("sim0.1-noram", 0.1, 0),
         Variant("sim0.5", 0.5, None),  # a new document's prompt goes by LRU, not to the slot of another one with the same header
         Variant("sim0-12slots", 0.0, None, slots=12),  # more slots than users x documents (4 x 3)
+        Variant("sim0-24slots", 0.0, None, slots=24),  # a slot per document of 8 users: no slot is shared, the compute is
         Variant("sim0.1-1slot", 0.1, None, slots=1),  # issue 22's "one slot, two users": waits for the slot
     )
 }
@@ -324,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"of {','.join(VARIANTS)}")
     parser.add_argument("--users", default="4,8")
     parser.add_argument("--threads", type=int, default=2, help="llama-server -t (the README's command: 2)")
-    parser.add_argument("--chosen", default="sim0.1", help="the variant the targets are checked on (docs/shared-server.md's command)")
+    parser.add_argument("--chosen", default="sim0", help="the variant the targets are checked on (docs/shared-server.md's command)")
     parser.add_argument("--model", default=None, help="each language server's `model` (default: the benchmark's, Gemma 3 270M)")
     parser.add_argument("--server-model", default=None, help="what llama-server runs (default: --model), e.g. a team's pair: "
                         "--model qwen2.5-coder-0.5b --server-model qwen2.5-coder-1.5b")
