@@ -75,7 +75,7 @@ VARIANTS = {
         Variant("sim0.1-noram", 0.1, 0),
         Variant("sim0.5", 0.5, None),  # a new document's prompt goes by LRU, not to the slot of another one with the same header
         Variant("sim0-12slots", 0.0, None, slots=12),  # more slots than users x documents (4 x 3)
-        Variant("sim0-24slots", 0.0, None, slots=24),  # a slot per document of 8 users: no slot is shared, the compute is
+        Variant("sim0-24slots", 0.0, None, slots=24),  # a slot per document of 8 users: nothing shared, the tail is compute
         Variant("sim0.1-1slot", 0.1, None, slots=1),  # issue 22's "one slot, two users": waits for the slot
     )
 }

@@ -40,6 +40,9 @@ the prompt cached. Only a call for another document gives it up (closing it stop
 Prompts go as token ids (no BOS is added to an id array: the engine's own tokens already start
 with it) with `cache_prompt` into one slot per document (`id_slot`, learnt from the server's
 answers or fixed by `model_server_slot`), so an unchanged prompt costs the server no prompt work.
+In a team (once a named slot gave back far less than we left in it: another user took it), each
+call's first request names no slot instead, so llama-server puts the document in an idle slot and
+restores it from its RAM prompt cache (`_slot_for`).
 """
 
 from __future__ import annotations
@@ -194,8 +197,8 @@ class RemoteRows:
         self.fallbacks: list[str] = []  # one entry per unproven covering ("unproven" | "mask")
         self.switches = 0
         # Another client has taken a slot we held (a team on one server): a named slot gave back
-        # less of its prompt than we left in it. From then on a document we come back to goes to
-        # the server's pick (`_slot_for`). `_blind`: prefills sent to the server's pick that were
+        # less of its prompt than we left in it. From then on each call's first request goes to the
+        # server's pick (`_slot_for`). `_blind`: prefills sent to the server's pick that were
         # given up unanswered, so where they landed (perhaps one of our slots) is not known.
         self.shared = False
         self.taken = 0  # named requests that found their slot taken
