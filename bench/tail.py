@@ -199,7 +199,9 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
         ("round trips per warm keystroke p95 <= 2", num(r["round_trips_p95"]), None if r["round_trips_p95"] is None else r["round_trips_p95"] <= 2),
         ("mean bytes per warm keystroke <= 10 KB", num(r["bytes_mean"], 0), None if r["bytes_mean"] is None else r["bytes_mean"] <= 10_000),
         (f"behind the proxy: warm p95 <= one round trip + 100 ms ({limit} ms)", num(proxied_p95), None if proxied_p95 is None else proxied_p95 <= limit),
-        ("behind the proxy: one TCP connection per document", f"{conns}", all(c <= 1 for c in conns) if conns else None),
+        # New connections each document's keystrokes opened: 0 when they went on the one the
+        # language server already had open (its model check at start), else at most 1.
+        ("behind the proxy: new TCP connections per document <= 1", f"{conns}", all(c <= 1 for c in conns) if conns else None),
     ]  # fmt: skip
 
 
