@@ -77,6 +77,7 @@ VARIANTS = {
         Variant("sim0-12slots", 0.0, None, slots=12),  # more slots than users x documents (4 x 3)
         Variant("sim0-24slots", 0.0, None, slots=24),  # a slot per document of 8 users: nothing shared, the tail is compute
         Variant("sim0.1-1slot", 0.1, None, slots=1),  # issue 22's "one slot, two users": waits for the slot
+        Variant("sim0-1slot", 0.0, None, slots=1),  # the same on docs/shared-server.md's command
     )
 }
 
