@@ -738,21 +738,21 @@ HIDDEN_DOC = """**A hidden suggestion is still known.** When the gate hides a su
 server keeps the whole completion and its signals; a keystroke that types along it is judged again
 from what was computed (lsp_server.rejudge: the rest's confidence given what is now typed), with no
 engine call. Measured with `python -m bench.replay --model PATH --per-kind 1 --chars 120 --kinds
-python,javascript,prose --places "in place" --gate off,0.625 --no-peer` (bounded: a busy shared
-2-core machine), the code before (main) and after, run at the same time, then `python -m bench.gate
-hidden --before A --after B`. The same threshold and calibration on both sides (Gemma's at 0.625,
-what the 0.5B got before this change), so only the carrying differs; the third run (the same python and javascript passages)
-is meant as the 0.5B at its own calibrated default, but its "gate default" variant in fact ran with
-the gate off (settings are patched, and the variant left `minConfidence` out after the gate-off
-variant had set it to 0; bench.replay now sends null), so its two rows are both the gate off.
-Medians are of every request; the machine was shared (load average about 16 on 2 cores), so compare
-within a version."""
+python,javascript,prose --places "in place" --gate off,0.625 --no-peer`, the code before and after
+the change run at the same time, then `python -m bench.gate hidden --before A --after B`. The same
+threshold and calibration on both sides, so only the carrying differs; the third run's two rows are
+both the gate off (its "gate default" variant left `minConfidence` out after the gate-off variant
+had set it to 0; bench.replay now sends null). Medians are of every request on a shared machine, so
+compare within a version."""
 
 
 GATE_DOC = """# The confidence gate, per model
 
-Written by `python -m bench.gate fit|check|render --model NAME` (bench/gate.py); the records are
-`bench/results/gate_records_{{model}}_{{tune,check}}.json` (Gemma's: `gate_records_{{tune,check}}.json`).
+For whoever checks or refits the gate: every fitted model's default threshold, what it does on
+both record sets, its curve and its tables. Written by `python -m bench.gate fit|check|render
+--model NAME` (bench/gate.py) from `bench/results/gate*.json`; the records it fits on
+(`gate_records_*.json`) are made again by `python -m bench.gate record --model NAME` and are not
+kept in git. What the gate is and how to set it: [confidence-gate.md](confidence-gate.md).
 
 Each model has its own calibration (the logistic coefficients of lsp_server/gate.py) and its own
 default `minConfidence`, stored in `lsp_server/calibrations.json` under the model's identity: its
@@ -769,7 +769,7 @@ Gemma 1.46x): a set is a dozen passages, and the two sets' curves differ by more
 headroom. The live typing replay (other passages again, through the real server) is what checks
 a threshold on text neither set has seen.
 
-**The length term** (`w_length`, this round): log(1 + the characters of the piece up to the word
+**The length term** (`w_length`): log(1 + the characters of the piece up to the word
 end, spaces aside). Fitted negative on all three models: a long piece is exactly right less often
 than its probability says. Without it no threshold met both targets on the 0.5B's check records
 (at 0.4: 0.90x the characters saved at 1.49x the precision); with it, 0.375 keeps 0.91x at 1.53x.
@@ -779,7 +779,7 @@ calibration of `{base}` at `minConfidence` {unfitted:g}, stricter than any fitte
 unknown model shows less rather than more. Fit one with `python -m bench.gate refit --model
 NAME_OR_PATH` (record, fit and check in one go; `record --resume` goes on with a run cut short).
 
-**The records** (the fit of this round, on the signals both backends give alike: the coverings
+**The records** (the signals both backends give alike: the coverings
 along the chosen one with each row cut to its top 40, the weakest step up to a word end, whether
 the cursor is in a line's indentation). Each set was cut short on a shared 2-core machine, the
 kinds in turn so every kind is in it: Gemma 12 tune and 15 check passages, the 0.5B 11 and 14, the

@@ -82,7 +82,7 @@ def decode_table(rows: list[dict[str, Any]]) -> Table:
     header = ["tokens", "cold", "warm same prompt", "warm +next word", "decoded (+next word)", "cold/warm+word", "runs"]
     body = [[num(r["tokens"]), num(r["cold_ms"]), num(r["warm_same_ms"], 3), num(r["warm_next_word_ms"]),
              num(r["next_word_decoded"], 0), times(r["cold_over_warm_next_word"]), num(r["runs"])] for r in rows]  # fmt: skip
-    return "prompt decode, ms, engine: cold (KV cleared) vs warm (seed 003's table)", header, body
+    return "prompt decode, ms, engine: cold (KV cleared) vs warm (the same prompt again; and with the next word appended)", header, body
 
 
 def cancel_table(cancel: dict[str, Any]) -> Table:
