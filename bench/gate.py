@@ -712,7 +712,7 @@ def summary() -> None:
         r = json.loads(path.read_text())
         m = r.get("model", DEFAULT_MODEL)
         sections.append(f"## {m}\n\n![the gate's curve on {m}](gate-{m.replace(':', '-')}.png)\n\n"
-                        + "\n\n".join(report.markdown(t) for t in _tabs(r)))  # fmt: skip
+                        + "\n\n".join(report.markdown(t) for t in _tabs(r) if not t[0].endswith("threshold sweep")))  # fmt: skip
         ident = r.get("model", DEFAULT_MODEL)
         t = r.get("targets") or targets(r)
         recs = r["records"]
@@ -791,7 +791,8 @@ as the server does.
 {table}
 
 Per model below: the curve (characters saved against precision over minConfidence 0-0.95, both
-sets; star: the default), then the tables.
+sets; star: the default), then the tables (`python -m bench.gate render` also prints the sweep of
+thresholds that the curve draws).
 
 """
 def constants(c: dict[str, Any]) -> str:
