@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from bench import report
-from bench.cases import build_cases, fingerprint
 from bench.machine import CpuWatch, process_cpu_seconds
 from bench.stats import maximum, median
 from lsp_server.settings import Settings
+from tests.support.cases import build_cases, fingerprint
 
 ROOT = report.output_root()  # the checkout, else the current directory (not site-packages)
 RESULTS = ROOT / "bench" / "results"
@@ -101,7 +101,7 @@ def _engine_part(engine, cases, args, parts, results: dict[str, Any]) -> list:
 
 def _start_server(args):
     """The server starts first: it loads its model while this process loads its own."""
-    from bench.lsp_client import LspClient
+    from tests.support.lsp_client import LspClient
 
     log = Path(tempfile.gettempdir()) / "cpc-lsp-bench-server.log"
     client = LspClient(["--log-level", "warning", *(["--model", args.model] if args.model else [])], stderr_path=log)
@@ -111,7 +111,7 @@ def _start_server(args):
 
 def _server_part(client, cases, args, parts, results: dict[str, Any], count_tokens, model_path: str) -> list:
     from bench import latency, quality
-    from bench.lsp_client import Editor, peak_rss_mb
+    from tests.support.lsp_client import Editor, peak_rss_mb
 
     editor = Editor(client)
     outcomes: list = []
@@ -152,7 +152,7 @@ def _server_part(client, cases, args, parts, results: dict[str, Any], count_toke
 def _replay(editor, cases, args, model_path: str) -> dict[str, Any]:
     """The typing replay (bench/replay.py) on files neither quality set uses, the gate off and at its default."""
     from bench import latency, replay
-    from bench.cases import build_cases, check_cases
+    from tests.support.cases import build_cases, check_cases
 
     tuning = cases if len(cases) >= 200 else build_cases(50, args.seed)
     items = replay.passages(1 if args.quick else 2, replay.used_files(tuning, check_cases(50, tuning)),

@@ -33,9 +33,9 @@ from typing import Any
 
 from bench import report
 from bench.firstcontact import Documents, _set_prefetch, _type_until_suggestion
-from bench.lsp_client import Editor, LspClient
 from bench.machine import CpuWatch, process_cpu_seconds
 from bench.stats import median, ratio
+from tests.support.lsp_client import Editor, LspClient
 
 RESULTS = report.output_root() / "bench" / "results" / "busy.json"
 WARM_KEYS = 25

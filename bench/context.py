@@ -42,12 +42,12 @@ from pathlib import Path
 from typing import Any
 
 from bench import report
-from bench.lsp_client import Editor, LspClient, insert_text
 from bench.replay import accepts, next_word
 from bench.stats import median, ratio
 from lsp_server.chunks import STOP, definitions
 from lsp_server.settings import Settings
 from lsp_server.split import is_word_char
+from tests.support.lsp_client import Editor, LspClient, insert_text
 
 PASSAGE_CHARS = 160
 AFTER_CHARS = 1_500
@@ -430,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def peer_runs(model: str, items: list[Passage], args, say, label: str) -> list[dict[str, Any]]:
-    from bench.llama_server import start_llama_server
+    from tests.support.llama_server import start_llama_server
 
     runs = []
     server = start_llama_server(slots=1, ctx=args.window, model=model, threads=args.threads,

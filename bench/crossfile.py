@@ -44,12 +44,12 @@ from typing import Any
 
 from bench import report
 from bench.context import LANGUAGE_IDS, _is_code, start_server
-from bench.lsp_client import LspClient, insert_text
 from bench.replay import accepts, next_word
 from bench.stats import median, ratio
 from lsp_server.chunks import STOP
-from lsp_server.split import is_word_char
 from lsp_server.settings import Settings
+from lsp_server.split import is_word_char
+from tests.support.lsp_client import LspClient, insert_text
 
 WORK = Path("/tmp/cpc-lsp-bench-crossfile")
 REGION_LINES = 150  # the probes of a target lie in this many consecutive lines
@@ -742,7 +742,7 @@ def main(argv: list[str] | None = None) -> int:
 def peer_runs(model: str, plan, args, say, label: str) -> list[dict[str, Any]]:
     """llama.vim on llama-server as llama.vim's README starts it for FIM (batch 1024), with our
     context window: the prefix takes 3/4 of a batch, the suffix the rest, `input_extra` what is left."""
-    from bench.llama_server import start_llama_server
+    from tests.support.llama_server import start_llama_server
 
     runs = []
     # --n-predict: llama-server sizes input_extra as n_ctx - n_batch - 2 * its own n_predict, and its

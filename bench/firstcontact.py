@@ -33,10 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from bench import report
-from bench.lsp_client import Editor, LspClient, insert_text, peak_rss_mb
 from bench.machine import CpuWatch, process_cpu_seconds
-from bench.prompts import source_text
 from bench.stats import maximum, median, ratio
+from tests.support.lsp_client import Editor, LspClient, insert_text, peak_rss_mb
+from tests.support.prompts import source_text
 
 ROOT = report.output_root()
 RESULTS = ROOT / "bench" / "results" / "firstcontact.json"
@@ -231,10 +231,10 @@ def switch(editor: Editor, docs: Documents, trials: int) -> dict[str, Any]:
 def speculation(engine, per_kind: int) -> dict[str, Any]:
     """Generation ms per token with and without drafts on the quality cases' documents (greedy,
     multi-line, 32 tokens), each prompt decoded first (untimed) from an empty cache."""
-    from bench.cases import build_cases
     from engine import CompletionRequest, SamplingConfig
     from engine.speculative import DraftConfig
     from lsp_server.split import split
+    from tests.support.cases import build_cases
 
     rows = []
     kinds = {"code": ("python", "javascript", "c"), "prose": ("prose",)}

@@ -45,10 +45,10 @@ from typing import Any
 from bench import report
 from bench.humaneval import FunctionCase, cases, passes
 from bench.infill import SEED_ARGS, InfillPeer
-from bench.llama_server import LlamaServer
-from bench.lsp_client import Editor, LspClient, insert_text
 from bench.stats import median, ratio
 from lsp_server.split import split
+from tests.support.llama_server import LlamaServer
+from tests.support.lsp_client import Editor, LspClient, insert_text
 
 METHODS = ("exact", "mask", "naive")
 MAX_TOKENS = 64

@@ -47,8 +47,18 @@ from engine import Alternative, Completion, DecodeStats, Signals, WordEnd
 from engine.types import NO_RIVAL
 from lsp_server import block as blocks
 from lsp_server.gate import (
-    CALIBRATION, CALIBRATIONS, CURSOR_CLASSES, TYPED_FLOOR, Calibration, at_line_start, calibrations, cursor_class, gate_for,
-    min_step_at, piece_length, weakest_steps,
+    CALIBRATION,
+    CALIBRATIONS,
+    CURSOR_CLASSES,
+    TYPED_FLOOR,
+    Calibration,
+    at_line_start,
+    calibrations,
+    cursor_class,
+    gate_for,
+    min_step_at,
+    piece_length,
+    weakest_steps,
 )
 from lsp_server.rejudge import along
 from lsp_server.split import is_word_char, split
@@ -164,12 +174,12 @@ def paths_for(args) -> tuple[str, str, Path, Path]:
 
 
 def record(args) -> int:
-    from bench.cases import build_cases, check_cases
     from bench.latency import Peer
-    from bench.lsp_client import LspClient
     from bench.machine import CpuWatch, process_cpu_seconds
     from bench.replay import ready_editor, used_files
     from engine.model_files import resolve_model
+    from tests.support.cases import build_cases, check_cases
+    from tests.support.lsp_client import LspClient
 
     def say(message: str) -> None:
         print(f"[gate] {message}", file=sys.stderr, flush=True)

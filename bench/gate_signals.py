@@ -18,8 +18,8 @@ import argparse
 import json
 from pathlib import Path
 
-from bench.llama_server import start_llama_server
 from bench.remote import SLOTS, headline_cases
+from tests.support.llama_server import start_llama_server
 
 RESULT = Path(__file__).parent / "results" / "remote_headline-gemma-3-270m.json"
 OUT = Path(__file__).parent / "results" / "gate_signals.json"

@@ -42,7 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bench.llama_server import LlamaServer
+from tests.support.llama_server import LlamaServer
 
 N_PREFIX, N_SUFFIX, N_PREDICT = 256, 64, 128
 MAX_CACHE_KEYS, LOOK_BACK, TRIMMED_PREFIXES = 250, 128, 3  # its answer cache, `s:fim_try_hint`, `llama#fim`

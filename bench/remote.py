@@ -3,11 +3,11 @@ in-process engine and beside the peer on the same server.
 
 The headline (`through_server`, also alone: `python -m bench.remote`): remote against in-process
 *through the language server*, as a new user sets it up: the README's server command (4 slots of
-2048 tokens, `-t 2`), default settings, held-out mid-word cases (bench.cases' check set) and the
+2048 tokens, `-t 2`), default settings, held-out mid-word cases (tests.support.cases' check set) and the
 seed sentences asked one after another, with the gate on (default) and off; the share of cases
 where the two show the same suggestion (nothing shown counts as a suggestion).
 
-Then one llama-server (bench.llama_server: the default model, 4 slots, the wheel's CPU flags) and
+Then one llama-server (tests.support.llama_server: the default model, 4 slots, the wheel's CPU flags) and
 language servers over stdio with the same settings: "local" (in-process model) and "remote"
 (`modelServer` = that llama-server). Measured:
 
@@ -36,14 +36,14 @@ from collections.abc import Callable
 from typing import Any
 
 from bench import quality
-from bench.cases import Case
-from bench.fault_proxy import FaultProxy
 from bench.infill import InfillPeer
-from bench.llama_server import LlamaServer, start_llama_server
-from bench.lsp_client import Editor, LspClient, insert_text
-from bench.prompts import SIZES, Typing, documents, source_text
 from bench.report import Table, num, pct, times
 from bench.stats import maximum, median, ratio
+from tests.support.cases import Case
+from tests.support.fault_proxy import FaultProxy
+from tests.support.llama_server import LlamaServer, start_llama_server
+from tests.support.lsp_client import Editor, LspClient, insert_text
+from tests.support.prompts import SIZES, Typing, documents, source_text
 
 SLOTS = 4
 PEER_SLOT = SLOTS - 1
@@ -311,8 +311,8 @@ def fault_probes(server: LlamaServer, settings: dict[str, Any]) -> list[dict[str
 
 
 def headline_cases(quick: bool = False) -> list[Case]:
-    """Held-out-style: bench.cases' check set (files the tuning set does not use), 26 per kind."""
-    from bench.cases import build_cases, check_cases
+    """Held-out-style: tests.support.cases' check set (files the tuning set does not use), 26 per kind."""
+    from tests.support.cases import build_cases, check_cases
 
     return check_cases(2 if quick else 26, build_cases(50))
 

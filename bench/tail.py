@@ -6,7 +6,7 @@ into fresh documents of 32 and 214 tokens, then the next word's first letter), s
 in-process language server and to one with `modelServer` = a llama-server (the README's command),
 back to back per keystroke so both see the same machine load. Per keystroke: ms, and from the
 remote engine's stats its HTTP round trips and bytes. Then the same keystrokes to a third
-language server whose `modelServer` is bench.fault_proxy in `delay` mode (each generation answer
+language server whose `modelServer` is tests.support.fault_proxy in `delay` mode (each generation answer
 held `--delay-ms`, 300 by default, as a distant server would be), counting the proxy's TCP
 connections per document. Results: bench/results/tail.json.
 
@@ -25,14 +25,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.fault_proxy import FaultProxy
-from bench.llama_server import start_llama_server
-from bench.lsp_client import Editor, LspClient
 from bench.machine import CpuWatch
-from bench.remote import _next_word_start, _ask, percentile
-from bench.prompts import SIZES, documents
+from bench.remote import _ask, _next_word_start, percentile
 from bench.report import Table, num, times
 from bench.stats import median, ratio
+from tests.support.fault_proxy import FaultProxy
+from tests.support.llama_server import start_llama_server
+from tests.support.lsp_client import Editor, LspClient
+from tests.support.prompts import SIZES, documents
 
 RESULTS = Path(__file__).parent / "results" / "tail.json"
 

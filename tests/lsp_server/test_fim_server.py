@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from bench.lsp_client import Editor, insert_text
+from tests.support.lsp_client import Editor, insert_text
 from lsp_server.scheduler import load_engine
 from lsp_server.settings import Settings
 from lsp_server.split import text_after
-from tests.engine.tiny_gguf import load
+from tests.support.tiny_gguf import load
 from tests.fixtures import InProcessServer
 
 BEFORE = "def value(self):\n    return the"
