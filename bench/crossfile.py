@@ -1,6 +1,6 @@
 """Cross-file cursors: the identifiers another file of the project defines, typed with the siblings open.
 
-The typing replay (bench.context) meets such a cursor only when the model misses a word's first
+The typing replay (bench.context_replay) meets such a cursor only when the model misses a word's first
 letter, so it sees a handful. This benchmark aims at them (CrossCodeEval's question, on real
 projects none of which is this one): in a target file of a project, with the project's other
 files open, each *probe* is an identifier occurrence. The user starts its line afresh (the line's
@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import report
-from bench.context import LANGUAGE_IDS, _is_code, start_server
+from bench.context_replay import LANGUAGE_IDS, _is_code, start_server
 from bench.replay import accepts, next_word
 from bench.stats import median, ratio
 from lsp_server.chunks import STOP

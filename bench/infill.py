@@ -27,7 +27,7 @@ It sends no `seed`, so the server's default applies: start llama-server with `--
 the run repeatable without changing a byte of the request (`SEED_ARGS`). When it renders, it
 drops a one-line suggestion that only retypes the next line (`render_line`).
 
-`InfillPeer.complete` is the simpler request bench.remote times (text before the cursor as the
+`InfillPeer.complete` is the simpler request bench.remote_vs_local times (text before the cursor as the
 raw prompt, greedy, a line-break stop): the same endpoint and connection handling.
 """
 
@@ -201,7 +201,7 @@ class InfillPeer:
 
     def complete(self, text: str) -> tuple[float, str]:
         """(ms, the text it suggests) for the cursor at the end of `text`: the text before the
-        cursor as the raw prompt, greedy, one line (bench.remote's latency peer)."""
+        cursor as the raw prompt, greedy, one line (bench.remote_vs_local's latency peer)."""
         common = {"n_predict": self.max_tokens, "cache_prompt": True, "id_slot": self.slot, "stream": False,
                   "temperature": 0.0, "stop": ["\n"]}  # fmt: skip
         if self.endpoint == "/infill":

@@ -1,7 +1,7 @@
 """`python -m bench.tail` (part of `python -m bench --only team`): the tail of warm keystrokes, remote
 against in-process through the language server, and behind a proxy that holds each answer.
 
-Issue 22, part 4. The keystrokes are bench.remote's (`keystrokes`: a word typed letter by letter
+Issue 22, part 4. The keystrokes are bench.remote_vs_local's (`keystrokes`: a word typed letter by letter
 into fresh documents of 32 and 214 tokens, then the next word's first letter), sent to an
 in-process language server and to one with `modelServer` = a llama-server (the README's command),
 back to back per keystroke so both see the same machine load. Per keystroke: ms, and from the
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.machine import CpuWatch
-from bench.remote import _ask, _next_word_start, percentile
+from bench.remote_vs_local import _ask, _next_word_start, percentile
 from bench.report import Table, num, times
 from bench.stats import median, ratio
 from tests.support.fault_proxy import FaultProxy

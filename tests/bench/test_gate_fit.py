@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 
-from bench.gate import (
+from bench.gate_fit import (
     FEATURES,
     PRECISION_TARGET,
     SAVED_TARGET,

@@ -22,7 +22,7 @@ The llama.vim-style peer (optional, `--peer`): llama-server with the same model,
 the text before and after the cursor and `input_extra` from its own ring buffer: the first 64
 lines of each file opened, at most 16 chunks, as llama.vim picks a chunk when a buffer is entered.
 
-`python -m bench.context --models gemma,/path/to/qwen.gguf --limit 2 --threads 1`
+`python -m bench.context_replay --models gemma,/path/to/qwen.gguf --limit 2 --threads 1`
 """
 
 from __future__ import annotations
@@ -268,7 +268,7 @@ class RingPeer:
     from its ring buffer (the first RING_LINES lines of each file opened, at most RING_CHUNKS)."""
 
     def __init__(self, server, max_tokens: int) -> None:
-        from bench.remote import InfillPeer
+        from bench.remote_vs_local import InfillPeer
 
         self.infill = InfillPeer(server, max_tokens)
         self.max_tokens = max_tokens
@@ -355,8 +355,8 @@ def table(rows: list[dict[str, Any]]) -> report.Table:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m bench.context`: the multi-file replay; results in bench/results/context.json."""
-    parser = argparse.ArgumentParser(prog="python -m bench.context", description=main.__doc__.split(":")[0])
+    """`python -m bench.context_replay`: the multi-file replay; results in bench/results/context.json."""
+    parser = argparse.ArgumentParser(prog="python -m bench.context_replay", description=main.__doc__.split(":")[0])
     parser.add_argument("--models", default="default", help="comma-separated: 'default' (the server's own) or a path or catalogue name")
     parser.add_argument("--limit", type=int, default=1, help="passages per target file")
     parser.add_argument("--targets", type=int, default=1, help="target files per project (of two)")

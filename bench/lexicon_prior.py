@@ -166,7 +166,7 @@ def scored_json(scored: list[Scored]) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m bench.lexicon tune|check`: the prior sweep on the tuning set (in process), or both
+    """`python -m bench.lexicon_prior tune|check`: the prior sweep on the tuning set (in process), or both
     sets through the real server at one prior. Results go to bench/results/lexicon.json."""
     import argparse
     import json
@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench.machine import CpuWatch, process_cpu_seconds
     from tests.support.cases import build_cases, check_cases, fingerprint
 
-    parser = argparse.ArgumentParser(prog="python -m bench.lexicon", description=main.__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.lexicon_prior", description=main.__doc__.split("\n")[0])
     parser.add_argument("what", choices=("tune", "check"))
     parser.add_argument("--per-kind", type=int, default=50)
     parser.add_argument("--prior", type=float, default=Settings().lexicon_prior)

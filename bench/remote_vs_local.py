@@ -1,7 +1,7 @@
 """The `remote` part of `python -m bench`: suggestions from a llama-server over loopback, beside the
 in-process engine and beside the peer on the same server.
 
-The headline (`through_server`, also alone: `python -m bench.remote`): remote against in-process
+The headline (`through_server`, also alone: `python -m bench.remote_vs_local`): remote against in-process
 *through the language server*, as a new user sets it up: the README's server command (4 slots of
 2048 tokens, `-t 2`), default settings, held-out mid-word cases (tests.support.cases' check set) and the
 seed sentences asked one after another, with the gate on (default) and off; the share of cases
@@ -422,14 +422,14 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m bench.remote [--quick] [--out FILE]`: the headline alone, its table and JSON."""
+    """`python -m bench.remote_vs_local [--quick] [--out FILE]`: the headline alone, its table and JSON."""
     import argparse
     import json
     from pathlib import Path
 
     from bench.report import render
 
-    parser = argparse.ArgumentParser(prog="python -m bench.remote", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench.remote_vs_local", description=main.__doc__)
     parser.add_argument("--quick", action="store_true", help="2 cases per kind")
     parser.add_argument("--threads", type=int, default=2, help="llama-server -t (the README's command: 2)")
     parser.add_argument("--model", default="gemma-3-270m", help="the model of the server and of both language servers")

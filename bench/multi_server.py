@@ -1,4 +1,4 @@
-"""The `multi` part of `python -m bench` (alone: `python -m bench.multi`): more than one model
+"""The `multi` part of `python -m bench` (alone: `python -m bench.multi_server`): more than one model
 server, as a team with two model machines meets it.
 
 Two llama-servers on loopback (tests.support.llama_server: the default model, SLOTS slots each, one thread
@@ -50,7 +50,7 @@ WAYS = ("one", "list", "nginx")
 
 
 def _say(message: str) -> None:
-    print(f"[bench.multi] {message}", file=sys.stderr, flush=True)
+    print(f"[bench.multi_server] {message}", file=sys.stderr, flush=True)
 
 
 def _client(settings: dict[str, Any]) -> LspClient:
@@ -329,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     from engine.llama_backend import LlamaModel
     from engine.model_files import resolve_model
 
-    parser = argparse.ArgumentParser(prog="python -m bench.multi", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.multi_server", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--failover-only", action="store_true", help="measure the failover again, keep the rest of --out")
     parser.add_argument("--out", type=Path, default=report.output_root() / "bench" / "results" / "multi.json")

@@ -1,4 +1,4 @@
-"""How many alternatives are worth offering: `python -m bench.alternatives [--per-kind N]`.
+"""How many alternatives are worth offering: `python -m bench.alternatives_count [--per-kind N]`.
 
 On the mid-word quality cases (tests.support.cases: the author's word cut inside), the engine in this
 process with the server's own split and request code, alternatives asked for: is the author's word
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench.machine import CpuWatch
     from engine import Engine, EngineConfig
 
-    parser = argparse.ArgumentParser(prog="python -m bench.alternatives", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.alternatives_count", description=__doc__.split("\n\n")[0])
     parser.add_argument("--per-kind", type=int, default=15)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-tokens", type=int, default=16)
