@@ -533,7 +533,6 @@ def main(argv: list[str] | None = None) -> int:
     import json
     import sys
 
-    from bench import report
     from bench.latency import Peer
     from bench.machine import CpuWatch, process_cpu_seconds
     from engine.model_files import resolve_model
@@ -638,8 +637,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _print(results: dict[str, Any]) -> None:
-    from bench import report
-
     print(report.render(table(results["table"])))
     print(report.render(position_table(results["positions"])))
     print(report.render(cursor_table(results["cursors"])))
