@@ -9,7 +9,6 @@ and slow answers come from tests/support/fault_proxy.py in front of the real ser
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 
