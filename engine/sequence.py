@@ -12,6 +12,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from engine.covering import Covering, CoveringSearch
 from engine.kv import Cancelled, KvCache, PathRows  # noqa: F401  (PathRows: re-exported)
 from engine.prefix import RequiredPrefix
