@@ -124,7 +124,7 @@ def _client(settings: dict[str, Any]) -> LspClient:
     return client
 
 
-def _next_word_start(doc: Typing) -> str | None:
+def next_word_start(doc: Typing) -> str | None:
     """What the source has between the typed word and the next word's first letter (" t")."""
     text = source_text()
     at = text.find(doc.base + doc.word)
@@ -134,7 +134,7 @@ def _next_word_start(doc: Typing) -> str | None:
     return match.group(1) + match.group(2) if match else None
 
 
-def _ask(editor: Editor, uri: str) -> dict[str, Any]:
+def ask_keystroke(editor: Editor, uri: str) -> dict[str, Any]:
     """One keystroke's answer and its cost. The stats are the last engine call's: a keystroke the
     engine did not answer (the suggestion shown, carried) made no request, so it costs 0 round
     trips and 0 bytes, not what the call before it cost (which the tail once counted again at
@@ -157,7 +157,7 @@ def _type(
     """One document: its word letter by letter, then the next word's first letter; each keystroke
     to every editor in turn and to the peer. One row per (who, keystroke)."""
     keys = [(doc.word[: k + 1], ch, "cold" if k == 0 else "warm") for k, ch in enumerate(doc.word[:max_keys])]
-    if (start := _next_word_start(doc)) is not None and max_keys >= len(doc.word):
+    if (start := next_word_start(doc)) is not None and max_keys >= len(doc.word):
         keys.append((doc.word + start, start, "word start"))
     rows = []
     for k, (typed, chars, kind) in enumerate(keys):
@@ -165,7 +165,7 @@ def _type(
             if k == 0:
                 editor.open(uri, doc.base)
             editor.type(uri, chars)
-            rows.append({"who": who, "kind": kind, "key": k, **_ask(editor, uri)})
+            rows.append({"who": who, "kind": kind, "key": k, **ask_keystroke(editor, uri)})
         if peer is not None:
             ms, shown = peer.complete(doc.base + typed)
             rows.append({"who": "peer", "kind": kind, "key": k, "ms": ms, "suggestion": shown})

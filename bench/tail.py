@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.machine import CpuWatch
-from bench.remote_vs_local import _ask, _next_word_start, percentile
+from bench.remote_vs_local import ask_keystroke, next_word_start, percentile
 from bench.report import Table, num, times
 from bench.stats import median, ratio
 from tests.support.fault_proxy import FaultProxy
@@ -49,7 +49,7 @@ def type_documents(editors: dict[str, Editor], docs, proxy: FaultProxy | None) -
     rows = []
     for d, doc in enumerate(docs):
         keys = [(ch, "cold" if k == 0 else "warm") for k, ch in enumerate(doc.word)]
-        if (start := _next_word_start(doc)) is not None:
+        if (start := next_word_start(doc)) is not None:
             keys.append((start, "word start"))
         uri = f"file:///bench/tail/{d}.py"
         before = proxy.connections if proxy is not None else 0
@@ -58,7 +58,7 @@ def type_documents(editors: dict[str, Editor], docs, proxy: FaultProxy | None) -
                 if k == 0:
                     editor.open(uri, doc.base)
                 editor.type(uri, chars)
-                rows.append({"who": who, "doc": d, "tokens": doc.tokens, "kind": kind, "key": k, **_ask(editor, uri)})
+                rows.append({"who": who, "doc": d, "tokens": doc.tokens, "kind": kind, "key": k, **ask_keystroke(editor, uri)})
         if proxy is not None:
             for row in rows:
                 if row["doc"] == d and row["who"] == "proxied":
