@@ -23,12 +23,11 @@ import json
 import math
 import re
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from bench import report
-from bench.crossfile import UNSEEN_BEFORE_CHARS, WORK, Project, Probe, defined_in, probes, projects, states
+from bench.crossfile import UNSEEN_BEFORE_CHARS, WORK, Probe, Project, defined_in, probes, projects, states
 
 BASE = {"maxTokens": 16, "minConfidence": 0, "alternatives": 0, "contextTokens": 2048, "prefetch": False}
 

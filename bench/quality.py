@@ -19,12 +19,12 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from bench.cases import KINDS, Case
-from bench.lsp_client import Editor, insert_text
 from engine import CompletionRequest, SamplingConfig
 from lsp_server.settings import Settings
 from lsp_server.split import is_word_char, split
 from lsp_server.suggestion import request_for, suggestion_for
+from tests.support.cases import KINDS, Case
+from tests.support.lsp_client import Editor, insert_text
 
 METHODS = ("naive", "mask", "exact")
 LANGUAGES = {"python": "python", "javascript": "javascript", "c": "c", "prose": "plaintext"}
