@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
+from engine.backend import Backend, Window, affinity_key
 from engine.alternatives import CANDIDATES_PER_ALTERNATIVE, BudgetedRows, alternatives, first_tokens
 from engine.kv import Cancelled, KvCache
 from engine.lexicon import WordScorer, choose, first_word, is_word_char
@@ -120,11 +121,12 @@ class Engine:
     reach the request that follows it); it returns within one decode step."""
 
     def __init__(
-        self, model: LlamaModel, context: LlamaContext, vocab: VocabIndex, config: EngineConfig, kv=None,
+        self, model: LlamaModel, context: Window, vocab: VocabIndex, config: EngineConfig, backend: Backend,
         model_id: str = "",
     ):
-        """`kv`: the distributions' source; by default a KvCache over `context`. The remote
-        backend (engine.remote.RemoteRows) is both `context` and `kv`. `model_id`: what makes the
+        """`model`: the tokenizer (a vocabulary-only model when a server runs the weights);
+        `context`: what sets the window (the llama context; a server backend is its own);
+        `backend`: where the distributions come from (engine.backend). `model_id`: what makes the
         distributions (engine.model_files.model_id: a catalogue name or "sha256:<hex>")."""
         self.config = config
         self.model_path = model.path
@@ -132,7 +134,7 @@ class Engine:
         self._model = model
         self._context = context
         self.vocab = vocab
-        self.kv = kv if kv is not None else KvCache(context)
+        self.backend = backend
         self.drafts = DraftConfig(max_draft=config.draft_tokens)
         self._draft_line_stops: list[bool] | None = None  # built on first use (a pass over the vocabulary)
         self._bos = list(model.tokenize(b"", add_bos=True))
@@ -154,7 +156,7 @@ class Engine:
             from engine.remote_load import connect
 
             model, remote, vocab, model_id = connect(config, MIN_PROMPT_TOKENS)
-            return cls(model, remote, vocab, config, kv=remote, model_id=model_id)
+            return cls(model, remote, vocab, config, remote, model_id=model_id)
         if config.context_tokens < 2 * MIN_PROMPT_TOKENS:
             raise ModelLoadError(
                 config.model_path,
@@ -175,7 +177,12 @@ class Engine:
             context.close()
             model.close()
             raise
-        return cls(model, context, vocab, config, model_id=resolved.model_id)
+        return cls(model, context, vocab, config, KvCache(context), model_id=resolved.model_id)
+
+    @property
+    def kv(self) -> Backend:
+        """The backend, under the name its first callers knew it by."""
+        return self.backend
 
     @property
     def n_ctx(self) -> int:
@@ -325,7 +332,7 @@ class Engine:
 
     def sequence(self, sampling: SamplingConfig = SamplingConfig(), cancel: threading.Event | None = None) -> Sequence:
         """A seed-003 style sequence over this engine's KV cache (for callers that stream)."""
-        return Sequence(self.kv, self.vocab, sampling, cancel, self._drafter(sampling))
+        return Sequence(self.backend, self.vocab, sampling, cancel, self._drafter(sampling))
 
     def _drafter(self, sampling: SamplingConfig) -> PromptLookup | None:
         """Prompt-lookup drafts when enabled. A draft ends after a token that ends generation or,
@@ -350,14 +357,14 @@ class Engine:
         (another server of a list, or the same one reconnected) gets the call again, up to RETRIES
         times. The session ends before recovering, so the retry starts from the cache's state."""
         for attempt in range(RETRIES + 1):
-            self.kv.begin(cancel, max_tokens, single_line)
+            self.backend.begin(cancel, max_tokens, single_line)
             try:
                 return body()
             except ModelServerError as error:
                 failed = error
             finally:
-                self.kv.end()
-            if attempt == RETRIES or not self._recover(failed):
+                self.backend.end()
+            if attempt == RETRIES or not self.backend.recover(failed):
                 raise failed
         raise AssertionError("unreachable")  # the last attempt returns or raises
 
@@ -367,20 +374,20 @@ class Engine:
         caller cancels it for any real request; what it decoded by then stays in the KV cache."""
         started = time.perf_counter()
         prompt = self.prompt_tokens(request, self._reserve(request))
-        before = self.kv.decoded
+        before = self.backend.decoded
         self._route(request)
 
         def decode() -> bool:
             try:
                 if prompt:  # see `complete` for an empty one
-                    self.kv.prefill(prompt, cancel)
+                    self.backend.prefill(prompt, cancel)
                 return True
             except Cancelled:
                 return False
 
         done = self._retrying(cancel, 0, request.sampling.single_line, decode)
         ms = (time.perf_counter() - started) * 1000
-        return Prefetched(len(prompt), self.kv.decoded - before, done, ms)
+        return Prefetched(len(prompt), self.backend.decoded - before, done, ms)
 
     def complete(self, request: CompletionRequest, cancel: threading.Event | None = None) -> Completion:
         """Raises ModelServerError when a remote server fails mid-request (the engine stays
@@ -398,33 +405,20 @@ class Engine:
             round_trips=after[0] - traffic[0],
             bytes_sent=after[1] - traffic[1],
             bytes_received=after[2] - traffic[2],
-            fallback=",".join(self.kv.fallbacks[traffic[3] :]) or None,
-            server=getattr(self.kv, "answered", None),
+            fallback=",".join(self.backend.fallbacks[traffic[3] :]) or None,
+            server=self.backend.answered,
         )
         return replace(completion, stats=stats)
 
     def _route(self, request: CompletionRequest) -> None:
-        """Tell a remote backend which document this is (engine.multi: the server it goes to, and
+        """Tell the backend which document this is (a server backend: the server it goes to, and
         the key a load balancer keeps it on one server by); the in-process cache has no use for it."""
-        route = getattr(self.kv, "route", None)
-        if route is not None:
-            from engine.multi import affinity_key
-
-            route(affinity_key(request.document if request.document else request.prompt[:256]))
-
-    def _recover(self, error: ModelServerError) -> bool:
-        """A remote call failed: may it be made again at once (another server, or the server a
-        balancer moved the document to, checked first)? At most RETRIES times per call."""
-        recover = getattr(self.kv, "recover", None)
-        return bool(recover is not None and recover(error))
+        self.backend.route(affinity_key(request.document if request.document else request.prompt[:256]))
 
     def _traffic(self) -> tuple[int, int, int, int]:
-        """(round trips, bytes sent, bytes received, fallbacks so far) of a remote backend."""
-        client = getattr(self.kv, "client", None)
-        if client is None:
-            return 0, 0, 0, len(self.kv.fallbacks)
-        t = client.traffic
-        return t.round_trips, t.bytes_sent, t.bytes_received, len(self.kv.fallbacks)
+        """(round trips, bytes sent, bytes received, fallbacks so far) of the backend."""
+        t = self.backend.traffic()
+        return t.round_trips, t.bytes_sent, t.bytes_received, len(self.backend.fallbacks)
 
     def _complete(self, request: CompletionRequest, cancel: threading.Event) -> Completion:
         started = time.perf_counter()
@@ -433,9 +427,9 @@ class Engine:
         if not prompt:
             # An empty text and a model that adds no BOS (e.g. Qwen2.5-Coder without FIM): the
             # model has nothing to condition on, so there is no suggestion rather than a guess.
-            stats = DecodeStats(ms=(time.perf_counter() - started) * 1000, kv_tokens=self.kv.held)
+            stats = DecodeStats(ms=(time.perf_counter() - started) * 1000, kv_tokens=self.backend.held)
             return Completion("", "empty", stats, required_satisfied=not required)
-        decoded_before = self.kv.decoded
+        decoded_before = self.backend.decoded
         seq = self.sequence(request.sampling, cancel)
         gen = _Generated()
         if seq.decode_prompt(prompt, required, request.exact, request.max_cover_decodes):
@@ -463,19 +457,19 @@ class Engine:
             if request.alternatives > 0:
                 # Free when typed along a suggestion, and always over the network, where every row is
                 # a round trip: there they come from the rows the keystroke already brought back.
-                free = self.kv.decoded == decoded_before or bool(self.config.model_server)
+                free = self.backend.decoded == decoded_before or self.backend.networked
                 alternatives, alternative_decodes = self._alternatives(
                     request, prompt, first_seq, gen, signals, seen, 0 if free else None, cancel
                 )
         diag = seq.diagnostics()
         again = choice is not None and choice.word != choice.base_word  # a second pass was made
         reused, decoded = first.reused_tokens, first.decoded_tokens + (diag.decoded_tokens if again else 0)
-        if self.config.model_server:
+        if self.backend.networked:
             # Over the network every request restates the prompt, and the server evaluates what its
             # slot lacks in whichever request comes first (often the generation's, after the
             # covering was proven on remembered rows): so the call's prompt work is everything the
             # server reported evaluating during it (the remote backend counts prompt tokens only).
-            decoded = self.kv.decoded - decoded_before
+            decoded = self.backend.decoded - decoded_before
             reused = max(0, diag.prompt_tokens - decoded)
         stats = DecodeStats(
             prompt_tokens=diag.prompt_tokens,
@@ -499,9 +493,9 @@ class Engine:
         exact search, or with nothing to cover from the prompt's row (its first tokens, mass 1)."""
         if seq.search is not None:
             return seq.search.ranked(n), seq.search.log_mass()
-        if request.required or not self.kv.remembers(prompt):  # masking, or the row is gone: no decode for it
+        if request.required or not self.backend.remembers(prompt):  # masking, or the row is gone: no decode for it
             return [], 0.0
-        return first_tokens(self.kv.logits_after(prompt), self.vocab, n), 0.0
+        return first_tokens(self.backend.logits_after(prompt), self.vocab, n), 0.0
 
     def _seen_alike(self, request: CompletionRequest, prompt: tuple[int, ...], seq: Sequence):
         """(the coverings the gate's signals read, the log of their summed mass): those along the
@@ -534,7 +528,7 @@ class Engine:
         seen, log_mass = seen_alike
         primary = gen.text[: signals.word_ends[0].chars] if signals.word_ends else gen.text
         chosen = first_seq.covering.path if first_seq.covering is not None else gen.first_token
-        rows = BudgetedRows(PathRows(self.kv, prompt, cancel), request.max_cover_decodes if budget is None else budget)
+        rows = BudgetedRows(PathRows(self.backend, prompt, cancel), request.max_cover_decodes if budget is None else budget)
         try:
             found = alternatives(
                 self.vocab, rows, request.required, ranked, log_mass, primary, chosen, request.alternatives,
@@ -553,7 +547,7 @@ class Engine:
         candidates = [c for c in request.candidates if c.startswith(typed) and c != typed]
         if not typed or not base_word or not candidates:
             return None, 0
-        rows = PathRows(self.kv, prompt, cancel)
+        rows = PathRows(self.backend, prompt, cancel)
         scorer = WordScorer(self.vocab, rows, self._spell, request.lexicon_decodes)
         try:
             return choose(scorer, whitespace, base_word, candidates, request.lexicon_prior), scorer.decodes
@@ -628,7 +622,7 @@ class Engine:
         return text[: free_from + end], reason
 
     def close(self) -> None:
-        self.kv.forget()
+        self.backend.forget()
         self._context.close()
         self._model.close()
 

@@ -29,10 +29,10 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from engine.backend import Traffic  # noqa: F401  (re-exported: a client counts its traffic)
 from engine.types import ModelServerError
 
 WAIT_S = 0.02  # longest wait between checks of the cancel flag
@@ -66,17 +66,6 @@ class StreamCancelled(Exception):
     closed; a `Pending` answer stays open for a later wait)."""
 
 
-@dataclass
-class Traffic:
-    """Requests, connections and bytes since the client was made (per-request figures are
-    differences)."""
-
-    round_trips: int = 0
-    bytes_sent: int = 0
-    bytes_received: int = 0
-    connections: int = 0  # TCP connections opened (keep-alive reuses them)
-
-
 def parse_url(url: str) -> tuple[str, str, int, str]:
     """(scheme, host, port, base path) of an http:// or https:// URL; ModelServerError(kind="url")
     otherwise."""
@@ -108,10 +97,10 @@ class ModelServerClient:
         self._key = api_key or None
         self.timeout_s = timeout_s
         self.ca_file = str(ca_file) if ca_file else None
-        self._tls: ssl.SSLContext | None = None
+        self.tls: ssl.SSLContext | None = None
         if self.scheme == "https":
             try:
-                self._tls = tls_context(self.ca_file)
+                self.tls = tls_context(self.ca_file)
             except (OSError, ssl.SSLError) as error:
                 raise self.error(
                     "tls", f"cannot read the CA file {self.ca_file} ({getattr(error, 'strerror', None) or error})",
@@ -142,13 +131,13 @@ class ModelServerClient:
         conn, status, headers = self._exchange(self._request("POST", path, body), deadline, cancel)
         try:
             if status != 200:
-                raise self._status_error(status, conn.read_body())
+                raise self.status_error(status, conn.read_body())
             if "text/event-stream" not in headers.get("content-type", ""):
                 # The server answers a stream whose first result is an error as plain JSON.
-                raise self._status_error(status, conn.read_body(), unexpected=True)
+                raise self.status_error(status, conn.read_body(), unexpected=True)
         except BaseException as error:
             conn.close()
-            self._failed(error)
+            self.failed(error)
             raise
         return EventStream(self, conn, headers)
 
@@ -161,23 +150,23 @@ class ModelServerClient:
 
     def _json(self, method: str, path: str, body: dict | None, deadline: float | None, cancel):
         conn, status, headers = self._exchange(self._request(method, path, body), deadline, cancel)
-        return self._finish_json(conn, status, path)
+        return self.finish_json(conn, status, path)
 
-    def _finish_json(self, conn: _Connection, status: int, path: str):
+    def finish_json(self, conn: _Connection, status: int, path: str):
         try:
             data = conn.read_body()
             if status != 200:
-                raise self._status_error(status, data)
+                raise self.status_error(status, data)
             try:
                 value = json.loads(data)
             except ValueError:
                 raise self.protocol("its answer to %s is not JSON" % path) from None
         except BaseException as error:
             conn.close()
-            self._failed(error)
+            self.failed(error)
             raise
-        self._release(conn)
-        self._succeeded()
+        self.release(conn)
+        self.succeeded()
         return value
 
     def _request(self, method: str, path: str, body: dict | None) -> bytes:
@@ -202,7 +191,7 @@ class ModelServerClient:
                 conn.connect()
             except BaseException as error:
                 conn.close()
-                self._failed(error)
+                self.failed(error)
                 raise
         else:
             conn.set_limits(deadline, cancel)
@@ -212,7 +201,7 @@ class ModelServerClient:
             conn.close()
             if conn.reused and not fresh:  # the server had closed it while idle: once more, fresh
                 return self._send(request, deadline, cancel, fresh=True)
-            self._failed(error)
+            self.failed(error)
             raise
         except BaseException:
             conn.close()
@@ -225,9 +214,9 @@ class ModelServerClient:
         """Send `request` and read the answer's head; a kept-alive connection that the server had
         closed meanwhile (no byte of an answer) is replaced once by a fresh one."""
         conn = self._send(request, deadline, cancel)
-        return self._head(conn, request, deadline, cancel)
+        return self.head(conn, request, deadline, cancel)
 
-    def _head(self, conn: _Connection, request: bytes, deadline: float | None, cancel) -> tuple[_Connection, int, dict[str, str]]:
+    def head(self, conn: _Connection, request: bytes, deadline: float | None, cancel) -> tuple[_Connection, int, dict[str, str]]:
         try:
             status, headers = conn.read_head()
         except ModelServerError as error:
@@ -236,8 +225,8 @@ class ModelServerClient:
                 with self._lock:
                     self.traffic.round_trips -= 1  # that send was never answered: it is sent again
                 conn = self._send(request, deadline, cancel, fresh=True)
-                return self._head(conn, request, deadline, cancel)
-            self._failed(error)
+                return self.head(conn, request, deadline, cancel)
+            self.failed(error)
             raise
         except BaseException:
             conn.close()
@@ -269,7 +258,7 @@ class ModelServerClient:
                 conn.close()
         return None
 
-    def _release(self, conn: _Connection) -> None:
+    def release(self, conn: _Connection) -> None:
         """An answer was read to its end: keep its connection for the next request if it may be."""
         if conn.closed or not conn.keep_alive or conn.buffered():
             conn.close()
@@ -315,7 +304,7 @@ class ModelServerClient:
             "Check that `modelServer`'s https:// port is served by a TLS proxy (nginx, stunnel) in front of llama-server",
         )
 
-    def _status_error(self, status: int, data: bytes, unexpected: bool = False) -> ModelServerError:
+    def status_error(self, status: int, data: bytes, unexpected: bool = False) -> ModelServerError:
         if status == 401:
             return self.error("auth", "the model server refused the API key (HTTP 401)", "Set `modelServerApiKey` (or CPC_LSP_MODEL_SERVER_API_KEY) to one of the keys llama-server was started with (--api-key)")
         if status == 503:
@@ -334,7 +323,7 @@ class ModelServerClient:
             if self._last_error is not None and time.monotonic() < self._blocked_until:
                 raise self._last_error
 
-    def _failed(self, error: BaseException) -> None:
+    def failed(self, error: BaseException) -> None:
         """A failure: only a server that is down starts (or doubles) the back-off."""
         if not isinstance(error, ModelServerError) or error.kind not in BACKOFF_KINDS:
             return
@@ -343,16 +332,20 @@ class ModelServerClient:
             self._blocked_until = time.monotonic() + self._backoff_s
             self._last_error = error
 
-    def _succeeded(self) -> None:
+    def succeeded(self) -> None:
         with self._lock:
             self._backoff_s = 0.0
             self._last_error = None
 
-    def _count_received(self, n: int) -> None:
+    def count_received(self, n: int) -> None:
         with self._lock:
             self.traffic.bytes_received += n
 
-    def _count_sent(self, n: int) -> None:
+    def count_connection(self) -> None:
+        with self._lock:
+            self.traffic.connections += 1
+
+    def count_sent(self, n: int) -> None:
         with self._lock:
             self.traffic.bytes_sent += n
 
@@ -383,13 +376,13 @@ class Pending:
             if isinstance(error, StreamCancelled) or error.kind == "timeout":
                 raise  # still open: a later wait goes on
             conn.close()
-            client._failed(error)
+            client.failed(error)
             raise
         # The answer has begun: it is small and comes at once, so it is read under a fresh budget.
         limit = time.monotonic() + client.timeout_s
         conn.set_limits(limit, None)
-        self._conn, status, _ = client._head(conn, self._request, limit, None)
-        return client._finish_json(self._conn, status, self._path)
+        self._conn, status, _ = client.head(conn, self._request, limit, None)
+        return client.finish_json(self._conn, status, self._path)
 
     def ready(self) -> bool:
         """The answer has begun to arrive (or the connection broke): `wait` would not wait on the server."""
@@ -430,12 +423,11 @@ class _Connection:
             raise c.unreachable(f"the host {c.host!r} is not known") from None
         except OSError as error:
             raise c.unreachable(f"cannot connect to {c.host}:{c.port} ({error.strerror or error})") from None
-        with c._lock:
-            c.traffic.connections += 1
+        c.count_connection()
         self._sock = sock
-        if c._tls is not None:
+        if c.tls is not None:
             try:
-                self._sock = c._tls.wrap_socket(sock, server_hostname=c.host, do_handshake_on_connect=False)
+                self._sock = c.tls.wrap_socket(sock, server_hostname=c.host, do_handshake_on_connect=False)
                 self._sock.settimeout(max(0.001, self._deadline - time.monotonic()))
                 self._sock.do_handshake()
             except ssl.SSLError as error:
@@ -473,7 +465,7 @@ class _Connection:
             raise self._client.timed_out() from None
         except OSError as error:
             raise self._client.unreachable(f"the connection broke while sending ({error.strerror or error})") from None
-        self._client._count_sent(len(data))
+        self._client.count_sent(len(data))
 
     def wait_readable(self) -> None:
         """Until a byte of the answer can be read, without reading it (so it can be resumed)."""
@@ -517,7 +509,7 @@ class _Connection:
             if not data:
                 return False
             self.received = True
-            self._client._count_received(len(data))
+            self._client.count_received(len(data))
             self._buffer += data
             return True
 
@@ -662,13 +654,13 @@ class EventStream:
                     if self._text.strip():
                         raise self._client.protocol("the event stream was cut short") from None
                     self.finished = True
-                    self._client._succeeded()
-                    self._client._release(self._conn)
+                    self._client.succeeded()
+                    self._client.release(self._conn)
                     return None
         except ModelServerError as error:
             self.close()
             if not quiet:
-                self._client._failed(error)
+                self._client.failed(error)
             raise
 
     def _parse(self, block: bytes) -> dict | None:
@@ -684,7 +676,7 @@ class EventStream:
         if not isinstance(event, dict):
             raise self._client.protocol("an event that is not a JSON object")
         if "error" in event:
-            raise self._client._status_error(int(event["error"].get("code", 500) or 500) if isinstance(event["error"], dict) else 500, json.dumps(event).encode())
+            raise self._client.status_error(int(event["error"].get("code", 500) or 500) if isinstance(event["error"], dict) else 500, json.dumps(event).encode())
         return event
 
     def close(self) -> None:

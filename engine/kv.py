@@ -36,7 +36,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-__all__ = ["Backend", "Cancelled", "Decoded", "KvCache", "PathRows", "common_prefix_length", "placement"]
+from engine.backend import Backend, Traffic
+
+__all__ = ["Cancelled", "Decoded", "Decoder", "KvCache", "PathRows", "common_prefix_length", "placement"]
 
 # Rows remembered per call: at least its token budget and this many more (the covering branches,
 # drafts and alternatives), up to ROWS_MAX. Why: a multi-line suggestion generates 48 tokens; with
@@ -58,7 +60,9 @@ class Decoded:
     rows: np.ndarray | None
 
 
-class Backend(Protocol):
+class Decoder(Protocol):
+    """The llama context as the cache uses it (engine.llama_backend.LlamaContext)."""
+
     n_ctx: int
     sequences: int
 
@@ -110,7 +114,12 @@ class Cancelled(Exception):
 
 
 class KvCache:
-    def __init__(self, backend: Backend, remembered_rows: int = 48) -> None:
+    """The in-process engine.backend `Backend`: rows by token path over one llama context."""
+
+    networked = False
+    answered = None  # no server answers
+
+    def __init__(self, backend: Decoder, remembered_rows: int = 48) -> None:
         self._backend = backend
         self._seqs: list[list[int]] = [[] for _ in range(backend.sequences)]  # tokens per sequence
         self._live = 0
@@ -135,9 +144,18 @@ class KvCache:
         with self._lock:
             return tokens in self._rows
 
-    # The surface the engine uses, shared with the remote backend (engine.remote.RemoteRows).
+    # The surface the engine uses (engine.backend), shared with the remote backend (engine.remote.RemoteRows).
 
-    fallbacks: tuple[str, ...] = ()  # the remote backend lists its unproven coverings here
+    fallbacks: tuple[str, ...] = ()  # every covering is proven here
+
+    def route(self, key: str) -> None:
+        """One process, one model: nothing to route."""
+
+    def recover(self, error: BaseException) -> bool:
+        return False  # nothing to fail over to
+
+    def traffic(self) -> Traffic:
+        return Traffic()
 
     _alone_from: int | None = None  # tokens from here on (past the prompt) are decoded one by one
 
@@ -277,7 +295,7 @@ class PathRows:
     """Rows after prompt + path for the covering search, counting real decodes only. Every row is
     exact, so a covering the search chose needs no refining (see engine.remote.BoundedRows)."""
 
-    def __init__(self, kv: KvCache, prompt: tuple[int, ...], cancel: threading.Event) -> None:
+    def __init__(self, kv: Backend, prompt: tuple[int, ...], cancel: threading.Event) -> None:
         self._kv, self._prompt, self._cancel = kv, prompt, cancel
         self.decodes = 0
         self.fallback: str | None = None

@@ -26,30 +26,24 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, fields
 
-from engine.http_client import ModelServerClient, Traffic, UpstreamChanged
+import numpy as np
+
+from engine.backend import CoveringRows
+from dataclasses import fields
+
+from engine.backend import Traffic, affinity_key  # noqa: F401  (affinity_key: re-exported)
+from engine.http_client import ModelServerClient, UpstreamChanged
 from engine.remote import RemoteRows
 from engine.types import ModelServerError, server_urls  # noqa: F401  (server_urls: re-exported)
 
 logger = logging.getLogger(__name__)
 
 PROBE_FIRST_S, PROBE_MAX_S = 0.5, 2.0  # a down server is asked again after this, doubling (a refused connection costs nothing)
-_SALT = os.urandom(16)  # per process: the key says nothing about the document to anyone else
-
-
-def affinity_key(material: str) -> str:
-    """An opaque key for a document (its URI, or the start of its prompt when it has none): a
-    keyed hash with a per-process salt, so the same document always gets the same key here and
-    the key tells the servers (and anyone between) nothing about it."""
-    return hashlib.blake2b(material.encode("utf-8", "replace"), key=_SALT, digest_size=12).hexdigest()
-
-
 def rendezvous(key: str, urls: tuple[str, ...]) -> list[int]:
     """The servers in the order `key` prefers them (highest hash first)."""
     weight = [hashlib.blake2b(f"{url}\n{key}".encode(), digest_size=8).digest() for url in urls]
@@ -95,28 +89,11 @@ class _Prober:
         self._stop.set()
 
 
-@dataclass
-class _AllTraffic:
-    """`client.traffic` of the set: the sum of its servers' (the engine counts differences)."""
-
-    servers: list[RemoteRows]
-
-    @property
-    def traffic(self) -> Traffic:
-        total = Traffic()
-        for rows in self.servers:
-            for f in fields(Traffic):
-                setattr(total, f.name, getattr(total, f.name) + getattr(rows.client.traffic, f.name))
-        return total
-
-    @property
-    def timeout_s(self) -> float:
-        return self.servers[0].client.timeout_s
-
-
 class ServerSet:
-    """The engine's distributions from several servers (see the module docstring). It stands
-    where one `RemoteRows` stands: calls not defined here go to the current document's server."""
+    """The engine's distributions from several servers (see the module docstring): an
+    engine.backend `Backend` whose rows are the current document's server's."""
+
+    networked = True
 
     def __init__(
         self, servers: list[RemoteRows], check: Callable[[ModelServerClient], tuple],
@@ -128,7 +105,6 @@ class ServerSet:
         self.fallbacks: list[str] = []
         for rows in servers:
             rows.fallbacks = self.fallbacks  # one list: the engine counts it across a failover
-        self.client = _AllTraffic(servers)
         self.n_ctx = min(rows.n_ctx for rows in servers)
         self.sequences = 1
         self._down: dict[int, _Prober] = {}
@@ -141,11 +117,6 @@ class ServerSet:
         self.calls = [0] * len(servers)  # calls routed to each server
         for i in down:
             self._mark_down(i)
-
-    def __getattr__(self, name: str):
-        if name.startswith("__") or name in ("servers", "_current"):
-            raise AttributeError(name)
-        return getattr(self.servers[self._current], name)
 
     # --- which server ----------------------------------------------------------------------
 
@@ -221,22 +192,21 @@ class ServerSet:
             rows = self.servers[i]
             rows.forget()
             rows.client.close()  # connections kept from before it went down are dead
-            rows.client._succeeded()  # its back-off is over: it answered the probe
+            rows.client.succeeded()  # its back-off is over: it answered the probe
             if prober.result is not None:
                 slot_ctx, total_slots = prober.result[:2]
                 rows.total_slots = total_slots
             self.returns += 1
             logger.info("model server %s is back", self.urls[i])
 
-    # --- the KvCache surface that is not one server's --------------------------------------
+    # --- the backend: the current server's rows -------------------------------------------
 
     def begin(self, cancel: threading.Event | None, max_tokens: int = 16, single_line: bool = True) -> None:
         rows = self.servers[self._current]
-        rows.begin(cancel, max_tokens, single_line)
-        if self._retrying and self._deadline is not None:
-            rows._deadline = min(rows._deadline, self._deadline)  # a retry has what was left
+        # a retry has what was left of the call's budget
+        rows.begin(cancel, max_tokens, single_line, self._deadline if self._retrying else None)
         self._retrying = False
-        self._deadline = rows._deadline
+        self._deadline = rows.deadline
 
     def end(self) -> None:
         self.servers[self._current].end()
@@ -252,6 +222,37 @@ class ServerSet:
     @property
     def decoded(self) -> int:
         return sum(rows.decoded for rows in self.servers)
+
+    def prepare(self, tokens: tuple[int, ...], required: bytes, cancel: threading.Event | None = None, exact: bool = True) -> None:
+        self.servers[self._current].prepare(tokens, required, cancel, exact)
+
+    def covering_rows(self, prompt: tuple[int, ...], required: bytes, cancel: threading.Event | None, budget: int) -> CoveringRows:
+        return self.servers[self._current].covering_rows(prompt, required, cancel, budget)
+
+    def logits_after(self, tokens: tuple[int, ...], cancel: threading.Event | None = None) -> np.ndarray:
+        return self.servers[self._current].logits_after(tokens, cancel)
+
+    def remembers(self, tokens: tuple[int, ...]) -> bool:
+        return self.servers[self._current].remembers(tokens)
+
+    def rows_along(self, context: tuple[int, ...], draft: tuple[int, ...], cancel: threading.Event | None = None) -> None:
+        self.servers[self._current].rows_along(context, draft, cancel)
+
+    def prefill(self, tokens: tuple[int, ...], cancel: threading.Event | None = None) -> None:
+        self.servers[self._current].prefill(tokens, cancel)
+
+    def node(self, key: tuple[int, ...]):
+        """What the current server's rows know after `key` (None: nothing)."""
+        return self.servers[self._current].node(key)
+
+    def traffic(self) -> Traffic:
+        """The sum of the servers' (the engine counts differences)."""
+        total = Traffic()
+        for rows in self.servers:
+            theirs = rows.traffic()
+            for f in fields(Traffic):
+                setattr(total, f.name, getattr(total, f.name) + getattr(theirs, f.name))
+        return total
 
     @property
     def upstream_changes(self) -> int:
@@ -332,7 +333,7 @@ class BalancedSet(ServerSet):
         prompt would share its batches and move its numbers."""
         for i, rows in enumerate(self.servers):
             if i != self._current:
-                rows._close_walk()
+                rows.close_stream()
 
     def recover(self, error: BaseException) -> bool:
         """A document the balancer moved: made again at once on the rows of the server it went

@@ -54,10 +54,11 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from collections.abc import Sequence as Seq
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from engine.backend import Traffic
 from engine.covering import Covering
 from engine.http_client import EventStream, ModelServerClient, Pending, StreamCancelled, UpstreamChanged
 from engine.kv import Cancelled, common_prefix_length, placement
@@ -165,7 +166,10 @@ def gbnf_literal(text: bytes) -> str | None:
 
 
 class RemoteRows:
-    """Distributions by token path from one llama-server (see the module docstring)."""
+    """Distributions by token path from one llama-server (see the module docstring): an
+    engine.backend `Backend`."""
+
+    networked = True
 
     def __init__(self, client: ModelServerClient, vocab: VocabIndex, n_ctx: int, total_slots: int, slot: int | None, n_probs: int = N_PROBS):
         self.client = client
@@ -221,6 +225,14 @@ class RemoteRows:
         """Which server answered last: the URL, or behind a balancer the upstream it named."""
         return self.client.upstream or self.client.url
 
+    @property
+    def deadline(self) -> float | None:
+        """When the current call's budget runs out."""
+        return self._deadline
+
+    def traffic(self) -> Traffic:
+        return replace(self.client.traffic)
+
     def recover(self, error: BaseException) -> bool:
         """After a failed call: True when it may be made again at once. So only when a balancer
         moved the document to another server (UpstreamChanged): that server's model is checked
@@ -246,15 +258,20 @@ class RemoteRows:
     def sequences_held(self) -> list[int]:
         return [len(self._held)]
 
-    def begin(self, cancel: threading.Event | None, max_tokens: int = 16, single_line: bool = True) -> None:
+    def begin(
+        self, cancel: threading.Event | None, max_tokens: int = 16, single_line: bool = True, deadline: float | None = None
+    ) -> None:
         """A new engine call: its time budget starts now, less what answering the editor takes
-        after the last read (so a server slower than the budget is answered within it);
+        after the last read (so a server slower than the budget is answered within it), and ends
+        by `deadline` at the latest (a call made again on another server has what was left);
         generation wants about `max_tokens` (0: a prefetch, under PREFETCH_MIN_S at least)."""
         budget = self.client.timeout_s
         self._prefetching = max_tokens == 0  # the engine's prefetch: its own, longer budget
         if self._prefetching:
             budget = max(PREFETCH_MIN_S, PREFETCH_BUDGETS * budget)
         self._deadline = time.monotonic() + budget - min(ANSWER_RESERVE_S, budget / 5)
+        if deadline is not None:
+            self._deadline = min(self._deadline, deadline)
         self._cancel = cancel
         self._predict = max(1, max_tokens)
         self._single_line = single_line
@@ -865,6 +882,10 @@ class RemoteRows:
                 pass
             finally:
                 self._deadline = saved
+        self._close_walk()
+
+    def close_stream(self) -> None:
+        """Close an open stream (the server stops decoding it)."""
         self._close_walk()
 
     def _close_walk(self) -> None:

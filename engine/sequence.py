@@ -14,8 +14,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from engine.backend import Backend
 from engine.covering import Covering, CoveringSearch
-from engine.kv import Cancelled, KvCache, PathRows  # noqa: F401  (PathRows: re-exported)
+from engine.kv import Cancelled, PathRows  # noqa: F401  (PathRows: re-exported)
 from engine.prefix import RequiredPrefix
 from engine.sampler import Sampler, row_log_norm
 from engine.speculative import PromptLookup
@@ -47,7 +48,7 @@ class SequenceDiagnostics:
 class Sequence:
     def __init__(
         self,
-        kv: KvCache,
+        kv: Backend,
         vocab: VocabIndex,
         sampling: SamplingConfig,
         cancel: threading.Event | None = None,
