@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from bench.llama_server import start_llama_server
-from engine.http_client import ModelServerClient
+from engine.remote.http import ModelServerClient
 
 BODY = {"content": "Thanks for sending over the draft"}  # /tokenize: a POST with little server work
 

@@ -15,8 +15,8 @@ import numpy as np
 
 from bench.prompts import SIZES, documents
 from bench.stats import median, per_call_us, ratio, timed_ms
-from engine.prefix import RequiredPrefix
-from engine.sampler import Sampler
+from engine.core.prefix import RequiredPrefix
+from engine.core.sampler import Sampler
 from engine.types import SamplingConfig
 
 

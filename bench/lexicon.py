@@ -23,8 +23,8 @@ from bench import report
 from bench.cases import KINDS, Case, read_text
 from bench.lsp_client import Editor, insert_text
 from bench.quality import LANGUAGES, first_word
-from engine.lexicon import WordScorer
-from engine.sequence import PathRows
+from engine.core.word_choice import WordScorer
+from engine.core.sequence import PathRows
 from lsp_server.lexicon import Lexicon
 from lsp_server.settings import Settings
 from lsp_server.split import split

@@ -326,7 +326,7 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
 
 def main(argv: list[str] | None = None) -> int:
     from bench import report
-    from engine.llama_backend import LlamaModel
+    from engine.local.llama import LlamaModel
     from engine.model_files import resolve_model
 
     parser = argparse.ArgumentParser(prog="python -m bench.multi", description=__doc__.split("\n\n")[0])

@@ -5,7 +5,7 @@ logits) after a token path, the prompt's first step, the rows the covering searc
 prefill, and keep/forget; for a server also which document a call is for (routing), whether a
 failed call may be made again (recovery), and what went over the wire (traffic). Two families
 implement it: the in-process model (engine.local: `KvCache` over llama-cpp-python) and one or
-several llama-servers (engine.remote: `RemoteRows`, `ServerSet`, `BalancedSet`). The in-process
+several llama-servers (engine.remote.rows: `RemoteRows`, `ServerSet`, `BalancedSet`). The in-process
 one answers the server-only questions with nothing (no route, no retry, no traffic).
 """
 
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 if TYPE_CHECKING:
-    from engine.covering import Covering, CoveringSearch
+    from engine.core.covering import Covering, CoveringSearch
 
 
 _SALT = os.urandom(16)  # per process: the key says nothing about the document to anyone else

@@ -1,10 +1,10 @@
 """The engine: one model, one context, one KV cache, and `complete()` for a whole request.
 
 `complete` tokenizes the prompt (reusing the last tokenization when the text is unchanged),
-windows it to the context (in the FIM layout of engine.prompt when the model has FIM tokens and
+windows it to the context (in the FIM layout of engine.core.prompt when the model has FIM tokens and
 the request a suffix), runs a `Sequence` and turns its pieces into text: UTF-8 decoded
 incrementally, cut at the first stop sequence or line break, never returned when cancelled. With
-document-word candidates, engine.lexicon may choose another word, and the completion is made
+document-word candidates, engine.core.word_choice may choose another word, and the completion is made
 again with it as the required prefix. `prefetch` decodes a request's prompt and nothing else.
 """
 
@@ -20,18 +20,18 @@ from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from engine.backend import Backend, Window, affinity_key
-from engine.alternatives import CANDIDATES_PER_ALTERNATIVE, BudgetedRows, alternatives, first_tokens
-from engine.kv import Cancelled, KvCache
-from engine.lexicon import WordScorer, choose, first_word, is_word_char
-from engine.llama_backend import RUNTIME, LlamaContext, LlamaModel, allocated_tokens
+from engine.core.alternatives import CANDIDATES_PER_ALTERNATIVE, BudgetedRows, alternatives, first_tokens
+from engine.local.kv import Cancelled, KvCache
+from engine.core.word_choice import WordScorer, choose, first_word, is_word_char
+from engine.local.llama import RUNTIME, LlamaContext, LlamaModel, allocated_tokens
 from engine.model_files import resolve
-from engine.prompt import FIM_EXTRA_TOKENS, FimTokens, RepoTokens, context_tokens, layout
-from engine.kv import PathRows
-from engine.sequence import Sequence
-from engine.signals import TOP as SIGNAL_TOP
-from engine.signals import compute as compute_signals
-from engine.speculative import DraftConfig, PromptLookup
-from engine.stops import first_stop
+from engine.core.prompt import FIM_EXTRA_TOKENS, FimTokens, RepoTokens, context_tokens, layout
+from engine.local.kv import PathRows
+from engine.core.sequence import Sequence
+from engine.core.signals import TOP as SIGNAL_TOP
+from engine.core.signals import compute as compute_signals
+from engine.core.speculative import DraftConfig, PromptLookup
+from engine.core.stops import first_stop
 from engine.types import (  # BudgetError is defined with the types so callers need not import llama_cpp
     COLD_SHARE,
     BudgetError,
@@ -46,7 +46,7 @@ from engine.types import (  # BudgetError is defined with the types so callers n
     SamplingConfig,
     Signals,
 )
-from engine.vocab import VocabIndex
+from engine.core.vocab import VocabIndex
 from engine.vocab_cache import load_vocab
 
 MIN_PROMPT_TOKENS = 64  # below this a context cannot hold a useful prompt beside the budget
@@ -54,9 +54,9 @@ CHARS_PER_CONTEXT_TOKEN = 8  # text kept before tokenizing: generous, the token 
 LINE_BREAKS = ("\n", "\r")
 MIB = 1024 * 1024
 MAX_REMEMBERED = 15  # sequences beyond the live one, whatever the budget
-RIVALS = 16  # with nothing typed, the prompt row's first tokens looked at for the margin (engine.signals)
+RIVALS = 16  # with nothing typed, the prompt row's first tokens looked at for the margin (engine.core.signals)
 CONTEXT_SHARE = 2  # other files' text takes at most 1/CONTEXT_SHARE of the context window (and cold_cap)
-# A remote call that failed may be made again at once when its backend says so (engine.multi: on
+# A remote call that failed may be made again at once when its backend says so (engine.remote.servers: on
 # the next server; behind a balancer: once through it, and once with the server it moved to).
 RETRIES = 2
 T = TypeVar("T")
@@ -150,10 +150,10 @@ class Engine:
     def load(cls, config: EngineConfig = EngineConfig()) -> Engine:
         """Load the model: `config.model_path` is a catalogue name or a path (None: the default).
         Raises ModelLoadError.
-        With `config.model_server` the model runs on that llama-server (engine.remote_load);
+        With `config.model_server` the model runs on that llama-server (engine.remote.connect);
         only the vocabulary is read here. Raises ModelServerError then."""
         if config.model_server:
-            from engine.remote_load import connect
+            from engine.remote.connect import connect
 
             model, remote, vocab, model_id = connect(config, MIN_PROMPT_TOKENS)
             return cls(model, remote, vocab, config, remote, model_id=model_id)
@@ -231,8 +231,8 @@ class Engine:
 
     def prompt_tokens(self, request: CompletionRequest, reserve: int) -> tuple[int, ...]:
         """The tokens to decode: the plain prompt, or (when the model has FIM tokens and the request
-        carries a suffix) the FIM layout of engine.prompt with the suffix's first tokens; other
-        files' text (`request.context`) first, in the layout of engine.prompt."""
+        carries a suffix) the FIM layout of engine.core.prompt with the suffix's first tokens; other
+        files' text (`request.context`) first, in the layout of engine.core.prompt."""
         clipped = self.clip(request.prompt)
         plain = self.tokenize(clipped)
         head = len(self._bos)
@@ -253,7 +253,7 @@ class Engine:
         return layout(kept[:head], context, kept[head:], suffix, self.fim, self.repo, request.fim_order)
 
     def context_tokens(self, request: CompletionRequest, file_tokens: int | None = None) -> tuple[int, ...]:
-        """The tokens of the other files' text (engine.prompt.context_tokens), remembered for an
+        """The tokens of the other files' text (engine.core.prompt.context_tokens), remembered for an
         unchanged context. The budget does not depend on the keystroke (the reserve grows with
         each letter typed): `maxTokens` of the context, at most half of the context window
         (CONTEXT_SHARE), so the current file keeps half or more, and at most cold_cap of
@@ -261,7 +261,7 @@ class Engine:
         keystroke of a line): a cold request costs at most 1.5x, by this tokenizer's count. The
         caller (lsp_server.context) sizes its choice by an estimate of the same bound; when the
         estimate runs over (prose counts more characters a token than code), the worst-ranked
-        lines are left out here (engine.prompt.context_tokens). None: no such bound (a caller that
+        lines are left out here (engine.core.prompt.context_tokens). None: no such bound (a caller that
         has no current file)."""
         context = request.context
         if context is None:
@@ -509,7 +509,7 @@ class Engine:
     def _signals(
         self, request: CompletionRequest, first_seq: Sequence, seq: Sequence, gen: _Generated, seen_alike: tuple[list, float]
     ) -> Signals:
-        """The completion's confidence (engine.signals), normalised by the first pass's coverings
+        """The completion's confidence (engine.core.signals), normalised by the first pass's coverings
         (a lexicon word's second pass covers a longer prefix, on the same prompt row)."""
         seen, log_mass = seen_alike
         steps = list(gen.steps)
@@ -521,7 +521,7 @@ class Engine:
         return compute_signals(request.required, steps, rivals, _typed_log_prob(first_seq, log_mass), gen.reason == "eos", raw)
 
     def _alternatives(self, request, prompt, first_seq: Sequence, gen: _Generated, signals: Signals, seen_alike, budget, cancel):
-        """(other first words (engine.alternatives) within `max_cover_decodes` decodes (`budget` 0:
+        """(other first words (engine.core.alternatives) within `max_cover_decodes` decodes (`budget` 0:
         remembered rows only), the decodes spent); none when cancelled meanwhile. Their signals
         read the same coverings as the completion's (`_seen_alike`)."""
         ranked, _ = self._coverings(request, prompt, first_seq, request.alternatives * CANDIDATES_PER_ALTERNATIVE + 1)
@@ -539,7 +539,7 @@ class Engine:
         return found, rows.decodes
 
     def _choose_word(self, prompt: tuple[int, ...], request: CompletionRequest, text: str, cancel: threading.Event):
-        """The lexicon's choice between the model's word and the document words (engine.lexicon);
+        """The lexicon's choice between the model's word and the document words (engine.core.word_choice);
         (None, decodes) when the budget or a cancel cut it short."""
         typed = _typed(request.required)
         whitespace = request.required[: len(request.required) - len(typed)]

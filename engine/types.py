@@ -14,7 +14,7 @@ from pathlib import Path
 
 def server_urls(value: str | None) -> tuple[str, ...]:
     """`EngineConfig.model_server` as URLs: one, or several separated by commas or white space
-    (several: engine.multi keeps each document on one of them)."""
+    (several: engine.remote.servers keeps each document on one of them)."""
     return tuple(u for u in re.split(r"[\s,]+", value or "") if u)
 
 
@@ -64,7 +64,7 @@ class ContextFile:
 
 @dataclass(frozen=True)
 class RepoContext:
-    """Other files' text for the prompt, and the names the layout needs (see engine.prompt).
+    """Other files' text for the prompt, and the names the layout needs (see engine.core.prompt).
 
     The caller chooses `files` and keeps the same value from keystroke to keystroke (their order
     is the prompt's order, so a stable choice keeps the KV cache); the engine lays them out before
@@ -83,7 +83,7 @@ class CompletionRequest:
 
     `suffix` is the text after the cursor (already bounded in lines by the caller), used only when
     the model has FIM tokens; None leaves it out. Its first `suffix_tokens` tokens are kept, laid
-    out in `fim_order` ("psm" or "spm", see engine.prompt)."""
+    out in `fim_order` ("psm" or "spm", see engine.core.prompt)."""
 
     prompt: str
     required: str = ""
@@ -95,7 +95,7 @@ class CompletionRequest:
     suffix: str | None = None
     suffix_tokens: int = 64
     fim_order: str = "psm"
-    # Document words that begin with the typed word (see engine.lexicon); () leaves it out.
+    # Document words that begin with the typed word (see engine.core.word_choice); () leaves it out.
     candidates: tuple[str, ...] = ()
     lexicon_prior: float = 1.0  # nats added to a document word's score
     lexicon_decodes: int = 8  # extra decodes the scoring may spend
@@ -114,7 +114,7 @@ class CompletionRequest:
     # file alone (the prompt is then exactly what it was without this feature).
     context: RepoContext | None = None
     # What names the document (the LSP URI): only its salted hash leaves the engine
-    # (engine.multi.affinity_key), as the key that keeps a document on one model server; None:
+    # (engine.remote.servers.affinity_key), as the key that keeps a document on one model server; None:
     # the start of the prompt names it. Never sent, never logged.
     document: str | None = field(default=None, repr=False)
 

@@ -103,7 +103,7 @@ def _fragments(node: ast.AST) -> list[str]:
 
 def _messages(folder: str, calls: dict[str, int]) -> list[tuple[str, str]]:
     found = []
-    for path in sorted((ROOT / folder).glob("*.py")):
+    for path in sorted((ROOT / folder).rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             if isinstance(node, ast.Call):

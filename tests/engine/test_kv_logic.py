@@ -5,7 +5,7 @@ import threading
 import numpy as np
 import pytest
 
-from engine.kv import Cancelled, Decoded, KvCache, common_prefix_length
+from engine.local.kv import Cancelled, Decoded, KvCache, common_prefix_length
 
 
 class RecordingBackend:

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from engine.http_client import ModelServerClient, StreamCancelled, parse_url
+from engine.remote.http import ModelServerClient, StreamCancelled, parse_url
 from engine.types import ModelServerError
 from tests.engine.fake_llama_server import LoopbackHttpServer
 

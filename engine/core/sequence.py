@@ -15,13 +15,13 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from engine.backend import Backend
-from engine.covering import Covering, CoveringSearch
-from engine.kv import Cancelled, PathRows  # noqa: F401  (PathRows: re-exported)
-from engine.prefix import RequiredPrefix
-from engine.sampler import Sampler, row_log_norm
-from engine.speculative import PromptLookup
+from engine.core.covering import Covering, CoveringSearch
+from engine.local.kv import Cancelled, PathRows  # noqa: F401  (PathRows: re-exported)
+from engine.core.prefix import RequiredPrefix
+from engine.core.sampler import Sampler, row_log_norm
+from engine.core.speculative import PromptLookup
 from engine.types import SamplingConfig
-from engine.vocab import VocabIndex
+from engine.core.vocab import VocabIndex
 
 
 @dataclass(frozen=True)

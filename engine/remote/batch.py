@@ -2,7 +2,7 @@
 
 llama-server takes a list of prompts in one `/completion` (one task each, every one with the same
 parameters) and runs them one after another on the slot the request names, each reusing what the
-one before left in its KV cache. So the frontier of the covering search (engine.frontier: the
+one before left in its KV cache. So the frontier of the covering search (engine.remote.frontier: the
 unknown rows and the nodes whose consistent tokens are known only by a bound) goes out as one
 request of many prompts, each generating one token:
 
@@ -26,13 +26,13 @@ request of many prompts, each generating one token:
 - a frontier of one entry goes as one streamed request instead, the old way (`single`), which
   goes on into the suggestion when that entry is the answer;
 - before any of that, the most probable covering by its bounds, when a token of it is known only
-  by a bound, is made exact with one streamed request (engine.remote `refine`): it most often is
+  by a bound, is made exact with one streamed request (engine.remote.rows `refine`): it most often is
   the answer, so that stream is the suggestion too, and its exact value leaves less to ask;
 - the batch that spends the search's budget also carries the rows of the greedy descent the
   search then makes (`continuation`, `_likely`, `_walk_down` under `prove`), so the descent most
   often needs no request of its own.
 
-Each answer is recorded as a streamed token is (engine.remote `_record`), with that cap. A token
+Each answer is recorded as a streamed token is (engine.remote.rows `_record`), with that cap. A token
 the server holds back (one ending inside a UTF-8 character) gives no event: its path stays unknown
 and is not asked again in the same call.
 """
@@ -42,9 +42,9 @@ from __future__ import annotations
 import threading
 import time
 
-from engine.frontier import Frontier, Path
-from engine.http_client import StreamCancelled
-from engine.kv import Cancelled, common_prefix_length
+from engine.remote.frontier import Frontier, Path
+from engine.remote.http import StreamCancelled
+from engine.local.kv import Cancelled, common_prefix_length
 
 # Listed tokens per prompt: a branch's row is read for its bound (the last listed value) and the
 # values of the few tokens that continue its spelling. Measured on bench.tail's 220-token document
@@ -93,7 +93,7 @@ def fetch(remote, prompt: tuple[int, ...], front: Frontier, cancel: threading.Ev
     """Ask for all of `front` in one request; returns the paths asked. Nothing is asked (empty set)
     when the document has no slot of its own yet. A frontier of one goes as one streamed request
     that goes on into the suggestion when its path is the one chosen (`single`)."""
-    from engine.remote import gbnf_literal
+    from engine.remote.rows import gbnf_literal
 
     prompt = tuple(prompt)
     if len(front.rows) + len(front.values) == 1:
@@ -150,11 +150,11 @@ def fetch(remote, prompt: tuple[int, ...], front: Frontier, cancel: threading.Ev
 
 
 def single(remote, rows, front: Frontier) -> set[Path]:
-    """One entry: an unknown row is expanded as a branch (engine.remote `BoundedRows.expand`: its
+    """One entry: an unknown row is expanded as a branch (engine.remote.rows `BoundedRows.expand`: its
     last token forced, so its value is exact too); a value node is asked with its own bytes as the
     grammar and what it lists banned, and the stream goes on (with the generation budget) when that
     node's best token finishes the covering."""
-    from engine.remote import GENERATION_SLACK, _Inexpressible
+    from engine.remote.rows import GENERATION_SLACK, _Inexpressible
 
     if front.rows:
         path = front.rows[0][0]
@@ -229,7 +229,7 @@ BATCH_ROUNDS = 3  # requests of many prompts per keystroke, at most
 
 
 def prove(rows) -> None:
-    """Before the covering search runs on `rows` (engine.remote.BoundedRows): ask for its frontier
+    """Before the covering search runs on `rows` (engine.remote.rows.BoundedRows): ask for its frontier
     in one request, again while it is not empty, within BATCH_ROUNDS and the search's budget.
 
     The rows asked are the in-process engine's budget: each is one of `maxCoverDecodes` (a model
@@ -257,9 +257,9 @@ def prove(rows) -> None:
     descent, the seed "Once upon a ti" after an empty prompt spent its 8 on the first tokens
     ("O", "On", "Onc", ...: a batch goes one level deeper per request) and took the masked
     path's "tikz"."""
-    from engine.covering import Covering, CoveringSearch
-    from engine.frontier import frontier
-    from engine.remote import BoundedRows
+    from engine.core.covering import Covering, CoveringSearch
+    from engine.remote.frontier import frontier
+    from engine.remote.rows import BoundedRows
 
     remote, prompt, required = rows._remote, rows._prompt, rows._required
     asked: set[Path] = set()
@@ -297,7 +297,7 @@ def prove(rows) -> None:
             return
         if front.best is not None and front.best[1] > floor and rows.exact(Covering(*front.best)) is not None:
             # The most probable covering by its bounds has a token known only by a bound: ask for
-            # that first (one streamed request, engine.remote `refine`). It most often is the
+            # that first (one streamed request, engine.remote.rows `refine`). It most often is the
             # answer: its stream goes on into the suggestion, and its exact value raises the floor,
             # which leaves less for the batch.
             if not rows.refine(Covering(*front.best)):
@@ -330,7 +330,7 @@ def _descend(rows, path: Path) -> None:
     search's descent may take. One token is listed per step: what the descent reads is the value
     of each token it takes (always sent), and its path most often loses; with 40 listed, its
     events were a third of the keystroke's 128 kB."""
-    from engine.remote import GENERATION_SLACK, _Inexpressible
+    from engine.remote.rows import GENERATION_SLACK, _Inexpressible
 
     remote = rows._remote
     left = rows._remaining(path)

@@ -1,6 +1,6 @@
 """The remote backend: the engine's next-token distributions from a llama-server over HTTP.
 
-It stands where `engine.kv.KvCache` stands for the in-process model (same methods: `prepare`,
+It stands where `engine.local.kv.KvCache` stands for the in-process model (same methods: `prepare`,
 `logits_after`, `covering_rows`, `prefill`, ...), so one `Engine` does the windowing, FIM layout,
 stops, lexicon and text handling for both. What differs is what a distribution is: llama-server
 returns, for each token it generates, the sampled token's log-probability and the top `n_probs`
@@ -13,12 +13,12 @@ exact values for some tokens and upper bounds for the rest:
 - the same with the strict-prefix tokens banned by logit_bias picks the best *covering* token;
 - a grammar term `<[id]>` forces one token and reports its exact value.
 
-The exact covering search (engine.covering, unchanged) runs on rows where each unknown value is
+The exact covering search (engine.core.covering, unchanged) runs on rows where each unknown value is
 its upper bound. Its answer is proven optimal when every token of the chosen path has an exact
 value: every other covering's bound is at most what it could really be, and the search found the
-best under those bounds. Before it runs, everything it may still need (engine.frontier: the rows
+best under those bounds. Before it runs, everything it may still need (engine.remote.frontier: the rows
 of every spelling whose bound beats the best covering known exactly) is asked for in one request
-of many prompts (engine.remote_batch), each row one of `maxCoverDecodes`, as a decode is
+of many prompts (engine.remote.batch), each row one of `maxCoverDecodes`, as a decode is
 in-process; what is left (a token on the chosen path known only by a bound, a node the batch did
 not reach) takes one more request each, and the search runs again. When the budget runs out,
 the best covering whose tokens are all exact is taken (stats say "unproven"), and with none
@@ -59,13 +59,13 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from engine.backend import Traffic
-from engine.covering import Covering
-from engine.http_client import EventStream, ModelServerClient, Pending, StreamCancelled, UpstreamChanged
-from engine.kv import Cancelled, common_prefix_length, placement
+from engine.core.covering import Covering
+from engine.remote.http import EventStream, ModelServerClient, Pending, StreamCancelled, UpstreamChanged
+from engine.local.kv import Cancelled, common_prefix_length, placement
 from engine.types import ModelServerError
-from engine.vocab import VocabIndex
+from engine.core.vocab import VocabIndex
 
-# Listed tokens per generated token (about 2.5 kB of JSON each). At least engine.signals.TOP: the
+# Listed tokens per generated token (about 2.5 kB of JSON each). At least engine.core.signals.TOP: the
 # gate's signals read that many of each row along the chosen covering, as in-process.
 N_PROBS = 40
 NODES = 4096  # distributions remembered by token path
@@ -208,7 +208,7 @@ class RemoteRows:
         self.taken = 0  # named requests that found their slot taken
         self._blind = 0
         self._placed = False
-        # Checks a server's model (engine.remote_load `ServerCheck`): run again on the server a
+        # Checks a server's model (engine.remote.connect `ServerCheck`): run again on the server a
         # balancer moved a document to, before any of its numbers are used.
         self.check: Callable[[ModelServerClient, "RemoteRows"], None] | None = None
         self.upstream_changes = 0  # documents a balancer moved to another server (UpstreamChanged)
@@ -350,8 +350,8 @@ class RemoteRows:
 
     def covering_rows(self, prompt: tuple[int, ...], required: bytes, cancel: threading.Event | None, budget: int) -> BoundedRows:
         """The search's rows, with what proving its choice needs asked for first, all of it in one
-        request where it can be (engine.remote_batch)."""
-        from engine.remote_batch import prove
+        request where it can be (engine.remote.batch)."""
+        from engine.remote.batch import prove
 
         rows = BoundedRows(self, prompt, required, cancel, budget)
         with self._lock:
@@ -580,7 +580,7 @@ class RemoteRows:
 
     def _slot_for(self, context: tuple[int, ...]) -> tuple[int, bool]:
         """(id_slot, cache_prompt) for a prompt: where the in-process engine would decode it
-        (engine.kv `placement`, our slots standing for its sequences), so both keep the same
+        (engine.local.kv `placement`, our slots standing for its sequences), so both keep the same
         prefixes and decode the same ubatches. Staying or moving names the slot and reuses its KV;
         a fresh prompt goes to any idle slot (-1: the server picks, so users sharing it do not
         take each other's) and is decoded whole, from position 0."""
@@ -720,8 +720,8 @@ class RemoteRows:
         self._settle_walk()
         self._reap()
         # What the server decodes as its prompt, and how: the request's prompt (in the same
-        # chunks as in-process, its last token alone: engine.llama_backend), then every token past
-        # it forced one by one, as the in-process engine decodes them (engine.kv `prepare`).
+        # chunks as in-process, its last token alone: engine.local.llama), then every token past
+        # it forced one by one, as the in-process engine decodes them (engine.local.kv `prepare`).
         start = context
         prompt = self._prompt
         if prompt and len(context) > len(prompt) and context[: len(prompt)] == prompt:
@@ -1001,7 +1001,7 @@ class BoundedRows:
         """The search again on exact values only (no request): the signals (the mass of what was
         typed, the margin to another word) and the alternatives read its coverings, and an upper
         bound there would count probability no token is known to have, as in-process it is not."""
-        from engine.covering import CoveringSearch
+        from engine.core.covering import CoveringSearch
 
         known = CoveringSearch(self._vocab, BoundedRows(self._remote, self._prompt, required, self._cancel, 0, pessimistic=True), 1 << 30)
         known.run(required)
@@ -1014,7 +1014,7 @@ class BoundedRows:
             return covering
         if covering is None and self.fallback is None:
             return None  # nothing in the vocabulary is consistent
-        from engine.covering import CoveringSearch
+        from engine.core.covering import CoveringSearch
 
         known = CoveringSearch(self._vocab, BoundedRows(self._remote, self._prompt, self._required, self._cancel, 0, pessimistic=True), 1 << 30).run(self._required)
         if known is not None and math.isfinite(known.log_prob):

@@ -23,12 +23,12 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from engine.http_client import ModelServerClient
-from engine.llama_backend import RUNTIME, LlamaModel
+from engine.remote.http import ModelServerClient
+from engine.local.llama import RUNTIME, LlamaModel
 from engine.model_files import model_id, resolve_model
-from engine.remote import PROBE_TEXT, RemoteRows
+from engine.remote.rows import PROBE_TEXT, RemoteRows
 from engine.types import EngineConfig, ModelServerError
-from engine.vocab import VocabIndex
+from engine.core.vocab import VocabIndex
 from engine.vocab_cache import load_vocab
 
 
@@ -127,20 +127,20 @@ def client_for(config: EngineConfig, url: str) -> ModelServerClient:
 
 def connect(config: EngineConfig, min_prompt_tokens: int):
     """(vocabulary-only model, remote rows, vocabulary index, the server's model id) for
-    `config.model_server`: one URL gives a `RemoteRows`, several a `ServerSet` (engine.multi)."""
+    `config.model_server`: one URL gives a `RemoteRows`, several a `ServerSet` (engine.remote.servers)."""
     from engine.types import server_urls
 
     urls = server_urls(config.model_server)
     if not urls:
         raise ModelServerError("url", config.model_server, "no model server URL given", "Set `modelServer` to a URL like http://127.0.0.1:8080")
     if len(urls) > 1:
-        from engine.multi import connect_all
+        from engine.remote.servers import connect_all
 
         return connect_all(config, urls, min_prompt_tokens)
     client = client_for(config, urls[0])
     # First contact names a document too: a balancer sends requests without a key round robin
     # (nginx's hash does), so its checks would land on both servers in turn.
-    from engine.multi import affinity_key
+    from engine.remote.servers import affinity_key
 
     client.affinity = affinity_key("")
     try:
@@ -151,7 +151,7 @@ def connect(config: EngineConfig, min_prompt_tokens: int):
     if client.upstream is None:
         return model, remote, vocab, model_id
     # A load balancer that names the server behind it (X-Cpc-Upstream): one RemoteRows per server.
-    from engine.multi import BalancedSet
+    from engine.remote.servers import BalancedSet
 
     def make_rows() -> RemoteRows:
         rows = RemoteRows(client_for(config, urls[0]), vocab, remote.n_ctx, remote.total_slots, config.model_server_slot)
@@ -200,12 +200,12 @@ def _connect(
 
 
 def _n_probs() -> int:
-    """Tokens listed per generated token: engine.remote's N_PROBS, or the CPC_LSP_N_PROBS
+    """Tokens listed per generated token: engine.remote.rows's N_PROBS, or the CPC_LSP_N_PROBS
     variable (for bench.tail, which compares several side by side; not a setting: every value is
     exact, only the round trips and bytes change)."""
     import os
 
-    from engine.remote import N_PROBS
+    from engine.remote.rows import N_PROBS
 
     try:
         return max(1, int(os.environ.get("CPC_LSP_N_PROBS") or N_PROBS))

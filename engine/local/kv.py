@@ -61,7 +61,7 @@ class Decoded:
 
 
 class Decoder(Protocol):
-    """The llama context as the cache uses it (engine.llama_backend.LlamaContext)."""
+    """The llama context as the cache uses it (engine.local.llama.LlamaContext)."""
 
     n_ctx: int
     sequences: int
@@ -90,7 +90,7 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
 
 def placement(live: Sequence[int] | None, others: Sequence[tuple[Any, Sequence[int]]], tokens: Sequence[int]) -> tuple[str, Any]:
     """Where a prompt is decoded, for both backends (a sequence here, a llama-server slot in
-    engine.remote), so both reuse the same prefixes and decode the same ubatches:
+    engine.remote.rows), so both reuse the same prefixes and decode the same ubatches:
     ("move", key) to the other sequence that shares clearly more with it; ("fresh", None) to an
     empty or the least recently used one, from position 0, when staying would cut the live one
     back by many tokens and keep less than it must decode anyway; else ("stay", None), keeping
@@ -144,7 +144,7 @@ class KvCache:
         with self._lock:
             return tokens in self._rows
 
-    # The surface the engine uses (engine.backend), shared with the remote backend (engine.remote.RemoteRows).
+    # The surface the engine uses (engine.backend), shared with the remote backend (engine.remote.rows.RemoteRows).
 
     fallbacks: tuple[str, ...] = ()  # every covering is proven here
 
@@ -172,7 +172,7 @@ class KvCache:
         """Decode the prompt (the required prefix is resolved by the covering search after).
         Tokens past the prompt (covering branches, the covering, generation) are then decoded
         one by one, as llama-server decodes what it generates, so both backends compute the
-        same numbers (engine.remote)."""
+        same numbers (engine.remote.rows)."""
         self._alone_from = None
         self.logits_after(tokens, cancel)
         self._alone_from = len(tokens)
@@ -204,7 +204,7 @@ class KvCache:
         The batch is the context's last token and the draft only. When KV lacks more of the
         context (after a covering whose tokens were not decoded), the context is decoded alone, in
         the batch plain decoding would use: a longer batch would round differently (see
-        engine.speculative) and could change a greedy token."""
+        engine.core.speculative) and could change a greedy token."""
         with self._lock:
             if common_prefix_length(self._held, context) < len(context) - 1:
                 self._remember(context, self._decode_to(context, 1, cancel)[0])
@@ -293,7 +293,7 @@ class KvCache:
 
 class PathRows:
     """Rows after prompt + path for the covering search, counting real decodes only. Every row is
-    exact, so a covering the search chose needs no refining (see engine.remote.BoundedRows)."""
+    exact, so a covering the search chose needs no refining (see engine.remote.rows.BoundedRows)."""
 
     def __init__(self, kv: Backend, prompt: tuple[int, ...], cancel: threading.Event) -> None:
         self._kv, self._prompt, self._cancel = kv, prompt, cancel

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.vocab import VocabIndex
+from engine.core.vocab import VocabIndex
 
 
 class RequiredPrefix:

@@ -41,7 +41,7 @@ BACKOFF_KINDS = ("unreachable",)  # a server that is down; never "timeout" (a sl
 MAX_HEADER_BYTES = 64 * 1024
 MAX_BODY_BYTES = 64 * 1024 * 1024
 IDLE_CONNECTIONS = 2  # kept-alive connections waiting for the next request
-# Sent on every request: an opaque, salted hash naming the document (engine.multi.affinity_key),
+# Sent on every request: an opaque, salted hash naming the document (engine.remote.servers.affinity_key),
 # so a load balancer can keep a document on one server (nginx: `hash $http_x_cpc_document
 # consistent`). Never the document's text or name, never a key.
 AFFINITY_HEADER = "X-Cpc-Document"
@@ -54,7 +54,7 @@ UPSTREAM_HEADER = "x-cpc-upstream"
 class UpstreamChanged(ModelServerError):
     """A load balancer's answer came from another server than the last one (UPSTREAM_HEADER):
     what we know of slots and distributions belongs to the other server, so the caller checks the
-    new one's model and forgets what it knew (engine.remote `recover`) before asking again."""
+    new one's model and forgets what it knew (engine.remote.rows `recover`) before asking again."""
 
     def __init__(self, url: str, before: str, after: str) -> None:
         super().__init__("unreachable", url, "the load balancer moved this document to another server", "Nothing to do: the next request is sent there")

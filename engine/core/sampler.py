@@ -23,7 +23,7 @@ PENALTY_WINDOW = 64  # like llama.cpp's default penalty_last_n
 
 def log_sum_exp(row: np.ndarray) -> float:
     """log(sum(exp(row))) without overflow; -inf for an empty row or one of only -inf (a remote
-    row where nothing is known, see engine.remote), where exp(row - peak) would be nan."""
+    row where nothing is known, see engine.remote.rows), where exp(row - peak) would be nan."""
     if row.size == 0:
         return float("-inf")
     peak = float(row.max())

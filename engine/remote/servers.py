@@ -5,7 +5,7 @@ Why here and not only in a balancer: each server has its own slots and computes 
 So each server gets its own `RemoteRows` (slots, distributions by token path, open stream), and a
 call goes to exactly one of them: a slot id is only ever sent to the server that named it, and a
 covering is proven on the numbers of the server that answered, never on a mix. (Behind a balancer
-that is one URL, the same holds through `RemoteRows.recover`: engine.http_client UpstreamChanged.)
+that is one URL, the same holds through `RemoteRows.recover`: engine.remote.http UpstreamChanged.)
 
 Which server: rendezvous (highest random weight) hashing of the document's key over the URLs.
 Every document has its own order of the servers and goes to the first one that is up; adding or
@@ -37,8 +37,8 @@ from engine.backend import CoveringRows
 from dataclasses import fields
 
 from engine.backend import Traffic, affinity_key  # noqa: F401  (affinity_key: re-exported)
-from engine.http_client import ModelServerClient, UpstreamChanged
-from engine.remote import RemoteRows
+from engine.remote.http import ModelServerClient, UpstreamChanged
+from engine.remote.rows import RemoteRows
 from engine.types import ModelServerError, server_urls  # noqa: F401  (server_urls: re-exported)
 
 logger = logging.getLogger(__name__)
@@ -367,7 +367,7 @@ def connect_all(config, urls: tuple[str, ...], min_prompt_tokens: int):
     """(vocabulary-only model, ServerSet, vocabulary index, the servers' model id): every server
     that answers must pass the checks of first contact, and run the same model; servers that are
     down start as down (probed); all down raises the first one's error."""
-    from engine.remote_load import ServerCheck, client_for, load_vocabulary, server_model_id
+    from engine.remote.connect import ServerCheck, client_for, load_vocabulary, server_model_id
 
     clients = [client_for(config, url) for url in urls]
     budget = max(config.model_server_timeout_s, 1.0)
