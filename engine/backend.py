@@ -34,6 +34,10 @@ def affinity_key(material: str) -> str:
     return hashlib.blake2b(material.encode("utf-8", "replace"), key=_SALT, digest_size=12).hexdigest()
 
 
+class Cancelled(Exception):
+    """The request was cancelled between decode chunks, steps or reads of an answer."""
+
+
 @dataclass
 class Traffic:
     """Requests, connections and bytes since a client was made (per-request figures are

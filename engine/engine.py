@@ -21,12 +21,14 @@ from typing import TypeVar
 
 from engine.backend import Backend, Window, affinity_key
 from engine.core.alternatives import CANDIDATES_PER_ALTERNATIVE, BudgetedRows, alternatives, first_tokens
-from engine.local.kv import Cancelled, KvCache
+from engine.backend import Cancelled
+from engine.local.kv import KvCache
 from engine.core.word_choice import WordScorer, choose, first_word, is_word_char
 from engine.local.llama import RUNTIME, LlamaContext, LlamaModel, allocated_tokens
 from engine.model_files import resolve
+from engine.remote.connect import connect
 from engine.core.prompt import FIM_EXTRA_TOKENS, FimTokens, RepoTokens, context_tokens, layout
-from engine.local.kv import PathRows
+from engine.core.path_rows import PathRows
 from engine.core.sequence import Sequence
 from engine.core.signals import TOP as SIGNAL_TOP
 from engine.core.signals import compute as compute_signals
@@ -153,8 +155,6 @@ class Engine:
         With `config.model_server` the model runs on that llama-server (engine.remote.connect);
         only the vocabulary is read here. Raises ModelServerError then."""
         if config.model_server:
-            from engine.remote.connect import connect
-
             model, remote, vocab, model_id = connect(config, MIN_PROMPT_TOKENS)
             return cls(model, remote, vocab, config, remote, model_id=model_id)
         if config.context_tokens < 2 * MIN_PROMPT_TOKENS:

@@ -16,7 +16,8 @@ import numpy as np
 
 from engine.backend import Backend
 from engine.core.covering import Covering, CoveringSearch
-from engine.local.kv import Cancelled, PathRows  # noqa: F401  (PathRows: re-exported)
+from engine.backend import Cancelled
+from engine.core.path_rows import PathRows  # noqa: F401  (re-exported)
 from engine.core.prefix import RequiredPrefix
 from engine.core.sampler import Sampler, row_log_norm
 from engine.core.speculative import PromptLookup

@@ -32,13 +32,15 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
-from engine.backend import Backend, Traffic
+from engine.backend import Backend, Cancelled, Traffic
+from engine.core.path_rows import PathRows
+from engine.core.placement import common_prefix_length, placement
 
-__all__ = ["Cancelled", "Decoded", "Decoder", "KvCache", "PathRows", "common_prefix_length", "placement"]
+__all__ = ["Decoded", "Decoder", "KvCache"]
 
 # Rows remembered per call: at least its token budget and this many more (the covering branches,
 # drafts and alternatives), up to ROWS_MAX. Why: a multi-line suggestion generates 48 tokens; with
@@ -47,8 +49,6 @@ __all__ = ["Cancelled", "Decoded", "Decoder", "KvCache", "PathRows", "common_pre
 # vocabulary in float32 (0.6 MB on Qwen2.5-Coder, 1 MB on Gemma 3): 80 rows at the default
 # multi-line budget.
 ROWS_SLACK, ROWS_MAX = 32, 160
-MOVE_MIN_GAIN = 32  # a prompt goes to a sequence sharing at least this many more tokens with it
-MOVE_MIN_DROP = 128  # else one that would cut the live sequence back this far may go to a free one
 
 
 @dataclass(frozen=True)
@@ -73,44 +73,6 @@ class Decoder(Protocol):
     def remove_from(self, position: int, seq: int = 0) -> bool: ...
 
     def clear(self) -> None: ...
-
-
-def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    # Compare in blocks first: prompts share long prefixes, so this is mostly one slice compare.
-    # As tuples: the held tokens are a list and prompts are tuples, and a list never equals a tuple.
-    step = 256
-    while i + step <= n and tuple(a[i : i + step]) == tuple(b[i : i + step]):
-        i += step
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
-def placement(live: Sequence[int] | None, others: Sequence[tuple[Any, Sequence[int]]], tokens: Sequence[int]) -> tuple[str, Any]:
-    """Where a prompt is decoded, for both backends (a sequence here, a llama-server slot in
-    engine.remote.rows), so both reuse the same prefixes and decode the same ubatches:
-    ("move", key) to the other sequence that shares clearly more with it; ("fresh", None) to an
-    empty or the least recently used one, from position 0, when staying would cut the live one
-    back by many tokens and keep less than it must decode anyway; else ("stay", None), keeping
-    the prefix the live sequence shares. `live` None: nothing used yet (fresh); no `others`:
-    there is nowhere else to go (stay)."""
-    if live is None:
-        return "fresh", None
-    if not others:
-        return "stay", None
-    keep = common_prefix_length(live, tokens)
-    shared, best = max((common_prefix_length(held, tokens), key) for key, held in others)
-    if shared >= keep + MOVE_MIN_GAIN:
-        return "move", best
-    if len(live) - keep >= MOVE_MIN_DROP and keep < len(tokens) - keep:
-        return "fresh", None
-    return "stay", None
-
-
-class Cancelled(Exception):
-    """The request was cancelled between decode chunks or steps."""
 
 
 class KvCache:
@@ -289,32 +251,3 @@ class KvCache:
         """Drop everything (e.g. after the model's context is replaced)."""
         with self._lock:
             self._reset()
-
-
-class PathRows:
-    """Rows after prompt + path for the covering search, counting real decodes only. Every row is
-    exact, so a covering the search chose needs no refining (see engine.remote.rows.BoundedRows)."""
-
-    def __init__(self, kv: Backend, prompt: tuple[int, ...], cancel: threading.Event) -> None:
-        self._kv, self._prompt, self._cancel = kv, prompt, cancel
-        self.decodes = 0
-        self.fallback: str | None = None
-
-    def row(self, path: tuple[int, ...]) -> np.ndarray:
-        before = self._kv.decoded
-        row = self._kv.logits_after(self._prompt + path, self._cancel)
-        self.decodes += self._kv.decoded != before
-        return row
-
-    def cached(self, path: tuple[int, ...]) -> bool:
-        """The row after `path` is remembered: reading it decodes nothing."""
-        return self._kv.remembers(self._prompt + path)
-
-    def refine(self, covering) -> bool:
-        return False
-
-    def settle(self, covering):
-        return covering
-
-    def known_search(self, search, required: bytes):
-        return search  # every value it saw is exact

@@ -42,41 +42,37 @@ with it) with `cache_prompt` into one slot per document (`id_slot`, learnt from 
 answers or fixed by `model_server_slot`), so an unchanged prompt costs the server no prompt work.
 In a team (once a named slot gave back far less than we left in it: another user took it), each
 call's first request names no slot instead, so llama-server puts the document in an idle slot and
-restores it from its RAM prompt cache (`_slot_for`).
+restores it from its RAM prompt cache (engine.remote.slots `slot_for`).
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 import threading
 import time
-from collections import OrderedDict, deque
 from collections.abc import Callable
 from collections.abc import Sequence as Seq
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from engine.backend import Traffic
-from engine.core.covering import Covering
-from engine.remote.http import EventStream, ModelServerClient, Pending, StreamCancelled, UpstreamChanged
-from engine.local.kv import Cancelled, common_prefix_length, placement
-from engine.types import ModelServerError
+from engine.backend import Cancelled, Traffic
+from engine.core.placement import common_prefix_length
 from engine.core.vocab import VocabIndex
+from engine.remote.batch import prove
+from engine.remote.bounded import BoundedRows
+from engine.remote.grammar import GENERATION_SLACK, Inexpressible, gbnf_literal  # noqa: F401  (gbnf_literal: re-exported)
+from engine.remote.http import EventStream, ModelServerClient, Pending, StreamCancelled, UpstreamChanged
+from engine.remote.nodes import CapGroup, Node, NodeStore
+from engine.remote.slots import SLOT_SHARE, TAKEN_MIN_TOKENS, SlotBook  # noqa: F401  (TAKEN_MIN_TOKENS: re-exported)
+from engine.types import ModelServerError
 
 # Listed tokens per generated token (about 2.5 kB of JSON each). At least engine.core.signals.TOP: the
 # gate's signals read that many of each row along the chosen covering, as in-process.
 N_PROBS = 40
-NODES = 4096  # distributions remembered by token path
-DENSE_ROWS = 48  # dense rows built for the sampler, as KvCache remembers rows
-BOUNDED_ROWS = 32  # rows built for the covering search
-GENERATION_SLACK = 2
 FINAL_FIELDS = ("id_slot", "stop", "tokens_predicted", "timings")  # what the engine reads of a final answer
-BRANCH_PREDICT = 2  # a branch the search expands: its forced token, then one under the grammar
 # Of each request's budget, kept for answering after the server gave up (the bench measured 59 ms).
 ANSWER_RESERVE_S = 0.2
-STALE_NATS = 1e-6  # a chosen path's value above its exact one by more than this was ranked on a bound
 DRAIN_S = 0.002  # what an ended call still reads of its stream (the final event is usually there)
 # A stream with at most this many tokens left when its call ends is left to finish rather than
 # closed, so its connection stays alive for the next keystroke (and its rows are read then); the
@@ -84,10 +80,6 @@ DRAIN_S = 0.002  # what an ended call still reads of its stream (the final event
 # it takes another request for the slot anyway), then closes it. Reading for at most 0.5 s, as
 # before, closed it on a loaded machine, and the next request opened a new connection.
 LEFTOVER_TOKENS = GENERATION_SLACK + 2
-# A named slot that gives back this many tokens fewer than we left in it was taken by another
-# client (a token or two can be ours: the last token of a stream closed early may not be decoded).
-TAKEN_MIN_TOKENS = 8
-SLOT_SHARE = 0.5  # a prompt goes to a slot we used when it shares at least this part of it
 # A prefetch's budget (and so a slow prompt's, once its keystroke gave up on it): at least this,
 # or this many keystroke budgets.
 PREFETCH_MIN_S, PREFETCH_BUDGETS = 120.0, 12
@@ -101,19 +93,6 @@ PROBE_TEXT = (
 )
 
 
-_SERIALS = itertools.count()
-
-
-@dataclass
-class _Node:
-    """What is known of one distribution: exact log-probabilities of some tokens, a bound for the
-    rest, and caps: (covering_only, R, v, banned) = every token consistent with R (only those
-    starting with R when covering_only), except the `banned` ones, is at most v."""
-
-    exact: dict[int, float] = field(default_factory=dict)
-    nth: float = 0.0
-    caps: list[tuple[bool, bytes, float, frozenset[int]]] = field(default_factory=list)
-    serial: int = field(default_factory=lambda: next(_SERIALS))  # names it in row caches
 
 
 @dataclass
@@ -128,7 +107,7 @@ class _Walk:
     slot: int = -1
     seen: int = 0
     first: bool = True
-    expected: int | None = None  # prompt tokens the named slot should give back (`_expect`)
+    expected: int | None = None  # prompt tokens the named slot should give back (engine.remote.slots `expect`)
     n_predict: int = 0  # tokens the request may generate
     leftover: bool = False  # kept open past the engine call that opened it (see `end`)
     excluded: frozenset[int] = frozenset()  # banned at the first free step: its cap leaves them out
@@ -145,24 +124,7 @@ class _Fill:
     context: tuple[int, ...]  # the prompt sent
     pending: Pending
     slot: int  # the slot named in the request (-1: the server picks)
-    expected: int | None = None  # prompt tokens the named slot should give back (`_expect`)
-
-
-def gbnf_literal(text: bytes) -> str | None:
-    """`text` as a GBNF string literal; None when it is not valid UTF-8 (a grammar matches
-    characters, so a remainder that starts inside a character cannot be written)."""
-    try:
-        chars = text.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    out = []
-    for ch in chars:
-        code = ord(ch)
-        if ch in '"\\' or code < 0x20 or code >= 0x7F:
-            out.append(f"\\U{code:08X}" if code > 0xFFFF else f"\\u{code:04X}")
-        else:
-            out.append(ch)
-    return '"' + "".join(out) + '"'
+    expected: int | None = None  # prompt tokens the named slot should give back (engine.remote.slots `expect`)
 
 
 class RemoteRows:
@@ -173,45 +135,57 @@ class RemoteRows:
 
     def __init__(self, client: ModelServerClient, vocab: VocabIndex, n_ctx: int, total_slots: int, slot: int | None, n_probs: int = N_PROBS):
         self.client = client
-        self._vocab = vocab
+        self.vocab = vocab
         self.n_ctx = n_ctx
         self.sequences = 1
-        self.total_slots = total_slots
-        self._fixed_slot = slot
-        self._slots: dict[int, tuple[int, ...]] = {}  # slot -> the tokens we last left in it
-        self._live: int | None = None  # the slot of the last request (the live sequence's part)
-        self._unplaced: deque[tuple[int, ...]] = deque(maxlen=4)  # sent with id_slot -1, slot not named yet
-        self._n_probs = n_probs
-        self._nodes: OrderedDict[tuple[int, ...], _Node] = OrderedDict()
-        self._dense: OrderedDict[tuple[int, ...], np.ndarray] = OrderedDict()
-        self._bounded: OrderedDict[tuple, np.ndarray] = OrderedDict()
+        self.slots = SlotBook(total_slots, slot)
+        self.nodes = NodeStore(vocab)
+        self.n_probs = n_probs
+        # The connection's work in progress: an open stream (`_Walk`), a prefill waited on across
+        # calls (`_Fill`), never both; prefills of other documents left to finish (`_detach_fill`).
         self._walk: _Walk | None = None
         self._fill: _Fill | None = None
-        self._detached: list[_Fill] = []  # prefills of other documents left running (`_detach_fill`)
-        self._prefetching = False
+        self._detached: list[_Fill] = []
         self.last_fill_s: float | None = None  # how long the last prefill took, from its request
         self._lock = threading.RLock()
+        # The current engine call (`begin`): its budget, cancel flag, generation wants and prompt.
         self._deadline: float | None = None
         self._cancel: threading.Event | None = None
+        self._prefetching = False  # the engine's prefetch: its own, longer budget
         self._predict = 16
         self._single_line = True
-        self._held: tuple[int, ...] = ()
         self._prompt: tuple[int, ...] = ()  # this call's prompt (tokens past it are forced)
+        self._held: tuple[int, ...] = ()
         self.decoded = 0  # prompt tokens the server decoded for us (its timings' prompt_n)
         self.fallbacks: list[str] = []  # one entry per unproven covering ("unproven" | "mask")
         self.switches = 0
-        # Another client has taken a slot we held (a team on one server): a named slot gave back
-        # less of its prompt than we left in it. From then on each call's first request goes to the
-        # server's pick (`_slot_for`). `_blind`: prefills sent to the server's pick that were
-        # given up unanswered, so where they landed (perhaps one of our slots) is not known.
-        self.shared = False
-        self.taken = 0  # named requests that found their slot taken
-        self._blind = 0
-        self._placed = False
         # Checks a server's model (engine.remote.connect `ServerCheck`): run again on the server a
         # balancer moved a document to, before any of its numbers are used.
-        self.check: Callable[[ModelServerClient, "RemoteRows"], None] | None = None
+        self.check: Callable[[ModelServerClient, RemoteRows], object] | None = None
         self.upstream_changes = 0  # documents a balancer moved to another server (UpstreamChanged)
+
+    @property
+    def total_slots(self) -> int:
+        return self.slots.total_slots
+
+    @total_slots.setter
+    def total_slots(self, count: int) -> None:
+        self.slots.total_slots = count
+
+    @property
+    def shared(self) -> bool:
+        """Another client has taken a slot we held (a team on one server): engine.remote.slots `Sharing`."""
+        return self.slots.sharing.shared
+
+    @property
+    def taken(self) -> int:
+        """Named requests that found their slot taken."""
+        return self.slots.sharing.taken
+
+    @property
+    def predict(self) -> int:
+        """Tokens the current call's generation wants."""
+        return self._predict
 
     # --- which server ----------------------------------------------------------------------
 
@@ -276,7 +250,7 @@ class RemoteRows:
         self._predict = max(1, max_tokens)
         self._single_line = single_line
         self._prompt = ()
-        self._placed = False  # the server has placed this call's document (`_slot_for`)
+        self.slots.placed = False  # the server has placed this call's document (engine.remote.slots `slot_for`)
 
     def end(self) -> None:
         """The engine call is over: an open stream is closed, so the server stops decoding it.
@@ -300,7 +274,7 @@ class RemoteRows:
             self._cancel = None
 
     def remembers(self, tokens: tuple[int, ...]) -> bool:
-        return tuple(tokens) in self._nodes
+        return tuple(tokens) in self.nodes
 
     def logits_after(self, tokens: tuple[int, ...], cancel: threading.Event | None = None) -> np.ndarray:
         """A dense row of log-probabilities after `tokens`: exact where the server listed them,
@@ -309,19 +283,18 @@ class RemoteRows:
         or from a new streamed request that goes on greedily from there."""
         key = tuple(tokens)
         with self._lock:
-            row = self._dense.get(key)
+            row = self.nodes.dense_row(key)
             if row is not None:
-                self._dense.move_to_end(key)
                 return row
-            if key not in self._nodes:
+            if key not in self.nodes:
                 self._advance_to(key, cancel)
-            if key not in self._nodes:
-                self._query(key, predict=self._predict + GENERATION_SLACK, cancel=cancel, until_free=False)
+            if key not in self.nodes:
+                self.query(key, predict=self._predict + GENERATION_SLACK, cancel=cancel, until_free=False)
                 self._advance_to(key, cancel)
-            node = self._nodes.get(key)
+            node = self.nodes.peek(key)
             if node is None:
                 raise self.client.protocol("the stream ended before its first token")
-            return self._remember_dense(key, self._dense_row(node))
+            return self.nodes.build_dense(key, node)
 
     def rows_along(self, context: tuple[int, ...], draft: tuple[int, ...], cancel: threading.Event | None = None) -> None:
         """Drafts buy nothing here (the server decodes one token per step either way)."""
@@ -339,20 +312,18 @@ class RemoteRows:
         if not exact:
             with self._lock:
                 try:
-                    self._query(tuple(tokens), len(required) + self._predict + GENERATION_SLACK, cancel, literal=required)
-                except _Inexpressible:
+                    self.query(tuple(tokens), len(required) + self._predict + GENERATION_SLACK, cancel, literal=required)
+                except Inexpressible:
                     self.fallbacks.append("inexpressible")
                     self.logits_after(tokens, cancel)
             return
         with self._lock:
-            if self.node(tuple(tokens)) is None:  # the prompt's own row: its stream goes on into the suggestion
+            if self.nodes.node(tuple(tokens)) is None:  # the prompt's own row: its stream goes on into the suggestion
                 BoundedRows(self, tokens, required, cancel, budget=1).expand(())
 
     def covering_rows(self, prompt: tuple[int, ...], required: bytes, cancel: threading.Event | None, budget: int) -> BoundedRows:
         """The search's rows, with what proving its choice needs asked for first, all of it in one
         request where it can be (engine.remote.batch)."""
-        from engine.remote.batch import prove
-
         rows = BoundedRows(self, prompt, required, cancel, budget)
         with self._lock:
             prove(rows)
@@ -364,26 +335,26 @@ class RemoteRows:
         document is given up. A timeout or a cancel leaves this one running for the next call."""
         key = tuple(tokens)
         with self._lock:
-            self._settle_walk()
-            self._reap()
+            self.settle_stream()
+            self.reap()
             fill = self._fill
             if fill is not None:
                 if common_prefix_length(fill.context, key) >= SLOT_SHARE * len(fill.context):
                     self._await_fill(cancel)
-                    slot, warm = self._slot_for(key)
-                    if slot >= 0 and self._cached_in(slot, warm, key) >= len(key) - 1:
+                    slot, warm = self.slots.slot_for(key)
+                    if slot >= 0 and self.slots.cached_in(slot, warm, key) >= len(key) - 1:
                         return  # what was running was this prompt (all but its last token)
                 else:
                     self._detach_fill()  # another document needs the client
-            slot, warm = self._slot_for(key)
-            if slot >= 0 and warm and self._cached_in(slot, warm, key) >= len(key) - 1:
+            slot, warm = self.slots.slot_for(key)
+            if slot >= 0 and warm and self.slots.cached_in(slot, warm, key) >= len(key) - 1:
                 # The slot holds it (typing inside a word leaves the prompt as it was): nothing to
                 # decode, as in-process. Asked anyway, the request was one round trip per keystroke
                 # that the keystroke's own request, cancelling it, then waited for.
                 return
             # All but the last token: the request that follows then decodes that one alone.
-            start = key[:-1] if len(key) > 1 and self._cached_in(slot, warm, key) < len(key) - 1 else key
-            expected = self._expect(slot, warm, start)
+            start = key[:-1] if len(key) > 1 and self.slots.cached_in(slot, warm, key) < len(key) - 1 else key
+            expected = self.slots.expect(slot, warm, start)
             body = self._body(start, 0, slot, warm)
             body["stream"] = False
             pending = self.client.start("/completion", body, self._deadline, cancel.is_set if cancel else None)
@@ -411,7 +382,7 @@ class RemoteRows:
         self.last_fill_s = time.monotonic() - fill.pending.started
         if not isinstance(answer, dict):
             raise self.client.protocol("a prefetch answer that is not an object")
-        self._learn(fill.context, answer)
+        self.slots.learn(fill.context, answer)
         self._note_timings(answer, fill.expected)
 
     def _drop_fill(self) -> None:
@@ -423,12 +394,7 @@ class RemoteRows:
 
     def _give_up(self, fill: _Fill) -> None:
         fill.pending.close()
-        if fill.slot >= 0:
-            if self._slots.get(fill.slot) == fill.context:
-                del self._slots[fill.slot]
-        elif fill.context in self._unplaced:
-            self._unplaced.remove(fill.context)
-            self._blind += 1
+        self.slots.give_up(fill.slot, fill.context)
 
     def _detach_fill(self) -> None:
         """Leave the running prefill to finish while another document is served. Given up, it was
@@ -436,7 +402,7 @@ class RemoteRows:
         document's prompt is one or two), but the client no longer knew what its slot held, so the
         document's next request decoded it all again from position 0 (seen in the team benchmark:
         9 given up in the first second of 4 users opening 3 documents each). Its answer, read by
-        `_reap` when it has come, names the slot that holds it."""
+        `reap` when it has come, names the slot that holds it."""
         fill, self._fill = self._fill, None
         if fill is None:
             return
@@ -444,7 +410,7 @@ class RemoteRows:
             self._give_up(self._detached.pop(0))
         self._detached.append(fill)
 
-    def _reap(self) -> None:
+    def reap(self) -> None:
         """Take in the answers of detached prefills that have come, without waiting for the others.
         An answer names the slot holding its prompt, as a prefill waited on does; its decode is
         counted where it was asked for (a prefetch), not in the call that reads it."""
@@ -463,7 +429,7 @@ class RemoteRows:
                     self._give_up(fill)
                     continue
                 # A slot we have sent something else to since holds that now, whatever this answer says.
-                if self._slots.get(answer.get("id_slot"), fill.context) != fill.context or not self._learn(fill.context, answer, live=False):
+                if self.slots.holds_other(answer.get("id_slot"), fill.context) or not self.slots.learn(fill.context, answer, live=False):
                     self._give_up(fill)
 
     def forget(self) -> None:
@@ -474,181 +440,35 @@ class RemoteRows:
             self._drop_fill()
             while self._detached:
                 self._give_up(self._detached.pop())
-            self._slots.clear()
-            self._live = None
-            self._unplaced.clear()
-            self._blind, self.shared = 0, False
-            self._nodes.clear()
-            self._dense.clear()
-            self._bounded.clear()
+            self.slots.clear()
+            self.nodes.clear()
 
     def close(self) -> None:
         self.forget()
         self.client.close()
 
-    # --- nodes -----------------------------------------------------------------------------
+    # --- what is known -------------------------------------------------------------------
 
-    def node(self, key: tuple[int, ...]) -> _Node | None:
-        node = self._nodes.get(key)
-        if node is not None:
-            self._nodes.move_to_end(key)
-        return node
+    def node(self, key: tuple[int, ...]) -> Node | None:
+        return self.nodes.node(key)
 
-    def _record(
-        self, key: tuple[int, ...], token: int, logprob: float, top: list[tuple[int, float]],
-        cap: tuple[bool, bytes] | tuple[bool, bytes, frozenset[int]] | None,
-        slack: float = 0.0,
-    ) -> None:
-        """A token event's values; `cap` bounds the tokens it names at `logprob` + `slack`."""
-        node = self._nodes.get(key)
-        if node is None:
-            node = self._nodes[key] = _Node(nth=min((lp for _, lp in top), default=logprob))
-            while len(self._nodes) > NODES:
-                self._nodes.popitem(last=False)
-        else:
-            self._nodes.move_to_end(key)
-            if top:
-                node.nth = min(node.nth, min(lp for _, lp in top))
-            self._dense.pop(key, None)
-        for tok, lp in top:
-            node.exact.setdefault(tok, lp)
-        node.exact.setdefault(token, logprob)
-        if cap is not None:
-            node.caps.append((cap[0], cap[1], logprob + slack, cap[2] if len(cap) > 2 else frozenset()))
+    def _record(self, key: tuple[int, ...], token: int, logprob: float, top: list[tuple[int, float]], cap: CapGroup | None, slack: float = 0.0) -> None:
+        self.nodes.record(key, token, logprob, top, cap, slack)
 
     def drop(self, keys) -> None:
         """Forget the distributions after these token paths."""
-        for key in keys:
-            self._nodes.pop(tuple(key), None)
-            self._dense.pop(tuple(key), None)
+        self.nodes.drop(keys)
 
-    def _dense_row(self, node: _Node) -> np.ndarray:
-        size = self._vocab.size
-        ids = np.fromiter(node.exact.keys(), dtype=np.int64, count=len(node.exact))
-        lps = np.fromiter(node.exact.values(), dtype=np.float64, count=len(node.exact))
-        rest = max(1e-12, 1.0 - float(np.exp(lps).sum()))
-        fill = min(node.nth, math.log(rest / max(1, size - ids.size)))
-        row = np.full(size, fill, dtype=np.float32)
-        row[ids] = lps
-        return row
-
-    def _remember_dense(self, key: tuple[int, ...], row: np.ndarray) -> np.ndarray:
-        row.flags.writeable = False
-        self._dense[key] = row
-        while len(self._dense) > DENSE_ROWS:
-            self._dense.popitem(last=False)
-        return row
-
-    def bounded_row(self, node: _Node, remaining: bytes, pessimistic: bool) -> np.ndarray:
-        """Log-probabilities for the covering search at a node with `remaining` bytes to cover:
-        exact where known, else the tightest upper bound (pessimistic: -inf, i.e. known only).
-        The last few are kept: one keystroke runs the search a few times over the same nodes."""
-        key = (node.serial, len(node.exact), len(node.caps), remaining, pessimistic)
-        row = self._bounded.get(key)
-        if row is None:
-            row = self._bounded[key] = self._bounded_row(node, remaining, pessimistic)
-            row.flags.writeable = False
-            while len(self._bounded) > BOUNDED_ROWS:
-                self._bounded.popitem(last=False)
-        return row
-
-    def _bounded_row(self, node: _Node, remaining: bytes, pessimistic: bool) -> np.ndarray:
-        row = np.full(self._vocab.size, -np.inf)
-        vocab = self._vocab
-        if not pessimistic:
-            caps = [cap for cap in node.caps if remaining.startswith(cap[1])]
-            consistent = min((v for cov, _, v, banned in caps if not cov and not banned), default=0.0)
-            covering = min((v for cov, _, v, banned in caps if cov and not banned), default=0.0)
-            bound = min(node.nth, consistent)
-            ids = vocab.starting_with(remaining)
-            row[ids] = np.nextafter(min(bound, covering), -np.inf)
-            for _, _, v, banned in (cap for cap in caps if cap[3]):  # a cap that leaves some tokens out
-                kept = ids[~np.isin(ids, np.fromiter(banned, dtype=np.int64, count=len(banned)))]
-                row[kept] = np.minimum(row[kept], np.nextafter(v, -np.inf))
-            for tok, _length in vocab.strict_prefixes_of(remaining):
-                piece = vocab.pieces[tok]
-                cap = min(
-                    (v for cov, r, v, banned in caps if (not cov or piece.startswith(r)) and tok not in banned and (cov or banned)),
-                    default=0.0,
-                )
-                row[tok] = np.nextafter(min(bound, cap), -np.inf)
-        for tok, lp in node.exact.items():
-            row[tok] = lp
-        return row
-
-    # --- requests --------------------------------------------------------------------------
+    def bounded_row(self, node: Node, remaining: bytes, pessimistic: bool) -> np.ndarray:
+        return self.nodes.bounded_row(node, remaining, pessimistic)
 
     def _slot_for(self, context: tuple[int, ...]) -> tuple[int, bool]:
-        """(id_slot, cache_prompt) for a prompt: where the in-process engine would decode it
-        (engine.local.kv `placement`, our slots standing for its sequences), so both keep the same
-        prefixes and decode the same ubatches. Staying or moving names the slot and reuses its KV;
-        a fresh prompt goes to any idle slot (-1: the server picks, so users sharing it do not
-        take each other's) and is decoded whole, from position 0."""
-        if self._fixed_slot is not None:  # one slot: like one sequence, whatever it shares is kept
-            return self._fixed_slot, True
-        live = self._slots.get(self._live) if self._live is not None else None
-        others = [(slot, held) for slot, held in self._slots.items() if slot != self._live]
-        others += [(slot, ()) for slot in range(self.total_slots) if slot not in self._slots and slot != self._live]
-        where, target = placement(live, others, context)
-        if self.shared and not self._placed and where != "fresh":
-            # A team (`shared`): between two calls another user may have taken the slot; named,
-            # it would be decoded again over whatever it holds now (llama-server's RAM prompt
-            # cache is consulted for a named slot only at a non-zero similarity, which is unsafe:
-            # docs/shared-server.md). So the call's first request goes to the server's pick, an
-            # idle slot, into which the RAM cache restores the document; the answer names it.
-            return -1, True
-        if where == "stay":
-            return self._live, True
-        if where == "move":
-            return target, True
-        # A prompt sent with -1 whose slot the server has not named yet (its prefill failed
-        # before answering): -1 again, with the cache on. (A prefill still running is waited on
-        # instead: `_query`.) With `--slot-prompt-similarity 0`, as the README runs the server,
-        # -1 takes the least recently used idle slot; with the server's default 0.1 it takes the
-        # idle slot most like the prompt, which can be another user's (bench.llama_server).
-        if any(common_prefix_length(held, context) >= SLOT_SHARE * len(context) for held in self._unplaced):
-            return -1, True
-        return -1, False
-
-    def _expect(self, slot: int, warm: bool, context: tuple[int, ...]) -> int | None:
-        """How many of `context`'s tokens the server should report reused from a named slot (it
-        always evaluates the last one again); None when nothing is expected of it."""
-        if slot < 0 or not warm:
-            return None
-        return min(self._cached_in(slot, warm, context), len(context) - 1)
+        return self.slots.slot_for(context)
 
     def _cached_in(self, slot: int, warm: bool, context: tuple[int, ...]) -> int:
-        """How much of `context` the server will reuse in `slot`, as far as we know."""
-        if not warm:
-            return 0
-        if slot >= 0:
-            return common_prefix_length(self._slots.get(slot, ()), context)
-        return max((common_prefix_length(held, context) for held in self._unplaced), default=0)
+        return self.slots.cached_in(slot, warm, context)
 
-    def _note_content(self, slot: int, tokens: tuple[int, ...]) -> None:
-        """The slot now holds `tokens` (a stream went on past its prompt)."""
-        if slot >= 0:
-            self._slots[slot] = tokens
-        elif self._unplaced:
-            self._unplaced[-1] = tokens
-
-    def _learn(self, context: tuple[int, ...], event: dict, live: bool = True) -> bool:
-        """The server named the slot holding `context` (True); later requests for it name it too,
-        so every request of a document reads KV computed the same way. `live`: the slot is the
-        current call's (not a detached prefill's, answering later)."""
-        slot = event.get("id_slot")
-        if not (isinstance(slot, int) and 0 <= slot < max(1, self.total_slots)):
-            return False
-        self._slots[slot] = context
-        if live:
-            self._live = slot
-            self._placed = True
-        if context in self._unplaced:
-            self._unplaced.remove(context)
-        for other, held in list(self._slots.items()):
-            if other != slot and held == context:
-                del self._slots[other]
-        return True
+    # --- requests --------------------------------------------------------------------------
 
     def _note_timings(self, event: dict, expected: int | None = None) -> None:
         """Prompt tokens the server evaluated for a request: its timings' `prompt_n` (a prefill's
@@ -663,19 +483,10 @@ class RemoteRows:
         elif isinstance(progress, dict) and isinstance(progress.get("total"), int) and isinstance(progress.get("cache"), int):
             self.decoded += max(0, progress["total"] - progress["cache"])
             reused = progress["cache"]
-        if expected is not None and isinstance(reused, int) and reused + TAKEN_MIN_TOKENS < expected:
-            self.taken += 1
-            if self._blind:  # perhaps our own prefill, sent to the server's pick and given up
-                self._blind = 0
-            else:
-                self.shared = True
+        self.slots.reused(expected, reused)
 
     def _body(self, context: tuple[int, ...], predict: int, slot: int, warm: bool, line_stop: bool = True) -> dict:
-        if slot >= 0:
-            self._slots[slot] = context
-            self._live = slot
-        else:
-            self._unplaced.append(context)
+        self.slots.claim(slot, context)
         body = {
             "prompt": list(context),
             "n_predict": predict,
@@ -690,7 +501,7 @@ class RemoteRows:
             "response_fields": list(FINAL_FIELDS),
         }
         if predict:
-            body["n_probs"] = self._n_probs
+            body["n_probs"] = self.n_probs
             body["stream"] = True
             # What the server reused comes in the stream's first progress event (a few hundred
             # bytes per request) rather than timings on every token event (as many per token).
@@ -699,7 +510,7 @@ class RemoteRows:
                 body["stop"] = ["\n", "\r"]
         return body
 
-    def _query(
+    def query(
         self,
         context: tuple[int, ...],
         predict: int,
@@ -717,8 +528,8 @@ class RemoteRows:
         free token bounds every consistent token but them. Reads until the forced part is through
         (or, with until_free False, one event); the stream then stays open for generation to read on.
         `listed`: tokens listed per event, if not `n_probs`."""
-        self._settle_walk()
-        self._reap()
+        self.settle_stream()
+        self.reap()
         # What the server decodes as its prompt, and how: the request's prompt (in the same
         # chunks as in-process, its last token alone: engine.local.llama), then every token past
         # it forced one by one, as the in-process engine decodes them (engine.local.kv `prepare`).
@@ -729,32 +540,32 @@ class RemoteRows:
             # stream) is its prompt too: each of those tokens was decoded alone, and only the last
             # is decoded again (alone); the rest are forced one by one. Forced from the prompt on,
             # a suggestion's request restated the covering's rows: 3 kB an event for rows known.
-            slot, warm = self._slot_for(prompt)
-            held = self._cached_in(slot, warm, context) if slot >= 0 and warm else 0
+            slot, warm = self.slots.slot_for(prompt)
+            held = self.slots.cached_in(slot, warm, context) if slot >= 0 and warm else 0
             keep = max(len(prompt), min(held, len(context)))
             start, forced = context[:keep], context[keep:] + tuple(forced)
-        slot, warm = self._slot_for(start)
-        if (slot, warm) == (-1, False) or self._fill is not None or len(start) - self._cached_in(slot, warm, start) > PREFILL_TAIL:
+        slot, warm = self.slots.slot_for(start)
+        if (slot, warm) == (-1, False) or self._fill is not None or len(start) - self.slots.cached_in(slot, warm, start) > PREFILL_TAIL:
             # A new document: a stream's token events do not name their slot (only its last
             # event does, which a closed stream never sends), so a prefetch decodes it first and
             # its answer names the slot; every later request of the document then names it and
             # reads KV computed once, in the same ubatches as in-process. A long new tail (or a
             # decode still running) goes the same way, so a slow decode is kept (`_Fill`).
             self.prefill(start, cancel)
-            slot, warm = self._slot_for(start)
-        if len(start) > 1 and self._cached_in(slot, warm, start) < len(start) - 1:
+            slot, warm = self.slots.slot_for(start)
+        if len(start) > 1 and self.slots.cached_in(slot, warm, start) < len(start) - 1:
             start, forced = start[:-1], (start[-1],) + tuple(forced)
         # A single-line stream stops at a line break, but not at one it is made to write: a
         # forced token past a line break (`next_line`: the line ended at once) would stop it there.
-        line_stop = not any(b in self._vocab.pieces[t] for t in forced for b in (b"\n", b"\r"))
+        line_stop = not any(b in self.vocab.pieces[t] for t in forced for b in (b"\n", b"\r"))
         line_stop = line_stop and not (literal and (b"\n" in literal or b"\r" in literal))
-        expected = self._expect(slot, warm, start)
+        expected = self.slots.expect(slot, warm, start)
         body = self._body(start, predict + len(context) - len(start), slot, warm, line_stop)
         terms = [f"<[{t}]>" for t in forced]
         if literal:
             written = gbnf_literal(literal)
             if written is None:
-                raise _Inexpressible()
+                raise Inexpressible()
             terms.append(written)
         if terms:
             body["grammar"] = "root ::= " + " ".join(terms) + " .*"
@@ -783,7 +594,7 @@ class RemoteRows:
 
     def _advance_to(self, key: tuple[int, ...], cancel: threading.Event | None) -> None:
         """Read the open stream while it walks toward `key`."""
-        while key not in self._nodes and self._walk is not None:
+        while key not in self.nodes and self._walk is not None:
             context = self._walk.context
             if len(context) > len(key) or key[: len(context)] != context:
                 return
@@ -808,7 +619,7 @@ class RemoteRows:
             if walk.first and ("timings" in event or "prompt_progress" in event):
                 walk.first = False
                 self._note_timings(event, walk.expected)
-            if walk.slot < 0 and self._learn(walk.context, event):
+            if walk.slot < 0 and self.slots.learn(walk.context, event):
                 walk.slot = event["id_slot"]  # the final event names it (token events say -1)
             if event.get("stop") is True:  # the final event: no token
                 continue
@@ -816,7 +627,7 @@ class RemoteRows:
             if not probs:
                 continue  # progress or an empty first event
             break
-        token, logprob, top = self._parse_probs(probs)
+        token, logprob, top = self.parse_probs(probs)
         predicted = event.get("tokens_predicted")
         walk.seen += 1
         if isinstance(predicted, int) and predicted != walk.seen:
@@ -833,25 +644,25 @@ class RemoteRows:
         elif walk.literal:
             cap = (walk.cover_cap, walk.literal, walk.excluded)
             walk.cover_cap, walk.excluded = False, frozenset()
-            piece = self._vocab.pieces[token]
+            piece = self.vocab.pieces[token]
             if walk.literal.startswith(piece) and piece:
                 walk.literal = walk.literal[len(piece) :]
             elif piece.startswith(walk.literal):
                 walk.literal = None
             else:  # a token the grammar took for text (a special token's name): no cap, stop here
-                self._record(walk.context, token, logprob, top, None)
+                self.nodes.record(walk.context, token, logprob, top, None)
                 self._close_walk()
                 return
-        self._record(walk.context, token, logprob, top, cap)
+        self.nodes.record(walk.context, token, logprob, top, cap)
         walk.context = walk.context + (token,)
         self._held = walk.context
-        self._note_content(walk.slot, walk.context)
-        if self._vocab.eog[token]:
-            # Nothing follows but the final event: read later (`_settle_walk`, `end`), not closed,
+        self.slots.note_content(walk.slot, walk.context)
+        if self.vocab.eog[token]:
+            # Nothing follows but the final event: read later (`settle_stream`, `end`), not closed,
             # so the connection serves the next request.
             walk.n_predict = walk.seen
 
-    def _parse_probs(self, probs) -> tuple[int, float, list[tuple[int, float]]]:
+    def parse_probs(self, probs) -> tuple[int, float, list[tuple[int, float]]]:
         try:
             entry = probs[0]
             token = int(entry["id"])
@@ -859,12 +670,12 @@ class RemoteRows:
             top = [(int(e["id"]), float(e["logprob"])) for e in entry["top_logprobs"]]
         except (KeyError, TypeError, ValueError, IndexError):
             raise self.client.protocol("a token event without id, logprob and top_logprobs") from None
-        size = self._vocab.size
+        size = self.vocab.size
         if not 0 <= token < size or any(not 0 <= t < size for t, _ in top) or not all(math.isfinite(v) and v <= 1e-3 for v in [logprob] + [lp for _, lp in top]):
             raise self.client.protocol("a token id or log-probability out of range")
         return token, min(0.0, logprob), [(t, min(0.0, lp)) for t, lp in top]
 
-    def _settle_walk(self, drain: bool = False) -> None:
+    def settle_stream(self, drain: bool = False) -> None:
         """Before a new request: a stream left over from an earlier call, or one with at most
         LEFTOVER_TOKENS to go, is read to its end (its rows are kept, its connection goes back to
         the pool); so is any stream when `drain` (its rows are most often the suggestion's own),
@@ -892,133 +703,3 @@ class RemoteRows:
         if self._walk is not None:
             self._walk.stream.close()
             self._walk = None
-
-
-class _Inexpressible(Exception):
-    """The remaining bytes start inside a UTF-8 character: no grammar can force them."""
-
-
-class BoundedRows:
-    """The covering search's RowSource on a remote server: rows of exact values and upper bounds;
-    `refine` makes the chosen covering's first inexact token exact, one request at a time."""
-
-    def __init__(self, remote: RemoteRows, prompt: tuple[int, ...], required: bytes, cancel: threading.Event | None, budget: int, pessimistic: bool = False) -> None:
-        self._remote, self._prompt, self._required = remote, tuple(prompt), required
-        self._cancel, self._budget, self._pessimistic = cancel, budget, pessimistic
-        self._vocab = remote._vocab
-        self.decodes = 0  # requests made (each one of the budget: `refine`)
-        self.rows_asked = 0  # rows asked for (the budget again: as in-process decodes, `expand`, batches)
-        self.fallback: str | None = None
-
-    def norm(self, row: np.ndarray) -> float:
-        return 0.0  # rows are log-probabilities already
-
-    def _remaining(self, path: tuple[int, ...]) -> bytes:
-        consumed = sum(len(self._vocab.pieces[t]) for t in path)
-        return self._required[consumed:]
-
-    def known(self, path: tuple[int, ...]) -> bool:
-        return self._remote.node(self._prompt + path) is not None
-
-    cached = known  # reading a known row costs no request
-
-    def row(self, path: tuple[int, ...]) -> np.ndarray:
-        node = self._remote.node(self._prompt + path)
-        if node is None and not self._pessimistic and self.decodes < self._budget and self.rows_asked < self._budget:
-            self.expand(path)
-            node = self._remote.node(self._prompt + path)
-        if node is None:  # past the budget: nothing is known here
-            return np.full(self._vocab.size, -np.inf)
-        return self._remote.bounded_row(node, self._remaining(path), self._pessimistic)
-
-    def expand(self, path: tuple[int, ...]) -> None:
-        """Learn the node after `path`: its last token forced at its parent (so its value becomes
-        exact too), then the remaining bytes under the grammar."""
-        self.decodes += 1
-        self.rows_asked += 1
-        remaining = self._remaining(path)
-        # The prompt's own request goes on into the generation; a branch below it only needs its
-        # token's value and the best consistent token after it (BRANCH_PREDICT). Reading it further
-        # made the server decode tokens no one used: 5 to 11 events (300 to 600 ms, 2.5 kB each)
-        # per branch, for the several spellings of a run of indentation spaces.
-        predict = BRANCH_PREDICT if path else len(remaining) + self._remote._predict + GENERATION_SLACK
-        try:
-            if not path:
-                self._remote._query(self._prompt, predict, self._cancel, literal=remaining)
-            else:
-                self._remote._query(self._prompt + path[:-1], predict, self._cancel, forced=(path[-1],), literal=remaining)
-        except _Inexpressible:
-            self.fallback = "inexpressible"
-
-    def exact(self, covering: Covering) -> int | None:
-        """Index of the covering's first token whose value is only a bound (None: all exact)."""
-        for i, token in enumerate(covering.path):
-            node = self._remote.node(self._prompt + covering.path[:i])
-            if node is None or token not in node.exact:
-                return i
-        return None
-
-    def exact_log_prob(self, covering: Covering) -> float:
-        """The covering's log-probability from exact values only (-inf where one is unknown)."""
-        total = 0.0
-        for i, token in enumerate(covering.path):
-            node = self._remote.node(self._prompt + covering.path[:i])
-            if node is None or token not in node.exact:
-                return float("-inf")
-            total += node.exact[token]
-        return total
-
-    def refine(self, covering: Covering) -> bool:
-        """True: one request was made toward proving `covering`, or its value was a bound that is
-        exact now; either way search again. False when it is proven or the budget is spent
-        (then `settle` picks what to use)."""
-        i = self.exact(covering)
-        if i is None:
-            # Every token is exact now, but the search may have ranked the path by a bound that a
-            # request made during that search replaced (a node's token becomes exact when the node
-            # is expanded): then search again, with no request, on what is now known.
-            return self.exact_log_prob(covering) < covering.log_prob - STALE_NATS
-        if self.decodes >= self._budget:
-            return False
-        node = covering.path[:i]
-        remaining = self._remaining(node)
-        token = covering.path[i]
-        self.decodes += 1
-        predict = len(remaining) + self._remote._predict + GENERATION_SLACK
-        try:
-            if i == len(covering.path) - 1:  # the covering token: the best covering token here
-                partial = [t for t, _ in self._vocab.strict_prefixes_of(remaining)]
-                self._remote._query(self._prompt + node, predict, self._cancel, literal=remaining, ban=partial)
-            else:  # a strict-prefix token: force it, then go on under the grammar
-                rest = self._remaining(node + (token,))
-                self._remote._query(self._prompt + node, predict, self._cancel, forced=(token,), literal=rest)
-        except _Inexpressible:
-            self.fallback = "inexpressible"
-            return False
-        return True
-
-    def known_search(self, search, required: bytes):
-        """The search again on exact values only (no request): the signals (the mass of what was
-        typed, the margin to another word) and the alternatives read its coverings, and an upper
-        bound there would count probability no token is known to have, as in-process it is not."""
-        from engine.core.covering import CoveringSearch
-
-        known = CoveringSearch(self._vocab, BoundedRows(self._remote, self._prompt, required, self._cancel, 0, pessimistic=True), 1 << 30)
-        known.run(required)
-        return known
-
-    def settle(self, covering: Covering | None, sampler=None) -> Covering | None:
-        """The covering to use: `covering` when proven; else the best one whose values are all
-        known exactly ("unproven"), else the server's per-step-masked path ("mask")."""
-        if covering is not None and self.exact(covering) is None:
-            return covering
-        if covering is None and self.fallback is None:
-            return None  # nothing in the vocabulary is consistent
-        from engine.core.covering import CoveringSearch
-
-        known = CoveringSearch(self._vocab, BoundedRows(self._remote, self._prompt, self._required, self._cancel, 0, pessimistic=True), 1 << 30).run(self._required)
-        if known is not None and math.isfinite(known.log_prob):
-            self._remote.fallbacks.append("unproven")
-            return known
-        self._remote.fallbacks.append("mask")
-        return None

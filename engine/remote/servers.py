@@ -30,13 +30,11 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import fields
 
 import numpy as np
 
-from engine.backend import CoveringRows
-from dataclasses import fields
-
-from engine.backend import Traffic, affinity_key  # noqa: F401  (affinity_key: re-exported)
+from engine.backend import CoveringRows, Traffic, affinity_key  # noqa: F401  (affinity_key: re-exported)
 from engine.remote.http import ModelServerClient, UpstreamChanged
 from engine.remote.rows import RemoteRows
 from engine.types import ModelServerError, server_urls  # noqa: F401  (server_urls: re-exported)
@@ -361,67 +359,3 @@ class BalancedSet(ServerSet):
     def close(self) -> None:
         super().close()
         self._probe.close()
-
-
-def connect_all(config, urls: tuple[str, ...], min_prompt_tokens: int):
-    """(vocabulary-only model, ServerSet, vocabulary index, the servers' model id): every server
-    that answers must pass the checks of first contact, and run the same model; servers that are
-    down start as down (probed); all down raises the first one's error."""
-    from engine.remote.connect import ServerCheck, client_for, load_vocabulary, server_model_id
-
-    clients = [client_for(config, url) for url in urls]
-    budget = max(config.model_server_timeout_s, 1.0)
-    first = ServerCheck(0, {}, 2 * min_prompt_tokens)
-    try:
-        found: list[tuple | None] = []
-        errors: list[ModelServerError] = []
-        for client in clients:
-            try:
-                found.append(first.props(client, budget))
-            except ModelServerError as error:
-                logger.debug("probing a model server that was down: %s", error.problem)
-                if error.kind not in ("unreachable", "timeout"):
-                    raise
-                found.append(None)
-                errors.append(error)
-        if all(f is None for f in found):
-            raise errors[0]
-        model, vocab = load_vocabulary(config)
-        try:
-            check = ServerCheck.of(model, 2 * min_prompt_tokens)
-            for client, f in zip(clients, found):
-                if f is not None:
-                    identity = check.vocabulary(client, budget)
-                    if check.identity is None and identity is not None:
-                        from dataclasses import replace
-
-                        check = replace(check, identity=identity)
-        except BaseException:
-            model.close()
-            raise
-    except BaseException:
-        for client in clients:
-            client.close()
-        raise
-    n_ctx = min([config.context_tokens] + [f[0] for f in found if f is not None])
-    rows = [RemoteRows(c, vocab, n_ctx, f[1] if f is not None else 1, config.model_server_slot) for c, f in zip(clients, found)]
-    for r in rows:
-        r.check = lambda c, target: _check_slots(check(c, target, budget), target)
-    servers = ServerSet(
-        rows, lambda c: _check_slots(check(c, None, budget), n_ctx=n_ctx), lambda url: client_for(config, url),
-        down=tuple(i for i, f in enumerate(found) if f is None),
-    )
-    props = next(f[2] for f in found if f is not None)
-    return model, servers, vocab, server_model_id(props)
-
-
-def _check_slots(result: tuple, rows: RemoteRows | None = None, n_ctx: int | None = None) -> tuple:
-    """A server that comes back must hold the prompts the others hold."""
-    slot_ctx = result[0]
-    need = rows.n_ctx if rows is not None else n_ctx
-    if need is not None and slot_ctx < need:
-        raise ModelServerError(
-            "model", None, f"the server's slots hold {slot_ctx} tokens each, fewer than the {need} the other servers hold",
-            "Start every llama-server behind `modelServer` with the same --ctx-size and --parallel",
-        )
-    return result

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from engine import CompletionRequest, SamplingConfig
-from engine.local.kv import Cancelled
+from engine.backend import Cancelled
 from engine.core.speculative import MAX_VERIFY_ROWS, DraftConfig
 
 pytestmark = pytest.mark.model

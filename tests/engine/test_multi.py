@@ -13,7 +13,7 @@ import pytest
 
 from engine.remote import servers as multi
 from engine.remote.http import AFFINITY_HEADER, ModelServerClient, UpstreamChanged
-from engine.local.kv import Cancelled
+from engine.backend import Cancelled
 from engine.remote.servers import ServerSet, affinity_key, rendezvous
 from engine.remote.rows import RemoteRows
 from engine.core.sequence import Sequence
