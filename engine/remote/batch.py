@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -49,13 +48,10 @@ from engine.backend import Cancelled
 from engine.core.covering import Covering, CoveringSearch
 from engine.core.placement import common_prefix_length
 from engine.core.vocab import VocabIndex
-from engine.remote.bounded import BoundedRows
+from engine.remote.bounded import BoundedRows, Server
 from engine.remote.frontier import Frontier, Path, frontier
-from engine.remote.grammar import GENERATION_SLACK, Inexpressible, gbnf_literal
+from engine.remote.request import GENERATION_SLACK, Inexpressible, gbnf_literal
 from engine.remote.http import StreamCancelled
-
-if TYPE_CHECKING:
-    from engine.remote.rows import RemoteRows
 
 # Listed tokens per prompt: a branch's row is read for its bound (the last listed value) and the
 # values of the few tokens that continue its spelling. Measured on bench.tail's 220-token document
@@ -88,7 +84,7 @@ def asks(prompt: tuple[int, ...], held: tuple[int, ...], wanted: list[Path]) -> 
     return order
 
 
-def banned_tokens(remote: RemoteRows, prompt: tuple[int, ...], front: Frontier, spoken: bytes) -> frozenset[int]:
+def banned_tokens(remote: Server, prompt: tuple[int, ...], front: Frontier, spoken: bytes) -> frozenset[int]:
     """Tokens consistent with `spoken` that every node asked with those bytes already lists:
     banned, the greedy token there is the best of those it does not list. Only value nodes list
     anything; with an unknown row among them nothing is banned."""
@@ -100,7 +96,7 @@ def banned_tokens(remote: RemoteRows, prompt: tuple[int, ...], front: Frontier, 
     return frozenset(t for t in consistent if all(t in node.exact for node in nodes))
 
 
-def fetch(remote: RemoteRows, prompt: tuple[int, ...], front: Frontier, cancel: threading.Event | None, rows: BoundedRows, ahead: tuple[Path, ...] = ()) -> set[Path]:
+def fetch(remote: Server, prompt: tuple[int, ...], front: Frontier, cancel: threading.Event | None, rows: BoundedRows, ahead: tuple[Path, ...] = ()) -> set[Path]:
     """Ask for all of `front` in one request; returns the paths asked. Nothing is asked (empty set)
     when the document has no slot of its own yet. A frontier of one goes as one streamed request
     that goes on into the suggestion when its path is the one chosen (`single`)."""
@@ -157,7 +153,7 @@ def fetch(remote: RemoteRows, prompt: tuple[int, ...], front: Frontier, cancel: 
     return set(remaining)
 
 
-def single(remote: RemoteRows, rows: BoundedRows, front: Frontier) -> set[Path]:
+def single(remote: Server, rows: BoundedRows, front: Frontier) -> set[Path]:
     """One entry: an unknown row is expanded as a branch (engine.remote.rows `BoundedRows.expand`: its
     last token forced, so its value is exact too); a value node is asked with its own bytes as the
     grammar and what it lists banned, and the stream goes on (with the generation budget) when that

@@ -6,34 +6,56 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Sequence
 from typing import Protocol
 
 import numpy as np
 
 from engine.core.covering import Covering, CoveringSearch
 from engine.core.vocab import VocabIndex
-from engine.remote.grammar import GENERATION_SLACK, Inexpressible
+from engine.remote.request import GENERATION_SLACK, Inexpressible
+from engine.remote.http import ModelServerClient
 from engine.remote.nodes import NodeStore
+from engine.remote.slots import SlotBook
 
 BRANCH_PREDICT = 2  # a branch the search expands: its forced token, then one under the grammar
 STALE_NATS = 1e-6  # a chosen path's value above its exact one by more than this was ranked on a bound
 
 
 class Server(Protocol):
-    """What the rows ask of one server's backend (engine.remote.rows.RemoteRows)."""
+    """What the covering search's rows and the batched proof (engine.remote.batch) ask of one
+    server's backend (engine.remote.rows.RemoteRows)."""
 
     vocab: VocabIndex
     nodes: NodeStore
+    slots: SlotBook
+    client: ModelServerClient
     fallbacks: list[str]
+    decoded: int
+    n_probs: int
 
     @property
     def predict(self) -> int: ...
 
+    @property
+    def deadline(self) -> float | None: ...
+
+    @property
+    def filling(self) -> bool: ...
+
     def query(
-        self, context: tuple[int, ...], predict: int, cancel: threading.Event | None, forced: tuple[int, ...] = (),
-        literal: bytes | None = None, ban: list[int] = (), until_free: bool = True, exclude: frozenset[int] = frozenset(),
+        self, context: tuple[int, ...], predict: int, cancel: threading.Event | None, forced: Sequence[int] = (),
+        literal: bytes | None = None, ban: Sequence[int] = (), until_free: bool = True, exclude: frozenset[int] = frozenset(),
         listed: int | None = None,
     ) -> None: ...
+
+    def prefill(self, tokens: tuple[int, ...], cancel: threading.Event | None = None) -> None: ...
+
+    def settle_stream(self, drain: bool = False) -> None: ...
+
+    def reap(self) -> None: ...
+
+    def parse_probs(self, probs: object) -> tuple[int, float, list[tuple[int, float]]]: ...
 
 
 class BoundedRows:
