@@ -152,9 +152,10 @@ class Prefetched:
 
 
 NO_RIVAL = math.inf  # the margin when the search knows no other word
+MIN_PROMPT_TOKENS = 64  # below this a context cannot hold a useful prompt beside the budget
 # Other files' text takes at most this share of the current file's tokens before the cursor's line
 # (until they fill 2/3 of the window): a cold request then costs at most 1.5x what it costs without
-# them. The engine holds it by its tokenizer's count (engine.engine.cold_cap); the server sizes its
+# them. The engine holds it by its tokenizer's count (engine.prompt_window.cold_cap); the server sizes its
 # choice by an estimate of the same bound (lsp_server.context.budget_for).
 COLD_SHARE = 0.5
 

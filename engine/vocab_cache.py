@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.model_files import cache_dir
 from engine.core.vocab import VocabIndex
+from engine.model_files import cache_dir
 
 logger = logging.getLogger(__name__)
 

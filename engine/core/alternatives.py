@@ -18,8 +18,8 @@ import numpy as np
 from engine.core.covering import Covering
 from engine.core.sampler import row_log_norm
 from engine.core.signals import compute, word_ends_of
-from engine.types import Alternative
 from engine.core.vocab import VocabIndex
+from engine.types import Alternative
 
 MAX_WORD_TOKENS = 6  # a candidate whose word has not ended after this many more tokens is dropped
 CANDIDATES_PER_ALTERNATIVE = 3  # coverings tried for each alternative asked for

@@ -12,17 +12,14 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, replace
 
-import numpy as np
-
-from engine.backend import Backend
+from engine.backend import Backend, Cancelled
 from engine.core.covering import Covering, CoveringSearch
-from engine.backend import Cancelled
 from engine.core.path_rows import PathRows  # noqa: F401  (re-exported)
 from engine.core.prefix import RequiredPrefix
 from engine.core.sampler import Sampler, row_log_norm
 from engine.core.speculative import PromptLookup
-from engine.types import SamplingConfig
 from engine.core.vocab import VocabIndex
+from engine.types import SamplingConfig
 
 
 @dataclass(frozen=True)

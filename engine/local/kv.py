@@ -36,7 +36,7 @@ from typing import Protocol
 
 import numpy as np
 
-from engine.backend import Backend, Cancelled, Traffic
+from engine.backend import Cancelled, Traffic
 from engine.core.path_rows import PathRows
 from engine.core.placement import common_prefix_length, placement
 

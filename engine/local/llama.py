@@ -15,9 +15,8 @@ import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import numpy as np
-
 import llama_cpp
+import numpy as np
 
 from engine.local.cores import CoreMeter
 from engine.local.kv import Decoded

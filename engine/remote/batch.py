@@ -50,8 +50,8 @@ from engine.core.placement import common_prefix_length
 from engine.core.vocab import VocabIndex
 from engine.remote.bounded import BoundedRows, Server
 from engine.remote.frontier import Frontier, Path, frontier
-from engine.remote.request import GENERATION_SLACK, Inexpressible, gbnf_literal
 from engine.remote.http import StreamCancelled
+from engine.remote.request import GENERATION_SLACK, Inexpressible, gbnf_literal
 
 # Listed tokens per prompt: a branch's row is read for its bound (the last listed value) and the
 # values of the few tokens that continue its spelling. Measured on bench.tail's 220-token document

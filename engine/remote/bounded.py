@@ -13,9 +13,9 @@ import numpy as np
 
 from engine.core.covering import Covering, CoveringSearch
 from engine.core.vocab import VocabIndex
-from engine.remote.request import GENERATION_SLACK, Inexpressible
 from engine.remote.http import ModelServerClient
 from engine.remote.nodes import NodeStore
+from engine.remote.request import GENERATION_SLACK, Inexpressible
 from engine.remote.slots import SlotBook
 
 BRANCH_PREDICT = 2  # a branch the search expands: its forced token, then one under the grammar

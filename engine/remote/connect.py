@@ -25,14 +25,14 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from engine.remote.http import ModelServerClient
+from engine.backend import affinity_key
+from engine.core.vocab import VocabIndex
 from engine.local.llama import RUNTIME, LlamaModel
 from engine.model_files import model_id, resolve_model
-from engine.backend import affinity_key
+from engine.remote.http import ModelServerClient
 from engine.remote.rows import N_PROBS, PROBE_TEXT, RemoteRows
 from engine.remote.servers import BalancedSet, ServerSet
 from engine.types import EngineConfig, ModelServerError, server_urls
-from engine.core.vocab import VocabIndex
 from engine.vocab_cache import load_vocab
 
 logger = logging.getLogger(__name__)

@@ -64,7 +64,12 @@ from engine.remote.call import Call, cancel_check
 from engine.remote.fills import Fill, Prefills
 from engine.remote.http import ModelServerClient, StreamCancelled, UpstreamChanged
 from engine.remote.nodes import CapGroup, Node, NodeStore
-from engine.remote.request import GENERATION_SLACK, Inexpressible, gbnf_literal, request_body
+from engine.remote.request import (
+    GENERATION_SLACK,
+    Inexpressible,
+    gbnf_literal,
+    request_body,
+)
 from engine.remote.slots import SLOT_SHARE, SlotBook
 from engine.remote.stream import Stream, Walk
 

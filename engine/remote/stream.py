@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from engine.backend import Cancelled
 from engine.core.vocab import VocabIndex
 from engine.remote.call import Call, cancel_check
-from engine.remote.request import GENERATION_SLACK
 from engine.remote.http import EventStream, ModelServerClient, StreamCancelled
 from engine.remote.nodes import NodeStore
+from engine.remote.request import GENERATION_SLACK
 from engine.remote.slots import SlotBook
 from engine.types import ModelServerError
 

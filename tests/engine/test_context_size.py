@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from engine import CompletionRequest, Engine, EngineConfig
-from engine.engine import available_memory_bytes, remembered_sequences
+from engine.local.load import available_memory_bytes, remembered_sequences
 from engine.local.llama import allocated_tokens
 from tests.lsp_server.test_huge import prose
 

@@ -1,6 +1,6 @@
 """How many documents' KV the engine keeps: the budget, capped by the machine's memory."""
 
-from engine.engine import MAX_REMEMBERED, available_memory_bytes, remembered_sequences
+from engine.local.load import MAX_REMEMBERED, available_memory_bytes, remembered_sequences
 from engine.types import EngineConfig
 
 MIB = 1024 * 1024
