@@ -85,7 +85,7 @@ class Engine(PromptWindow):
         return self.backend
 
     def sequence(self, sampling: SamplingConfig = SamplingConfig(), cancel: threading.Event | None = None) -> Sequence:
-        """A seed-003 style sequence over this engine's KV cache (for callers that stream)."""
+        """A sequence (decode a prompt, then sample pieces) over this engine's backend, for callers that stream."""
         return Sequence(self.backend, self.vocab, sampling, cancel, self._drafter(sampling))
 
     def _drafter(self, sampling: SamplingConfig) -> PromptLookup | None:

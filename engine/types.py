@@ -38,7 +38,7 @@ class EngineConfig:
 
 @dataclass(frozen=True)
 class SamplingConfig:
-    """Seed 003's sampler settings. Temperature 0 is greedy."""
+    """The sampler's settings. Temperature 0 is greedy."""
 
     temperature: float = 0.0
     top_k: int = 40
@@ -91,7 +91,7 @@ class CompletionRequest:
     stop: tuple[str, ...] = ()
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     max_cover_decodes: int = 8
-    exact: bool = True  # False: per-step masking only (seed 001), kept for comparison
+    exact: bool = True  # False: per-step masking only, kept for comparison with the exact search
     suffix: str | None = None
     suffix_tokens: int = 64
     fim_order: str = "psm"

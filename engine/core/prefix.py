@@ -1,4 +1,4 @@
-"""The required-prefix constraint of seed 000, one step at a time.
+"""The required-prefix constraint, one step at a time.
 
 While bytes remain, only consistent tokens may be chosen; each chosen token consumes the bytes it
 covers; the constraint clears once all are produced; if no token is consistent it is dropped for

@@ -1,4 +1,4 @@
-"""Token choice from one logits row (seed 003's settings).
+"""Token choice from one logits row (engine.types.SamplingConfig).
 
 Order: the mask, then the repetition penalty, top-k, top-p, min-p, and temperature last. The
 mask comes first: a constrained step passes only the consistent token ids, so every filter works

@@ -1,4 +1,4 @@
-"""One autocomplete sequence in the shape of seed 003: decode a prompt, then sample pieces.
+"""One autocomplete sequence: decode a prompt, then sample pieces.
 
 `decode_prompt` brings the KV cache to the prompt (reusing what it holds) and, when a required
 prefix is set, resolves it: the exact covering search picks the token path that spells it, or

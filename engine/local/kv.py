@@ -1,4 +1,4 @@
-"""KV reuse: decode only what the cache does not already hold (seed 003's trimKV, generalised).
+"""KV reuse: decode only what the cache does not already hold (the longest common prefix is kept).
 
 The cache knows which tokens its KV holds. Asked for the logits after a token sequence, it keeps
 the longest common prefix, removes the rest, and decodes only the new tail. Logits rows are also
