@@ -56,6 +56,8 @@ class PromptWindow:
 
     def __init__(self, model: LlamaModel, context: Window, vocab: VocabIndex) -> None:
         self._model = model
+        # What sets the window (n_ctx): the llama context in-process, the backend for a server.
+        # "context" alone means other files' text here (`request.context`, `context_tokens`).
         self._context = context
         self.vocab = vocab
         self._bos = list(model.tokenize(b"", add_bos=True))

@@ -57,7 +57,7 @@ class Sequence:
         self._vocab = vocab
         self._sampler = Sampler(sampling, vocab.banned, vocab.free_ids)
         self._cancel = cancel or threading.Event()
-        self._context: tuple[int, ...] = ()
+        self._tokens: tuple[int, ...] = ()
         self._forced: list[int] = []  # the chosen covering, emitted before free sampling
         self._prefix = RequiredPrefix(vocab)
         self._diagnostics = SequenceDiagnostics(0, 0, 0, 0, 0)
@@ -78,7 +78,7 @@ class Sequence:
     ) -> bool:
         """Bring KV to `tokens` and resolve the required prefix. False when cancelled."""
         decoded_before = self._kv.decoded
-        self._context = tokens
+        self._tokens = tokens
         self._forced = []
         self._prefix.set(b"")
         self.required_satisfied = True
@@ -128,25 +128,25 @@ class Sequence:
         try:
             if forced:
                 token = self._forced.pop(0)
-                row = self._kv.logits_after(self._context, self._cancel) if want_logprob else None
+                row = self._kv.logits_after(self._tokens, self._cancel) if want_logprob else None
             else:
                 want_logprob = want_logprob or free_logprob
-                if self._drafter is not None and horizon > 1 and not self._kv.remembers(self._context):
-                    draft = self._drafter.propose(self._context, horizon - 1)
+                if self._drafter is not None and horizon > 1 and not self._kv.remembers(self._tokens):
+                    draft = self._drafter.propose(self._tokens, horizon - 1)
                     if draft:
-                        self._kv.rows_along(self._context, draft, self._cancel)
-                row = self._kv.logits_after(self._context, self._cancel)
+                        self._kv.rows_along(self._tokens, draft, self._cancel)
+                row = self._kv.logits_after(self._tokens, self._cancel)
                 allowed = self._prefix.allowed()
                 if self._prefix.dropped:
                     self.required_satisfied = False
-                token = self._sampler.choose(row, self._context, allowed)
+                token = self._sampler.choose(row, self._tokens, allowed)
                 self._prefix.consume(token)
         except Cancelled:
             return SampleResult(None, b"", was_cancelled=True)
         logprob = float(row[token]) - row_log_norm(row) if (want_logprob and row is not None) else None
         if self._vocab.eog[token]:
             return SampleResult(token, b"", is_eos=True, logprob=logprob, forced=forced)
-        self._context = self._context + (token,)
+        self._tokens = self._tokens + (token,)
         return SampleResult(token, self._vocab.pieces[token], logprob=logprob, forced=forced)
 
     def diagnostics(self) -> SequenceDiagnostics:

@@ -159,21 +159,21 @@ class KvCache:
             rows = self._decode_to(tokens, 1, cancel)
             return self._remember(tokens, rows[0])
 
-    def rows_along(self, context: tuple[int, ...], draft: tuple[int, ...], cancel: threading.Event | None = None) -> None:
-        """Remember the rows after `context` and after each prefix of `draft` behind it, decoded
+    def rows_along(self, tokens: tuple[int, ...], draft: tuple[int, ...], cancel: threading.Event | None = None) -> None:
+        """Remember the rows after `tokens` and after each prefix of `draft` behind it, decoded
         in one batch (speculative drafts: a sampler then finds them as it walks the draft).
 
-        The batch is the context's last token and the draft only. When KV lacks more of the
-        context (after a covering whose tokens were not decoded), the context is decoded alone, in
+        The batch is the last of `tokens` and the draft only. When KV lacks more of `tokens`
+        (after a covering whose tokens were not decoded), they are decoded alone, in
         the batch plain decoding would use: a longer batch would round differently (see
         engine.core.speculative) and could change a greedy token."""
         with self._lock:
-            if common_prefix_length(self._held, context) < len(context) - 1:
-                self._remember(context, self._decode_to(context, 1, cancel)[0])
+            if common_prefix_length(self._held, tokens) < len(tokens) - 1:
+                self._remember(tokens, self._decode_to(tokens, 1, cancel)[0])
                 return
-            rows = self._decode_to(context + draft, len(draft) + 1, cancel)
+            rows = self._decode_to(tokens + draft, len(draft) + 1, cancel)
             for i, row in enumerate(rows):
-                self._remember(context + draft[:i], row)
+                self._remember(tokens + draft[:i], row)
 
     def _decode_to(self, tokens: tuple[int, ...], outputs: int, cancel: threading.Event | None) -> np.ndarray:
         """Bring KV to hold `tokens`, decoding at least the last `outputs` of them; their rows."""

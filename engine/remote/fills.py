@@ -26,7 +26,7 @@ DETACHED = 4  # prefills of documents left for another, kept running until they 
 class Fill:
     """A prompt decode the server is doing for us (a prefill), waited on across engine calls."""
 
-    context: tuple[int, ...]  # the prompt sent
+    prompt: tuple[int, ...]  # the prompt sent
     pending: Pending
     slot: int  # the slot named in the request (-1: the server picks)
     expected: int | None = None  # prompt tokens the named slot should give back (engine.remote.slots `expect`)
@@ -42,10 +42,10 @@ class Prefills:
         self.detached: list[Fill] = []
         self.last_fill_s: float | None = None  # how long the last prefill took, from its request
 
-    def start(self, context: tuple[int, ...], body: dict, slot: int, expected: int | None, cancel: threading.Event | None) -> None:
-        """Send a prefill of `context` and wait for it (`wait`)."""
+    def start(self, prompt: tuple[int, ...], body: dict, slot: int, expected: int | None, cancel: threading.Event | None) -> None:
+        """Send a prefill of `prompt` and wait for it (`wait`)."""
         pending = self._client.start("/completion", body, self._call.deadline, cancel_check(cancel))
-        self.running = Fill(context, pending, slot, expected)
+        self.running = Fill(prompt, pending, slot, expected)
         self.wait(cancel)
 
     def wait(self, cancel: threading.Event | None) -> None:
@@ -65,7 +65,7 @@ class Prefills:
         self.last_fill_s = time.monotonic() - fill.pending.started
         if not isinstance(answer, dict):
             raise self._client.protocol("a prefetch answer that is not an object")
-        self._slots.learn(fill.context, answer)
+        self._slots.learn(fill.prompt, answer)
         self._note_timings(answer, fill.expected)
 
     def drop(self) -> None:
@@ -77,7 +77,7 @@ class Prefills:
 
     def _give_up(self, fill: Fill) -> None:
         fill.pending.close()
-        self._slots.give_up(fill.slot, fill.context)
+        self._slots.give_up(fill.slot, fill.prompt)
 
     def detach(self) -> None:
         """Leave the running prefill to finish while another document is served. Given up, it was
@@ -112,7 +112,7 @@ class Prefills:
                     self._give_up(fill)
                     continue
                 # A slot we have sent something else to since holds that now, whatever this answer says.
-                if self._slots.holds_other(answer.get("id_slot"), fill.context) or not self._slots.learn(fill.context, answer, live=False):
+                if self._slots.holds_other(answer.get("id_slot"), fill.prompt) or not self._slots.learn(fill.prompt, answer, live=False):
                     self._give_up(fill)
 
     def clear(self) -> None:

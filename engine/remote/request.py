@@ -7,12 +7,12 @@ GENERATION_SLACK = 2  # tokens a request may generate beyond what the call wants
 FINAL_FIELDS = ("id_slot", "stop", "tokens_predicted", "timings")  # what the engine reads of a final answer
 
 
-def request_body(context: tuple[int, ...], predict: int, slot: int, warm: bool, n_probs: int, line_stop: bool) -> dict:
-    """A request for `context` in `slot` (-1: the server's pick; `warm`: reuse its cache),
+def request_body(tokens: tuple[int, ...], predict: int, slot: int, warm: bool, n_probs: int, line_stop: bool) -> dict:
+    """A request for `tokens` in `slot` (-1: the server's pick; `warm`: reuse its cache),
     generating `predict` tokens (0: a prefill, answered at once), listing `n_probs` tokens per
     event, stopped at a line break when `line_stop`."""
     body = {
-        "prompt": list(context),
+        "prompt": list(tokens),
         "n_predict": predict,
         "cache_prompt": warm,
         "id_slot": slot,

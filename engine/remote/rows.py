@@ -225,9 +225,9 @@ class RemoteRows:
                 raise self.client.protocol("the stream ended before its first token")
             return self.nodes.build_dense(key, node)
 
-    def rows_along(self, context: tuple[int, ...], draft: tuple[int, ...], cancel: threading.Event | None = None) -> None:
+    def rows_along(self, tokens: tuple[int, ...], draft: tuple[int, ...], cancel: threading.Event | None = None) -> None:
         """Drafts buy nothing here (the server decodes one token per step either way)."""
-        self.logits_after(context, cancel)
+        self.logits_after(tokens, cancel)
 
     def prepare(self, tokens: tuple[int, ...], required: bytes, cancel: threading.Event | None = None, exact: bool = True) -> None:
         """The keystroke's first step: with a required prefix, whatever the search on what is
@@ -268,7 +268,7 @@ class RemoteRows:
             self.reap()
             fill = self.prefills.running
             if fill is not None:
-                if common_prefix_length(fill.context, key) >= SLOT_SHARE * len(fill.context):
+                if common_prefix_length(fill.prompt, key) >= SLOT_SHARE * len(fill.prompt):
                     self.prefills.wait(cancel)
                     slot, warm = self.slots.slot_for(key)
                     if slot >= 0 and self.slots.cached_in(slot, warm, key) >= len(key) - 1:
@@ -326,11 +326,11 @@ class RemoteRows:
     def bounded_row(self, node: Node, remaining: bytes, pessimistic: bool) -> np.ndarray:
         return self.nodes.bounded_row(node, remaining, pessimistic)
 
-    def _slot_for(self, context: tuple[int, ...]) -> tuple[int, bool]:
-        return self.slots.slot_for(context)
+    def _slot_for(self, tokens: tuple[int, ...]) -> tuple[int, bool]:
+        return self.slots.slot_for(tokens)
 
-    def _cached_in(self, slot: int, warm: bool, context: tuple[int, ...]) -> int:
-        return self.slots.cached_in(slot, warm, context)
+    def _cached_in(self, slot: int, warm: bool, tokens: tuple[int, ...]) -> int:
+        return self.slots.cached_in(slot, warm, tokens)
 
     # --- requests --------------------------------------------------------------------------
 
@@ -351,7 +351,7 @@ class RemoteRows:
 
     def query(
         self,
-        context: tuple[int, ...],
+        tokens: tuple[int, ...],
         predict: int,
         cancel: threading.Event | None,
         forced: Seq[int] = (),
@@ -361,7 +361,7 @@ class RemoteRows:
         exclude: frozenset[int] = frozenset(),
         listed: int | None = None,
     ) -> None:
-        """One streamed request from `context`: the grammar forces `forced`, then `literal`,
+        """One streamed request from `tokens`: the grammar forces `forced`, then `literal`,
         then anything; `ban` are banned by logit_bias (their values are still reported), so the
         first free token is the best *covering* token; `exclude` are banned too, and the first
         free token bounds every consistent token but them. Reads until the forced part is through
@@ -372,17 +372,17 @@ class RemoteRows:
         # What the server decodes as its prompt, and how: the request's prompt (in the same
         # chunks as in-process, its last token alone: engine.local.llama), then every token past
         # it forced one by one, as the in-process engine decodes them (engine.local.kv `prepare`).
-        start = context
+        start = tokens
         prompt = self.call.prompt
-        if prompt and len(context) > len(prompt) and context[: len(prompt)] == prompt:
+        if prompt and len(tokens) > len(prompt) and tokens[: len(prompt)] == prompt:
             # Past the prompt, what the slot already holds (a branch asked before, the path of a
             # stream) is its prompt too: each of those tokens was decoded alone, and only the last
             # is decoded again (alone); the rest are forced one by one. Forced from the prompt on,
             # a suggestion's request restated the covering's rows: 3 kB an event for rows known.
             slot, warm = self.slots.slot_for(prompt)
-            held = self.slots.cached_in(slot, warm, context) if slot >= 0 and warm else 0
-            keep = max(len(prompt), min(held, len(context)))
-            start, forced = context[:keep], context[keep:] + tuple(forced)
+            held = self.slots.cached_in(slot, warm, tokens) if slot >= 0 and warm else 0
+            keep = max(len(prompt), min(held, len(tokens)))
+            start, forced = tokens[:keep], tokens[keep:] + tuple(forced)
         slot, warm = self.slots.slot_for(start)
         if (slot, warm) == (-1, False) or self.prefills.running is not None or len(start) - self.slots.cached_in(slot, warm, start) > PREFILL_TAIL:
             # A new document: a stream's token events do not name their slot (only its last
@@ -400,7 +400,7 @@ class RemoteRows:
         line_stop = line_stop and not (literal and (b"\n" in literal or b"\r" in literal))
         expected = self.slots.expect(slot, warm, start)
         self.slots.claim(slot, start)
-        body = request_body(start, predict + len(context) - len(start), slot, warm, self.n_probs, self.call.single_line and line_stop)
+        body = request_body(start, predict + len(tokens) - len(start), slot, warm, self.n_probs, self.call.single_line and line_stop)
         terms = [f"<[{t}]>" for t in forced]
         if literal:
             written = gbnf_literal(literal)

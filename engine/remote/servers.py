@@ -233,8 +233,8 @@ class ServerSet:
     def remembers(self, tokens: tuple[int, ...]) -> bool:
         return self.servers[self._current].remembers(tokens)
 
-    def rows_along(self, context: tuple[int, ...], draft: tuple[int, ...], cancel: threading.Event | None = None) -> None:
-        self.servers[self._current].rows_along(context, draft, cancel)
+    def rows_along(self, tokens: tuple[int, ...], draft: tuple[int, ...], cancel: threading.Event | None = None) -> None:
+        self.servers[self._current].rows_along(tokens, draft, cancel)
 
     def prefill(self, tokens: tuple[int, ...], cancel: threading.Event | None = None) -> None:
         self.servers[self._current].prefill(tokens, cancel)

@@ -73,7 +73,7 @@ class SlotBook:
         if live:
             self._live = slot
 
-    def slot_for(self, context: tuple[int, ...]) -> tuple[int, bool]:
+    def slot_for(self, tokens: tuple[int, ...]) -> tuple[int, bool]:
         """(id_slot, cache_prompt) for a prompt: where the in-process engine would decode it
         (engine.core.placement, our slots standing for its sequences), so both keep the same
         prefixes and decode the same ubatches. Staying or moving names the slot and reuses its KV;
@@ -84,7 +84,7 @@ class SlotBook:
         live = self._slots.get(self._live) if self._live is not None else None
         others = [(slot, held) for slot, held in self._slots.items() if slot != self._live]
         others += [(slot, ()) for slot in range(self.total_slots) if slot not in self._slots and slot != self._live]
-        where, target = placement(live, others, context)
+        where, target = placement(live, others, tokens)
         if self.sharing.shared and not self.placed and where != "fresh":
             # A team (`shared`): between two calls another user may have taken the slot; named,
             # it would be decoded again over whatever it holds now (llama-server's RAM prompt
@@ -101,31 +101,31 @@ class SlotBook:
         # instead: RemoteRows `query`.) With `--slot-prompt-similarity 0`, as the README runs the
         # server, -1 takes the least recently used idle slot; with the server's default 0.1 it
         # takes the idle slot most like the prompt, which can be another user's (bench.llama_server).
-        if any(common_prefix_length(held, context) >= SLOT_SHARE * len(context) for held in self._unplaced):
+        if any(common_prefix_length(held, tokens) >= SLOT_SHARE * len(tokens) for held in self._unplaced):
             return -1, True
         return -1, False
 
-    def expect(self, slot: int, warm: bool, context: tuple[int, ...]) -> int | None:
-        """How many of `context`'s tokens the server should report reused from a named slot (it
+    def expect(self, slot: int, warm: bool, tokens: tuple[int, ...]) -> int | None:
+        """How many of `tokens` the server should report reused from a named slot (it
         always evaluates the last one again); None when nothing is expected of it."""
         if slot < 0 or not warm:
             return None
-        return min(self.cached_in(slot, warm, context), len(context) - 1)
+        return min(self.cached_in(slot, warm, tokens), len(tokens) - 1)
 
-    def cached_in(self, slot: int, warm: bool, context: tuple[int, ...]) -> int:
-        """How much of `context` the server will reuse in `slot`, as far as we know."""
+    def cached_in(self, slot: int, warm: bool, tokens: tuple[int, ...]) -> int:
+        """How much of `tokens` the server will reuse in `slot`, as far as we know."""
         if not warm:
             return 0
         if slot >= 0:
-            return common_prefix_length(self._slots.get(slot, ()), context)
-        return max((common_prefix_length(held, context) for held in self._unplaced), default=0)
+            return common_prefix_length(self._slots.get(slot, ()), tokens)
+        return max((common_prefix_length(held, tokens) for held in self._unplaced), default=0)
 
-    def claim(self, slot: int, context: tuple[int, ...]) -> None:
-        """A request sends `context` to `slot` (-1: to the server's pick, unplaced until named)."""
+    def claim(self, slot: int, tokens: tuple[int, ...]) -> None:
+        """A request sends `tokens` to `slot` (-1: to the server's pick, unplaced until named)."""
         if slot >= 0:
-            self.hold(slot, context, live=True)
+            self.hold(slot, tokens, live=True)
         else:
-            self._unplaced.append(context)
+            self._unplaced.append(tokens)
 
     def note_content(self, slot: int, tokens: tuple[int, ...]) -> None:
         """The slot now holds `tokens` (a stream went on past its prompt)."""
@@ -134,36 +134,36 @@ class SlotBook:
         elif self._unplaced:
             self._unplaced[-1] = tokens
 
-    def learn(self, context: tuple[int, ...], event: dict, live: bool = True) -> bool:
-        """The server named the slot holding `context` (True); later requests for it name it too,
+    def learn(self, tokens: tuple[int, ...], event: dict, live: bool = True) -> bool:
+        """The server named the slot holding `tokens` (True); later requests for it name it too,
         so every request of a document reads KV computed the same way. `live`: the slot is the
         current call's (not a detached prefill's, answering later)."""
         slot = event.get("id_slot")
         if not (isinstance(slot, int) and 0 <= slot < max(1, self.total_slots)):
             return False
-        self._slots[slot] = context
+        self._slots[slot] = tokens
         if live:
             self._live = slot
             self.placed = True
-        if context in self._unplaced:
-            self._unplaced.remove(context)
+        if tokens in self._unplaced:
+            self._unplaced.remove(tokens)
         for other, held in list(self._slots.items()):
-            if other != slot and held == context:
+            if other != slot and held == tokens:
                 del self._slots[other]
         return True
 
-    def holds_other(self, slot: object, context: tuple[int, ...]) -> bool:
-        """We have sent something else than `context` to `slot` since (an answer naming it for
-        `context` is out of date)."""
-        return self._slots.get(slot, context) != context  # type: ignore[call-overload]
+    def holds_other(self, slot: object, tokens: tuple[int, ...]) -> bool:
+        """We have sent something else than `tokens` to `slot` since (an answer naming it for
+        `tokens` is out of date)."""
+        return self._slots.get(slot, tokens) != tokens  # type: ignore[call-overload]
 
-    def give_up(self, slot: int, context: tuple[int, ...]) -> None:
-        """A prefill of `context` to `slot` was given up: what the slot holds is not known."""
+    def give_up(self, slot: int, tokens: tuple[int, ...]) -> None:
+        """A prefill of `tokens` to `slot` was given up: what the slot holds is not known."""
         if slot >= 0:
-            if self._slots.get(slot) == context:
+            if self._slots.get(slot) == tokens:
                 del self._slots[slot]
-        elif context in self._unplaced:
-            self._unplaced.remove(context)
+        elif tokens in self._unplaced:
+            self._unplaced.remove(tokens)
             self.sharing.lost_track()
 
     def reused(self, expected: int | None, reused: object) -> None:

@@ -30,10 +30,10 @@ LEFTOVER_TOKENS = GENERATION_SLACK + 2
 
 @dataclass
 class Walk:
-    """An open stream: the next event's distribution is the one after `context`."""
+    """An open stream: the next event's distribution is the one after `path`."""
 
     stream: EventStream
-    context: tuple[int, ...]
+    path: tuple[int, ...]  # the tokens the stream has walked (its prompt, then what it generated)
     forced: list[int]
     literal: bytes | None  # required bytes the grammar still forces; None: no grammar literal
     cover_cap: bool
@@ -64,7 +64,7 @@ class Stream:
         self.held: tuple[int, ...] = ()
 
     def open(self, walk: Walk) -> None:
-        self.held = walk.context
+        self.held = walk.path
         self.walk = walk
 
     def read_forced(self, cancel: threading.Event | None) -> None:
@@ -75,8 +75,8 @@ class Stream:
     def advance_to(self, key: tuple[int, ...], cancel: threading.Event | None) -> None:
         """Read the open stream while it walks toward `key`."""
         while key not in self._nodes and self.walk is not None:
-            context = self.walk.context
-            if len(context) > len(key) or key[: len(context)] != context:
+            path = self.walk.path
+            if len(path) > len(key) or key[: len(path)] != path:
                 return
             self.read(cancel)
 
@@ -101,7 +101,7 @@ class Stream:
             if walk.first and ("timings" in event or "prompt_progress" in event):
                 walk.first = False
                 self._note_timings(event, walk.expected)
-            if walk.slot < 0 and self._slots.learn(walk.context, event):
+            if walk.slot < 0 and self._slots.learn(walk.path, event):
                 walk.slot = event["id_slot"]  # the final event names it (token events say -1)
             if event.get("stop") is True:  # the final event: no token
                 continue
@@ -132,13 +132,13 @@ class Stream:
             elif piece.startswith(walk.literal):
                 walk.literal = None
             else:  # a token the grammar took for text (a special token's name): no cap, stop here
-                self._nodes.record(walk.context, token, logprob, top, None)
+                self._nodes.record(walk.path, token, logprob, top, None)
                 self.close()
                 return
-        self._nodes.record(walk.context, token, logprob, top, cap)
-        walk.context = walk.context + (token,)
-        self.held = walk.context
-        self._slots.note_content(walk.slot, walk.context)
+        self._nodes.record(walk.path, token, logprob, top, cap)
+        walk.path = walk.path + (token,)
+        self.held = walk.path
+        self._slots.note_content(walk.slot, walk.path)
         if self._vocab.eog[token]:
             # Nothing follows but the final event: read later (`settle`, `finish`), not closed,
             # so the connection serves the next request.
