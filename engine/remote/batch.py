@@ -26,13 +26,13 @@ request of many prompts, each generating one token:
 - a frontier of one entry goes as one streamed request instead, the old way (`single`), which
   goes on into the suggestion when that entry is the answer;
 - before any of that, the most probable covering by its bounds, when a token of it is known only
-  by a bound, is made exact with one streamed request (engine.remote.rows `refine`): it most often is
+  by a bound, is made exact with one streamed request (engine.remote.bounded `refine`): it most often is
   the answer, so that stream is the suggestion too, and its exact value leaves less to ask;
 - the batch that spends the search's budget also carries the rows of the greedy descent the
   search then makes (`continuation`, `_likely`, `_walk_down` under `prove`), so the descent most
   often needs no request of its own.
 
-Each answer is recorded as a streamed token is (engine.remote.rows `_record`), with that cap. A token
+Each answer is recorded as a streamed token is (engine.remote.nodes `record`), with that cap. A token
 the server holds back (one ending inside a UTF-8 character) gives no event: its path stays unknown
 and is not asked again in the same call.
 """
@@ -154,7 +154,7 @@ def fetch(remote: Server, prompt: tuple[int, ...], front: Frontier, cancel: thre
 
 
 def single(remote: Server, rows: BoundedRows, front: Frontier) -> set[Path]:
-    """One entry: an unknown row is expanded as a branch (engine.remote.rows `BoundedRows.expand`: its
+    """One entry: an unknown row is expanded as a branch (engine.remote.bounded `BoundedRows.expand`: its
     last token forced, so its value is exact too); a value node is asked with its own bytes as the
     grammar and what it lists banned, and the stream goes on (with the generation budget) when that
     node's best token finishes the covering."""
@@ -295,7 +295,7 @@ def prove(rows: BoundedRows) -> None:
             return
         if front.best is not None and front.best[1] > floor and rows.exact(Covering(*front.best)) is not None:
             # The most probable covering by its bounds has a token known only by a bound: ask for
-            # that first (one streamed request, engine.remote.rows `refine`). It most often is the
+            # that first (one streamed request, engine.remote.bounded `refine`). It most often is the
             # answer: its stream goes on into the suggestion, and its exact value raises the floor,
             # which leaves less for the batch.
             if not rows.refine(Covering(*front.best)):

@@ -14,7 +14,7 @@ so one request can carry all of it:
 
 A strict-prefix token known only by a bound is not asked for: the row after it is (its bound plus
 what that row allows bounds every covering through it), and a covering chosen through it is made
-exact afterwards (engine.remote.rows `refine`).
+exact afterwards (engine.remote.bounded `refine`).
 
 The floor is the best covering whose every token is known exactly: nothing at or below it can be
 the answer. Using it (rather than the best bound) asks for more than the search may use, and saves
