@@ -121,7 +121,7 @@ def _peer_cpu(docs: Documents, max_tokens: int, threads: int) -> dict[str, Any]:
 
 
 def run(variants: list[int], trials: int, max_tokens: int, peer: bool, tokens: int = 1900) -> dict[str, Any]:
-    from engine.llama_backend import LlamaModel
+    from engine.local.llama import LlamaModel
     from engine.model_files import resolve_model
 
     model = LlamaModel(resolve_model(None))

@@ -1,5 +1,5 @@
 """Round trips to a llama-server on loopback, by client: is keep-alive worth it, is TLS, and is a
-well-kept client (urllib3) faster than ours (engine.http_client)?
+well-kept client (urllib3) faster than ours (engine.remote.http)?
 
     python -m bench.connection [--n 300] [--out bench/results/connection.json]
 
@@ -19,8 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from engine.http_client import ModelServerClient
 from tests.support.llama_server import start_llama_server
+from engine.remote.http import ModelServerClient
 
 BODY = {"content": "Thanks for sending over the draft"}  # /tokenize: a POST with little server work
 

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from bench.stats import median, per_call_us, ratio, timed_ms
-from engine.prefix import RequiredPrefix
-from engine.sampler import Sampler
+from engine.core.prefix import RequiredPrefix
+from engine.core.sampler import Sampler
 from engine.types import SamplingConfig
 from tests.support.prompts import SIZES, documents
 

@@ -232,7 +232,7 @@ def speculation(engine, per_kind: int) -> dict[str, Any]:
     """Generation ms per token with and without drafts on the quality cases' documents (greedy,
     multi-line, 32 tokens), each prompt decoded first (untimed) from an empty cache."""
     from engine import CompletionRequest, SamplingConfig
-    from engine.speculative import DraftConfig
+    from engine.core.speculative import DraftConfig
     from lsp_server.split import split
     from tests.support.cases import build_cases
 
@@ -379,7 +379,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     parts = [p for p in args.only.split(",") if p]
     results: dict[str, Any] = json.loads(args.out.read_text()) if args.out.exists() else {}
-    from engine.llama_backend import LlamaModel
+    from engine.local.llama import LlamaModel
     from engine.model_files import resolve_model
 
     model = LlamaModel(resolve_model(None))

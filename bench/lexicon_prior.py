@@ -21,8 +21,8 @@ from typing import Any
 
 from bench import report
 from bench.quality import LANGUAGES, first_word
-from engine.lexicon import WordScorer
-from engine.sequence import PathRows
+from engine.core.word_choice import WordScorer
+from engine.core.sequence import PathRows
 from lsp_server.lexicon import Lexicon
 from lsp_server.settings import Settings
 from lsp_server.split import split
@@ -84,12 +84,12 @@ def tune(engine, cases: list[Case], max_tokens: int = 8) -> list[Scored]:
 
 
 def pick(s: Scored, prior: float) -> str:
-    """The word the lexicon chooses for one case at `prior`, as engine.lexicon.choose does."""
+    """The word the lexicon chooses for one case at `prior`, as engine.core.word_choice.choose does."""
     if s.base_score is None or not s.candidates:
         return s.base
     best, best_score = s.base, s.base_score + (prior if s.base_in_document else 0.0)
     for word, score, _ in s.candidates:
-        if s.base.startswith(word):  # engine.lexicon.choose skips these: they cannot change the word
+        if s.base.startswith(word):  # engine.core.word_choice.choose skips these: they cannot change the word
             continue
         if score is not None and score + prior > best_score:
             best, best_score = word, score + prior

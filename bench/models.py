@@ -281,7 +281,7 @@ def table(results: dict[str, Any]) -> report.Table:
 
 
 def run(args, cases: list[Case], say: Callable[[str], None], out: Path) -> dict[str, Any]:
-    from engine.llama_backend import LlamaModel
+    from engine.local.llama import LlamaModel
     from engine.model_files import default_model_path
 
     names = names_of(args.model)

@@ -5,7 +5,7 @@ Two llama-servers on loopback (tests.support.llama_server: the default model, SL
 each) and language servers over stdio with default settings, three ways:
 
 - "one": `modelServer` is the first server alone (the baseline);
-- "list": `modelServer` is both URLs (engine.multi: each document hashed to one, failover);
+- "list": `modelServer` is both URLs (engine.remote.servers: each document hashed to one, failover);
 - "nginx": `modelServer` is Debian's nginx in front of both (tests.support.balancer: a consistent hash on
   the X-Cpc-Document header the engine sends, X-Cpc-Upstream back).
 
@@ -326,7 +326,7 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
 
 def main(argv: list[str] | None = None) -> int:
     from bench import report
-    from engine.llama_backend import LlamaModel
+    from engine.local.llama import LlamaModel
     from engine.model_files import resolve_model
 
     parser = argparse.ArgumentParser(prog="python -m bench.multi_server", description=__doc__.split("\n\n")[0])

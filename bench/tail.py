@@ -85,7 +85,7 @@ def summarize(rows: list[dict[str, Any]], who: str, kind: str = "warm") -> dict[
 def run(threads: int, delay_ms: int, say, max_tokens: int = 16, quick: bool = False, n_probs: tuple[int, ...] = (),
         model_name: str | None = None, server_model: str | None = None, proxy: bool = True,
         timeout_ms: int = 30000) -> dict[str, Any]:
-    from engine.llama_backend import LlamaModel
+    from engine.local.llama import LlamaModel
     from engine.model_files import resolve_model
 
     model = LlamaModel(resolve_model(model_name), vocab_only=True)

@@ -320,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     from bench.report import render, targets_table
-    from engine.llama_backend import LlamaModel
+    from engine.local.llama import LlamaModel
     from engine.model_files import resolve_model
 
     parser = argparse.ArgumentParser(prog="python -m bench.team", description=__doc__.split("\n\n")[0])

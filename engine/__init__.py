@@ -53,7 +53,9 @@ def __getattr__(name: str):
 
         return Engine
     if name == "resolve_model":  # a catalogue name or a path -> the GGUF file (no llama.cpp); lazy, so
-        from engine.model_files import resolve_model  # `python -m engine.model_files` runs it fresh
+        from engine.model_files import (
+            resolve_model,  # `python -m engine.model_files` runs it fresh
+        )
 
         return resolve_model
     raise AttributeError(name)

@@ -17,7 +17,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: the cores other processes leave free, see engine.cores)")
+    parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: the cores other processes leave free, see engine.local.cores)")
     parser.add_argument("--multi-line", action="store_true", help="do not stop at the first line break")
     parser.add_argument("--per-step", action="store_true", help="per-step masking instead of the covering search")
     parser.add_argument("--json", action="store_true", help="print one JSON object")

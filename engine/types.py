@@ -14,7 +14,7 @@ from pathlib import Path
 
 def server_urls(value: str | None) -> tuple[str, ...]:
     """`EngineConfig.model_server` as URLs: one, or several separated by commas or white space
-    (several: engine.multi keeps each document on one of them)."""
+    (several: engine.remote.servers keeps each document on one of them)."""
     return tuple(u for u in re.split(r"[\s,]+", value or "") if u)
 
 
@@ -38,7 +38,7 @@ class EngineConfig:
 
 @dataclass(frozen=True)
 class SamplingConfig:
-    """Seed 003's sampler settings. Temperature 0 is greedy."""
+    """The sampler's settings. Temperature 0 is greedy."""
 
     temperature: float = 0.0
     top_k: int = 40
@@ -64,7 +64,7 @@ class ContextFile:
 
 @dataclass(frozen=True)
 class RepoContext:
-    """Other files' text for the prompt, and the names the layout needs (see engine.prompt).
+    """Other files' text for the prompt, and the names the layout needs (see engine.core.prompt).
 
     The caller chooses `files` and keeps the same value from keystroke to keystroke (their order
     is the prompt's order, so a stable choice keeps the KV cache); the engine lays them out before
@@ -83,7 +83,7 @@ class CompletionRequest:
 
     `suffix` is the text after the cursor (already bounded in lines by the caller), used only when
     the model has FIM tokens; None leaves it out. Its first `suffix_tokens` tokens are kept, laid
-    out in `fim_order` ("psm" or "spm", see engine.prompt)."""
+    out in `fim_order` ("psm" or "spm", see engine.core.prompt)."""
 
     prompt: str
     required: str = ""
@@ -91,11 +91,11 @@ class CompletionRequest:
     stop: tuple[str, ...] = ()
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     max_cover_decodes: int = 8
-    exact: bool = True  # False: per-step masking only (seed 001), kept for comparison
+    exact: bool = True  # False: per-step masking only, kept for comparison with the exact search
     suffix: str | None = None
     suffix_tokens: int = 64
     fim_order: str = "psm"
-    # Document words that begin with the typed word (see engine.lexicon); () leaves it out.
+    # Document words that begin with the typed word (see engine.core.word_choice); () leaves it out.
     candidates: tuple[str, ...] = ()
     lexicon_prior: float = 1.0  # nats added to a document word's score
     lexicon_decodes: int = 8  # extra decodes the scoring may spend
@@ -114,7 +114,7 @@ class CompletionRequest:
     # file alone (the prompt is then exactly what it was without this feature).
     context: RepoContext | None = None
     # What names the document (the LSP URI): only its salted hash leaves the engine
-    # (engine.multi.affinity_key), as the key that keeps a document on one model server; None:
+    # (engine.remote.servers.affinity_key), as the key that keeps a document on one model server; None:
     # the start of the prompt names it. Never sent, never logged.
     document: str | None = field(default=None, repr=False)
 
@@ -152,9 +152,10 @@ class Prefetched:
 
 
 NO_RIVAL = math.inf  # the margin when the search knows no other word
+MIN_PROMPT_TOKENS = 64  # below this a context cannot hold a useful prompt beside the budget
 # Other files' text takes at most this share of the current file's tokens before the cursor's line
 # (until they fill 2/3 of the window): a cold request then costs at most 1.5x what it costs without
-# them. The engine holds it by its tokenizer's count (engine.engine.cold_cap); the server sizes its
+# them. The engine holds it by its tokenizer's count (engine.prompt_window.cold_cap); the server sizes its
 # choice by an estimate of the same bound (lsp_server.context.budget_for).
 COLD_SHARE = 0.5
 

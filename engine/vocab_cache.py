@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.core.vocab import VocabIndex
 from engine.model_files import cache_dir
-from engine.vocab import VocabIndex
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ def vocab_path(model_id: str, runtime: str) -> Path:
 
 
 def load_vocab(model, model_id: str, runtime: str) -> VocabIndex:
-    """`model`'s VocabIndex (engine.llama_backend.LlamaModel: `n_vocab`, `pieces`,
+    """`model`'s VocabIndex (engine.local.llama.LlamaModel: `n_vocab`, `pieces`,
     `special_flags`), from the cache when it holds this model's, else built and saved."""
     path = vocab_path(model_id, runtime)
     found = _read(path, model.n_vocab)

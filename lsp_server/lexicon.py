@@ -7,7 +7,7 @@ word it touches, never a pass over the document (5 MB documents included). Count
 document (for closing it) and in total (for asking).
 
 Candidates for a partial word are the document words that begin with it, most frequent first.
-The engine scores them (engine.lexicon); this module only knows text. While the `lexicon` setting
+The engine scores them (engine.core.word_choice); this module only knows text. While the `lexicon` setting
 is off nothing is counted (opening a 5 MB document costs about a second of counting); turning it
 on counts the documents already open.
 """

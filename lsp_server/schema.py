@@ -247,7 +247,7 @@ class Url(Kind):
 @dataclass(frozen=True)
 class Urls(Kind):
     """One URL (`Url`), or several (a list, or one string with commas or spaces between them):
-    several model servers, each document kept on one (engine.multi). Stored as one string,
+    several model servers, each document kept on one (engine.remote.servers). Stored as one string,
     "url1, url2", in the order given."""
 
     def check(self, value: Any) -> str | None:

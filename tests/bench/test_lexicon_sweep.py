@@ -1,4 +1,4 @@
-"""The offline prior sweep chooses as engine.lexicon.choose does (no model)."""
+"""The offline prior sweep chooses as engine.core.word_choice.choose does (no model)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ import socket
 import threading
 import time
 
-from engine.vocab import VocabIndex
+from engine.core.vocab import VocabIndex
 
 UNLISTED = 1e-4  # probability of every token a table row does not name
 

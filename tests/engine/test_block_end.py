@@ -1,7 +1,8 @@
 """The engine's end of a multi-line completion: the first later line indented below the floor."""
 
 from engine import CompletionRequest, SamplingConfig
-from engine.engine import Engine, _dedent
+from engine.core.generation import _dedent
+from engine.engine import Engine
 
 
 def test_dedent_is_the_line_break_before_the_first_shallower_line():

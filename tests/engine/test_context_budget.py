@@ -14,7 +14,8 @@ from types import SimpleNamespace
 import pytest
 
 from engine import CompletionRequest, ContextFile, Engine, EngineConfig, RepoContext
-from engine.engine import MAX_REMEMBERED, cold_cap
+from engine.local.load import MAX_REMEMBERED
+from engine.prompt_window import cold_cap
 
 
 def fake_engine(n_ctx: int = 2048, pieces: list[bytes] | None = None) -> Engine:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.prompt import PSM, SPM, FimTokens, RepoTokens, comment_line, context_tokens, layout
+from engine.core.prompt import PSM, SPM, FimTokens, RepoTokens, comment_line, context_tokens, layout
 from engine.types import ContextFile, RepoContext
 
 FIM = FimTokens(1001, 1002, 1003)

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from engine import cores
+from engine.local import cores
 
 
 class Clock:

@@ -4,9 +4,9 @@ from collections import Counter
 
 import numpy as np
 
-from engine.covering import CoveringSearch
-from engine.prefix import RequiredPrefix
-from engine.sampler import Sampler
+from engine.core.covering import CoveringSearch
+from engine.core.prefix import RequiredPrefix
+from engine.core.sampler import Sampler
 from engine.types import SamplingConfig
 from tests.engine.toy import EOG, ToyRows, toy_vocab
 

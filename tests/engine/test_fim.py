@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from engine import CompletionRequest, Engine
-from engine.llama_backend import LlamaContext
-from engine.prompt import PSM, SPM, FimTokens, fim_prompt
+from engine.local.llama import LlamaContext
+from engine.core.prompt import PSM, SPM, FimTokens, fim_prompt
 from tests.support.tiny_gguf import load
 
 PREFIX = "def value(self):\n    return the"

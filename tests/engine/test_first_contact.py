@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from engine import CompletionRequest, SamplingConfig
-from engine.kv import Cancelled
-from engine.speculative import MAX_VERIFY_ROWS, DraftConfig
+from engine.backend import Cancelled
+from engine.core.speculative import MAX_VERIFY_ROWS, DraftConfig
 
 pytestmark = pytest.mark.model
 

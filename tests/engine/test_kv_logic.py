@@ -5,7 +5,9 @@ import threading
 import numpy as np
 import pytest
 
-from engine.kv import Cancelled, Decoded, KvCache, common_prefix_length
+from engine.backend import Cancelled
+from engine.core.placement import common_prefix_length
+from engine.local.kv import Decoded, KvCache
 
 
 class RecordingBackend:

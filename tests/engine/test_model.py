@@ -8,10 +8,10 @@ import threading
 import numpy as np
 import pytest
 
-from engine.covering import CoveringSearch
-from engine.prefix import RequiredPrefix
-from engine.sampler import log_sum_exp
-from engine.sequence import PathRows
+from engine.core.covering import CoveringSearch
+from engine.core.prefix import RequiredPrefix
+from engine.core.sampler import log_sum_exp
+from engine.core.sequence import PathRows
 from engine import CompletionRequest, SamplingConfig
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from engine import Engine, EngineConfig
 from engine.model_files import default_model_path
-from engine.remote_load import server_model_id
+from engine.remote.connect import server_model_id
 from tests.support.tiny_gguf import load
 
 

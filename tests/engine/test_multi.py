@@ -1,4 +1,4 @@
-"""Several model servers (engine.multi) over fake llama-servers on hand-built distributions (no
+"""Several model servers (engine.remote.servers) over fake llama-servers on hand-built distributions (no
 model): documents spread by their key, a call on a server that is down is made again on the next
 one with nothing of the first server carried over, a server that passes its probe again gets its
 documents back, and a balancer that moves a document (X-Cpc-Upstream) makes the engine check the
@@ -11,12 +11,12 @@ import time
 
 import pytest
 
-from engine import multi
-from engine.http_client import AFFINITY_HEADER, ModelServerClient, UpstreamChanged
-from engine.kv import Cancelled
-from engine.multi import ServerSet, affinity_key, rendezvous
-from engine.remote import RemoteRows
-from engine.sequence import Sequence
+from engine.remote import servers as multi
+from engine.remote.http import AFFINITY_HEADER, ModelServerClient, UpstreamChanged
+from engine.backend import Cancelled
+from engine.remote.servers import ServerSet, affinity_key, rendezvous
+from engine.remote.rows import RemoteRows
+from engine.core.sequence import Sequence
 from engine.types import ModelServerError, SamplingConfig, server_urls
 from tests.engine.fake_llama_server import FakeLlamaServer
 from tests.engine.test_remote_search import AB, PROMPT, TABLE, VOCAB, A, B, C, X
@@ -216,7 +216,7 @@ def test_a_cancel_is_not_a_failover(two):
 
 
 def test_behind_a_balancer_each_server_gets_its_own_rows_and_a_moved_document_goes_with_it():
-    from engine.multi import BalancedSet
+    from engine.remote.servers import BalancedSet
 
     server = FakeLlamaServer(VOCAB, TABLE)
     route = {"k1": "10.0.0.1:8080", "k2": "10.0.0.2:8080"}
@@ -260,7 +260,7 @@ def test_behind_debian_s_nginx_documents_stick_and_follow_a_failover(two, monkey
     server that stops listening sends its keys on, which the engine follows with that server's
     own rows."""
     from tests.support.balancer import Balancer, install_nginx
-    from engine.multi import BalancedSet
+    from engine.remote.servers import BalancedSet
 
     install_nginx()  # the project's script (make install-test runs it); a failed install fails the test
     for s in two:

@@ -19,7 +19,7 @@ import time
 import pytest
 
 from engine import CompletionRequest, Engine, EngineConfig, ModelServerError
-from engine.multi import ServerSet
+from engine.remote.servers import ServerSet
 
 pytestmark = pytest.mark.model
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.engine import MAX_REMEMBERED, available_memory_bytes, remembered_sequences
+from engine.local.load import MAX_REMEMBERED, available_memory_bytes, remembered_sequences
 from engine.types import EngineConfig
 
 MIB = 1024 * 1024

@@ -42,7 +42,7 @@ def slots(url: str, key: str | None = None) -> list[dict]:
 @pytest.mark.parametrize("prompt,required,expected", SEEDS)
 def test_the_seeds_examples_are_the_in_process_engines(remote, model_engine, prompt, required, expected):
     """The whole suggestion, not only its first word: both decode the prompt in the same ubatches
-    (engine.llama_backend CHUNK_TOKENS), so greedy generation after the covering agrees too."""
+    (engine.local.llama CHUNK_TOKENS), so greedy generation after the covering agrees too."""
     request = CompletionRequest(prompt, required, max_tokens=8)
     # Both from a cold start: a prompt decoded after a shared prefix starts its ubatches there, and
     # the two caches hold what other tests left (bench.remote_engine compares them back to back).
@@ -110,7 +110,7 @@ def test_a_word_after_a_deep_indent_takes_two_round_trips_and_is_the_in_process_
     """bench.tail's keystrokes that need the server (Gemma 3 270M): a word after 17 spaces of
     indentation, whose many spellings (16 + 1 spaces, 13 + 4, ...) the covering search must bound.
     Each one is the batch of rows (with the rows of the descent it would make when the budget runs
-    out: engine.remote_batch `continuation`) and the suggestion's stream, and its suggestion is the
+    out: engine.remote.batch `continuation`) and the suggestion's stream, and its suggestion is the
     in-process one. Asked one after another, as typed (the rows of one keystroke serve the next)."""
     from tests.support.prompts import SIZES, documents
 

@@ -1,5 +1,5 @@
 """The covering search's frontier asked of a (fake) llama-server in one request of many prompts
-(engine.frontier, engine.remote_batch): fewer round trips, the same covering as an exact search,
+(engine.remote.frontier, engine.remote.batch): fewer round trips, the same covering as an exact search,
 one new token decoded per prompt, caps that leave banned tokens out, and one TCP connection."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from tests.support.fault_proxy import FaultProxy
-from engine.covering import CoveringSearch
-from engine.http_client import ModelServerClient
-from engine.remote import RemoteRows
-from engine.remote_batch import BOOST, asks
-from engine.sequence import Sequence
+from engine.core.covering import CoveringSearch
+from engine.remote.http import ModelServerClient
+from engine.remote.rows import RemoteRows
+from engine.remote.batch import BOOST, asks
+from engine.core.sequence import Sequence
 from engine.types import SamplingConfig
 from tests.engine.fake_llama_server import FakeLlamaServer
 from tests.engine.toy import EOG, toy_vocab
@@ -141,7 +141,7 @@ def test_the_frontier_is_every_unknown_row_and_loose_value_above_the_floor():
     """Best first over known rows down to the floor (the best covering known exactly): unknown
     rows above it are asked, a finishing token known only by a bound marks its node, and a
     strict-prefix token's bound alone does not (the row after it is asked instead)."""
-    from engine.frontier import frontier
+    from engine.remote.frontier import frontier
 
     known = {  # path -> (exact values, bounded row: log-probabilities for "  ab")
         (): ({S2: math.log(0.4)}, {S2: 0.4, S1: 0.35, S1X: 0.35}),
@@ -171,7 +171,7 @@ def test_a_descents_likely_rows_follow_the_known_covering_from_where_its_bytes_e
     """The batch that spends the budget carries the rows of the descent the search then makes:
     the best covering known exactly, spelled from where the descent's first row ends (a gap up to
     that covering's next token boundary spelled by one token)."""
-    from engine.remote_batch import continuation
+    from engine.remote.batch import continuation
 
     assert continuation(VOCAB, (S1,), REQUIRED, (S2, AB)) == ((S1, S1),)  # " " then the other " "
     assert continuation(VOCAB, (S2,), REQUIRED, (S2, AB)) == ()  # only the covering token is left
@@ -183,7 +183,7 @@ def test_a_groups_cap_is_its_boosted_pick_with_slack_and_many_tokens_go_under_th
     (llama.cpp passes a grammar over the whole vocabulary at every prompt whose greedy token it
     refuses); the cap is the boosted pick's value plus the float32 rounding slack. A group whose
     consistent tokens are more than BOOST_MAX goes under the grammar, as before."""
-    import engine.remote_batch as batching
+    import engine.remote.batch as batching
 
     best = CoveringSearch(VOCAB, ExactRows(fake), 1 << 10).run(REQUIRED)
     rows = remote_for(fake.url)
@@ -206,8 +206,8 @@ def test_a_groups_cap_is_its_boosted_pick_with_slack_and_many_tokens_go_under_th
 def test_rows_asked_ahead_stop_where_the_descent_estimated_with_the_coverings_values_cannot_win():
     """The descent from " " reads the row after " " " " only while its value, estimated with the
     known covering's value for the token ending at the same byte ("  ": 0.4), beats the floor."""
-    from engine.remote import BoundedRows
-    from engine.remote_batch import _likely, continuation
+    from engine.remote.rows import BoundedRows
+    from engine.remote.batch import _likely, continuation
 
     rows = RemoteRows(ModelServerClient("http://127.0.0.1:9", None, 1.0), VOCAB, 2048, 1, None, n_probs=2)
     rows._record(PROMPT, S2, math.log(0.4), [(S2, math.log(0.4)), (S1, math.log(0.3))], None)

@@ -1,4 +1,4 @@
-"""engine.http_client against small fake HTTP servers on 127.0.0.1: every fault becomes a
+"""engine.remote.http against small fake HTTP servers on 127.0.0.1: every fault becomes a
 ModelServerError of the right kind within the time budget, the key goes as a Bearer header and
 never into a message, only a server that is down is followed by a fast-failing back-off window
 (a slow one is asked again), connections are kept alive, and an answer can be waited for again
@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from engine.http_client import ModelServerClient, StreamCancelled, parse_url
+from engine.remote.http import ModelServerClient, StreamCancelled, parse_url
 from engine.types import ModelServerError
 from tests.engine.fake_llama_server import LoopbackHttpServer
 

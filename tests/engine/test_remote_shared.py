@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from engine.http_client import ModelServerClient
-from engine.remote import TAKEN_MIN_TOKENS, RemoteRows
+from engine.remote.http import ModelServerClient
+from engine.remote.rows import RemoteRows
+from engine.remote.slots import TAKEN_MIN_TOKENS
 from tests.engine.fake_llama_server import FakeLlamaServer
 from tests.engine.toy import EOG, toy_vocab
 

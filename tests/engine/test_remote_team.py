@@ -13,7 +13,7 @@ import time
 import pytest
 
 from engine import CompletionRequest, Engine, EngineConfig
-from engine.http_client import ModelServerClient
+from engine.remote.http import ModelServerClient
 from tests.fixtures import start_llama_server
 
 pytestmark = pytest.mark.model

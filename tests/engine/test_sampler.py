@@ -3,7 +3,7 @@ probabilities, and temperature only reshapes what they kept."""
 
 import numpy as np
 
-from engine.sampler import Sampler
+from engine.core.sampler import Sampler
 from engine.types import SamplingConfig
 
 PROBS = np.log(np.array([0.5, 0.3, 0.2, 1e-9]))
@@ -41,7 +41,7 @@ def test_the_free_path_never_emits_a_banned_token_and_a_seed_reproduces_it():
 def test_log_sum_exp_of_nothing_known_is_minus_infinity_without_a_warning():
     import warnings
 
-    from engine.sampler import log_sum_exp
+    from engine.core.sampler import log_sum_exp
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # exp(-inf - -inf) would be nan, with a RuntimeWarning

@@ -4,9 +4,9 @@ import math
 
 import numpy as np
 
-from engine.alternatives import BudgetedRows, alternatives, first_tokens
-from engine.covering import CoveringSearch
-from engine.signals import compute, word_ends_of
+from engine.core.alternatives import BudgetedRows, alternatives, first_tokens
+from engine.core.covering import CoveringSearch
+from engine.core.signals import compute, word_ends_of
 from engine.types import NO_RIVAL
 from tests.engine.toy import EOG, ToyRows, toy_vocab
 

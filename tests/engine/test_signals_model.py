@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from engine import CompletionRequest
-from engine.sampler import log_sum_exp
-from engine.sequence import PathRows
+from engine.core.sampler import log_sum_exp
+from engine.core.sequence import PathRows
 
 pytestmark = pytest.mark.model
 

@@ -1,6 +1,6 @@
 """Prompt-lookup drafts (logic only; identity with plain decoding is in test_first_contact.py)."""
 
-from engine.speculative import MAX_VERIFY_ROWS, DraftConfig, PromptLookup
+from engine.core.speculative import MAX_VERIFY_ROWS, DraftConfig, PromptLookup
 
 NO_STOPS = [False] * 100
 

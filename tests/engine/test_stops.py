@@ -1,6 +1,6 @@
 """Seed 004's tests for stop sequences, ported to Python."""
 
-from engine.stops import first_stop
+from engine.core.stops import first_stop
 
 
 def test_should_find_earliest_stop_and_report_its_start():

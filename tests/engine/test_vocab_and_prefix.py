@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from engine.prefix import RequiredPrefix
+from engine.core.prefix import RequiredPrefix
 from tests.engine.toy import EOG, toy_vocab
 
 PIECES = ["a", "b", "ab", " y", " yes", " yesterday", " yet", "terday", "t", EOG, "<ctrl>", "x"]

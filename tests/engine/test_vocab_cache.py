@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from engine import model_files
-from engine.vocab import VocabIndex
+from engine.core.vocab import VocabIndex
 from engine.vocab_cache import load_vocab, vocab_path
 
 PIECES = [b"", b"a", b"ab", b"abc", b" a", b"\x00", b"ab", b"\xff\xff", b"b", b"", b" ", b"  ", b"a"]
@@ -114,7 +114,7 @@ def test_an_unwritable_cache_only_costs_the_build(tmp_path, monkeypatch):
 def test_a_real_vocabulary_read_back_is_the_one_built(name, cache, monkeypatch):
     """Every piece of the real 262,144- and 151,936-token vocabularies (NUL bytes, runs of
     spaces, bytes that are not UTF-8) comes back as built, and so does every lookup."""
-    from engine.llama_backend import RUNTIME, LlamaModel
+    from engine.local.llama import RUNTIME, LlamaModel
 
     monkeypatch.delenv(model_files.CACHE_ENV)  # the models themselves from the user's cache
     path = model_files.resolve_model(name)

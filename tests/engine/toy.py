@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.vocab import VocabIndex
+from engine.core.vocab import VocabIndex
 
 EOG = "<eos>"
 

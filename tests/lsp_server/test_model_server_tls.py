@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.tls_proxy import Authority, TlsProxy
-from engine.http_client import ModelServerClient
+from engine.remote.http import ModelServerClient
 from tests.fixtures import DRAFT, Editor, LspClient
 
 pytestmark = pytest.mark.model

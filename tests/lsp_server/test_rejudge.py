@@ -13,7 +13,7 @@ import threading
 import pytest
 
 from engine import Completion, CompletionRequest, DecodeStats
-from engine.signals import compute
+from engine.core.signals import compute
 from lsp_server.gate import gate_for
 from lsp_server.rejudge import along
 from lsp_server.split import split

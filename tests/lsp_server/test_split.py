@@ -104,9 +104,9 @@ def test_the_suffix_stops_at_the_line_end_or_max_suffix_characters():
 
 
 def test_the_engines_copy_of_the_word_characters_agrees_with_the_servers():
-    """engine/lexicon.py keeps its own is_word_char (the engine never imports the server): the two
+    """engine/core/word_choice.py keeps its own is_word_char (the engine never imports the server): the two
     must not drift apart, or the lexicon would cut words where the server does not."""
-    from engine.lexicon import is_word_char as engine_is_word_char
+    from engine.core.word_choice import is_word_char as engine_is_word_char
 
     points = [*range(0x10000), *range(0x10000, 0x110000, 97)]  # the BMP, and a sample beyond it
     differ = [hex(p) for p in points if engine_is_word_char(chr(p)) != is_word_char(chr(p))]

@@ -2,7 +2,7 @@
 multi-server tests and benchmark, with the configuration docs/shared-server.md gives a team.
 
 What it does: `hash $http_x_cpc_document consistent` keeps each document on one server (the
-engine sends the header on every request: a salted hash, engine.multi.affinity_key);
+engine sends the header on every request: a salted hash, engine.remote.servers.affinity_key);
 `proxy_next_upstream error timeout http_503 non_idempotent` sends a request whose server is down
 (refused, or still loading) to the next one on the ring, and `max_fails=1 fail_timeout=F` keeps
 it away for F seconds, after which nginx tries it again; `add_header X-Cpc-Upstream

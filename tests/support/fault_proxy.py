@@ -106,7 +106,7 @@ class FaultProxy:
         except (ValueError, AttributeError):
             return False, None
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], list):
-            prompt = prompt[0]  # several prompts in one request (engine.remote_batch): the document's
+            prompt = prompt[0]  # several prompts in one request (engine.remote.batch): the document's
         if not isinstance(prompt, list) or not prompt:
             return False, None
         for seen in self._warm:

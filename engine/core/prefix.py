@@ -1,4 +1,4 @@
-"""The required-prefix constraint of seed 000, one step at a time.
+"""The required-prefix constraint, one step at a time.
 
 While bytes remain, only consistent tokens may be chosen; each chosen token consumes the bytes it
 covers; the constraint clears once all are produced; if no token is consistent it is dropped for
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.vocab import VocabIndex
+from engine.core.vocab import VocabIndex
 
 
 class RequiredPrefix:

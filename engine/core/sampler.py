@@ -1,4 +1,4 @@
-"""Token choice from one logits row (seed 003's settings).
+"""Token choice from one logits row (engine.types.SamplingConfig).
 
 Order: the mask, then the repetition penalty, top-k, top-p, min-p, and temperature last. The
 mask comes first: a constrained step passes only the consistent token ids, so every filter works
@@ -23,7 +23,7 @@ PENALTY_WINDOW = 64  # like llama.cpp's default penalty_last_n
 
 def log_sum_exp(row: np.ndarray) -> float:
     """log(sum(exp(row))) without overflow; -inf for an empty row or one of only -inf (a remote
-    row where nothing is known, see engine.remote), where exp(row - peak) would be nan."""
+    row where nothing is known, see engine.remote.rows), where exp(row - peak) would be nan."""
     if row.size == 0:
         return float("-inf")
     peak = float(row.max())

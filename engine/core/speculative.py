@@ -23,7 +23,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-
 MAX_VERIFY_ROWS = 3  # see the module docstring: larger batches change the rounding
 
 

@@ -7,9 +7,9 @@ probability is spread over many words. What says more is the probability *given 
 
 where p(typed) is the mass of the coverings *seen alike on every backend*: those that end at a node
 along the chosen covering's path with one of the TOP most probable tokens of that node's row, and
-the chosen covering itself (engine.covering `CoveringSearch.along`; a lower bound of the true mass).
+the chosen covering itself (engine.core.covering `CoveringSearch.along`; a lower bound of the true mass).
 Not every covering the search found: in-process the search reads dense rows and expands branches
-cheaply, while over the network (engine.remote) a row is the TOP tokens the server lists and only
+cheaply, while over the network (engine.remote.rows) a row is the TOP tokens the server lists and only
 the branches a proof needs are expanded, so the two masses differed (log p(typed) -4.97 against
 -6.54 on `ex` after 12 spaces of indentation) and the gate decided differently on the same
 completion. The rows along a chosen covering are known on both, and their TOP tokens too. With
@@ -34,10 +34,10 @@ from __future__ import annotations
 import codecs
 from collections.abc import Iterable, Sequence
 
-from engine.lexicon import is_word_char
+from engine.core.word_choice import is_word_char
 from engine.types import NO_RIVAL, Signals, WordEnd
 
-# Tokens of each row the signals read: what a model server lists per row (engine.remote N_PROBS,
+# Tokens of each row the signals read: what a model server lists per row (engine.remote.rows N_PROBS,
 # which must stay at least this), so both backends compute the same signals.
 TOP = 40
 

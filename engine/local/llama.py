@@ -1,7 +1,7 @@
 """A thin, typed layer over llama.cpp's C API (through llama-cpp-python's ctypes bindings).
 
 Only this module touches llama_cpp. It loads one model, owns one context with one or more
-sequences (one per remembered prompt, see `engine.kv`), and offers exactly what the engine needs:
+sequences (one per remembered prompt, see `engine.local.kv`), and offers exactly what the engine needs:
 tokenize, token pieces, decode a run of tokens into a sequence at a position (returning the
 logits rows of its last tokens), and remove a sequence's KV tail. Gemma 3 interleaves
 sliding-window layers, so the context keeps the full cache (`swa_full`) to let any tail be
@@ -15,12 +15,11 @@ import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import llama_cpp
 import numpy as np
 
-import llama_cpp
-
-from engine.cores import CoreMeter
-from engine.kv import Decoded
+from engine.local.cores import CoreMeter
+from engine.local.kv import Decoded
 from engine.types import ModelLoadError
 
 RUNTIME = f"llama-cpp-python {llama_cpp.__version__}"  # how tokens render is this build's (engine.vocab_cache)
@@ -36,7 +35,7 @@ native_log = logging.getLogger("llama.cpp")
 # after a run comes from its last token decoded alone. This is how llama-server decodes
 # (ubatches of `--ubatch-size 64` from the first token its cache lacks; what it generates one
 # token at a time), and the remote backend sends a prompt's last token as a forced first token
-# (engine.remote), so both compute the same numbers. They must: on this model the ubatch a token
+# (engine.remote.rows), so both compute the same numbers. They must: on this model the ubatch a token
 # was decoded in moves a later log-probability by up to 0.2 nats.
 CHUNK_TOKENS = 64
 # llama.cpp gives each sequence a whole multiple of this many tokens of KV (GGML_PAD(n_ctx_seq, 256)
@@ -170,7 +169,7 @@ class LlamaModel:
 
 class LlamaContext:
     """One llama context with `sequences` independent sequences of `n_ctx` tokens each (one per
-    remembered prompt, see `engine.kv`); decodes runs of tokens and trims KV tails. llama.cpp
+    remembered prompt, see `engine.local.kv`); decodes runs of tokens and trims KV tails. llama.cpp
     allocates `allocated` (>= n_ctx, see LLAMA_CTX_PAD) cells per sequence; `n_ctx` stays the size
     asked for, so no prompt and no KV goes beyond it."""
 
@@ -182,7 +181,7 @@ class LlamaContext:
         params.n_seq_max = sequences
         params.kv_unified = False  # a stream per sequence: attention never scans other documents
         # threads None: as many as the cores other processes leave free, chosen again before each
-        # chunk (engine.cores); a number: exactly that many, whatever the machine does.
+        # chunk (engine.local.cores); a number: exactly that many, whatever the machine does.
         self._meter = None if threads else CoreMeter()
         threads = threads or self._meter.threads()
         self.threads = threads

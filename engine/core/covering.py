@@ -19,14 +19,14 @@ from typing import Protocol
 
 import numpy as np
 
-from engine.sampler import Sampler, log_sum_exp, row_log_norm, top_ids
-from engine.vocab import VocabIndex
+from engine.core.sampler import Sampler, log_sum_exp, row_log_norm, top_ids
+from engine.core.vocab import VocabIndex
 
 
 class RowSource(Protocol):
     """Logits after the prompt plus a path of tokens; `decodes` counts the real model calls.
     A source may also have `norm(row)`, the row's log-normaliser: 0 for rows that are already
-    log-probabilities (a remote server's bounded rows, see engine.remote); without it, a row is
+    log-probabilities (a remote server's bounded rows, see engine.remote.rows); without it, a row is
     logits and is normalised with row_log_norm."""
 
     decodes: int
@@ -109,7 +109,7 @@ class CoveringSearch:
 
     def log_mass(self) -> float:
         """log of the summed probability of every complete covering found: the normaliser of
-        "given what was typed" (a lower bound of p(typed), see engine.signals). -inf: none found."""
+        "given what was typed" (a lower bound of p(typed), see engine.core.signals). -inf: none found."""
         if not self._found:
             return float("-inf")
         return log_sum_exp(np.concatenate([found.log_probs for found in self._found]))
@@ -118,7 +118,7 @@ class CoveringSearch:
         """The coverings that end at a node of `covering`'s path with one of the `top` most
         probable tokens of that node's row, and `covering` itself: most probable first, and the log
         of their summed probability (relative to the prompt's row, like `log_mass`). This is what
-        a remote backend and the in-process one see alike (engine.signals): the rows along a
+        a remote backend and the in-process one see alike (engine.core.signals): the rows along a
         chosen covering are known on both, and a server lists each row's `top` tokens. No decode:
         the rows are those the search read (a row it did not read is asked of its source, which
         remembers it, or on a remote backend knows its exact values only)."""

@@ -106,5 +106,5 @@ class VocabIndex:
         return tuple(found)
 
     def candidates(self, remaining: bytes) -> Candidates:
-        """Every token consistent with `remaining` (seed 000's rule)."""
+        """Every token consistent with `remaining`."""
         return Candidates(self.starting_with(remaining), self.strict_prefixes_of(remaining))

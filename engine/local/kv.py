@@ -1,4 +1,4 @@
-"""KV reuse: decode only what the cache does not already hold (seed 003's trimKV, generalised).
+"""KV reuse: decode only what the cache does not already hold (the longest common prefix is kept).
 
 The cache knows which tokens its KV holds. Asked for the logits after a token sequence, it keeps
 the longest common prefix, removes the rest, and decodes only the new tail. Logits rows are also
@@ -32,11 +32,15 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
-__all__ = ["Backend", "Cancelled", "Decoded", "KvCache", "PathRows", "common_prefix_length", "placement"]
+from engine.backend import Cancelled, Traffic
+from engine.core.path_rows import PathRows
+from engine.core.placement import common_prefix_length, placement
+
+__all__ = ["Decoded", "Decoder", "KvCache"]
 
 # Rows remembered per call: at least its token budget and this many more (the covering branches,
 # drafts and alternatives), up to ROWS_MAX. Why: a multi-line suggestion generates 48 tokens; with
@@ -45,8 +49,6 @@ __all__ = ["Backend", "Cancelled", "Decoded", "KvCache", "PathRows", "common_pre
 # vocabulary in float32 (0.6 MB on Qwen2.5-Coder, 1 MB on Gemma 3): 80 rows at the default
 # multi-line budget.
 ROWS_SLACK, ROWS_MAX = 32, 160
-MOVE_MIN_GAIN = 32  # a prompt goes to a sequence sharing at least this many more tokens with it
-MOVE_MIN_DROP = 128  # else one that would cut the live sequence back this far may go to a free one
 
 
 @dataclass(frozen=True)
@@ -58,7 +60,9 @@ class Decoded:
     rows: np.ndarray | None
 
 
-class Backend(Protocol):
+class Decoder(Protocol):
+    """The llama context as the cache uses it (engine.local.llama.LlamaContext)."""
+
     n_ctx: int
     sequences: int
 
@@ -71,46 +75,13 @@ class Backend(Protocol):
     def clear(self) -> None: ...
 
 
-def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    # Compare in blocks first: prompts share long prefixes, so this is mostly one slice compare.
-    # As tuples: the held tokens are a list and prompts are tuples, and a list never equals a tuple.
-    step = 256
-    while i + step <= n and tuple(a[i : i + step]) == tuple(b[i : i + step]):
-        i += step
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
-def placement(live: Sequence[int] | None, others: Sequence[tuple[Any, Sequence[int]]], tokens: Sequence[int]) -> tuple[str, Any]:
-    """Where a prompt is decoded, for both backends (a sequence here, a llama-server slot in
-    engine.remote), so both reuse the same prefixes and decode the same ubatches:
-    ("move", key) to the other sequence that shares clearly more with it; ("fresh", None) to an
-    empty or the least recently used one, from position 0, when staying would cut the live one
-    back by many tokens and keep less than it must decode anyway; else ("stay", None), keeping
-    the prefix the live sequence shares. `live` None: nothing used yet (fresh); no `others`:
-    there is nowhere else to go (stay)."""
-    if live is None:
-        return "fresh", None
-    if not others:
-        return "stay", None
-    keep = common_prefix_length(live, tokens)
-    shared, best = max((common_prefix_length(held, tokens), key) for key, held in others)
-    if shared >= keep + MOVE_MIN_GAIN:
-        return "move", best
-    if len(live) - keep >= MOVE_MIN_DROP and keep < len(tokens) - keep:
-        return "fresh", None
-    return "stay", None
-
-
-class Cancelled(Exception):
-    """The request was cancelled between decode chunks or steps."""
-
-
 class KvCache:
-    def __init__(self, backend: Backend, remembered_rows: int = 48) -> None:
+    """The in-process engine.backend `Backend`: rows by token path over one llama context."""
+
+    networked = False
+    answered = None  # no server answers
+
+    def __init__(self, backend: Decoder, remembered_rows: int = 48) -> None:
         self._backend = backend
         self._seqs: list[list[int]] = [[] for _ in range(backend.sequences)]  # tokens per sequence
         self._live = 0
@@ -135,9 +106,18 @@ class KvCache:
         with self._lock:
             return tokens in self._rows
 
-    # The surface the engine uses, shared with the remote backend (engine.remote.RemoteRows).
+    # The surface the engine uses (engine.backend), shared with the remote backend (engine.remote.rows.RemoteRows).
 
-    fallbacks: tuple[str, ...] = ()  # the remote backend lists its unproven coverings here
+    fallbacks: tuple[str, ...] = ()  # every covering is proven here
+
+    def route(self, key: str) -> None:
+        """One process, one model: nothing to route."""
+
+    def recover(self, error: BaseException) -> bool:
+        return False  # nothing to fail over to
+
+    def traffic(self) -> Traffic:
+        return Traffic()
 
     _alone_from: int | None = None  # tokens from here on (past the prompt) are decoded one by one
 
@@ -154,7 +134,7 @@ class KvCache:
         """Decode the prompt (the required prefix is resolved by the covering search after).
         Tokens past the prompt (covering branches, the covering, generation) are then decoded
         one by one, as llama-server decodes what it generates, so both backends compute the
-        same numbers (engine.remote)."""
+        same numbers (engine.remote.rows)."""
         self._alone_from = None
         self.logits_after(tokens, cancel)
         self._alone_from = len(tokens)
@@ -179,21 +159,21 @@ class KvCache:
             rows = self._decode_to(tokens, 1, cancel)
             return self._remember(tokens, rows[0])
 
-    def rows_along(self, context: tuple[int, ...], draft: tuple[int, ...], cancel: threading.Event | None = None) -> None:
-        """Remember the rows after `context` and after each prefix of `draft` behind it, decoded
+    def rows_along(self, tokens: tuple[int, ...], draft: tuple[int, ...], cancel: threading.Event | None = None) -> None:
+        """Remember the rows after `tokens` and after each prefix of `draft` behind it, decoded
         in one batch (speculative drafts: a sampler then finds them as it walks the draft).
 
-        The batch is the context's last token and the draft only. When KV lacks more of the
-        context (after a covering whose tokens were not decoded), the context is decoded alone, in
+        The batch is the last of `tokens` and the draft only. When KV lacks more of `tokens`
+        (after a covering whose tokens were not decoded), they are decoded alone, in
         the batch plain decoding would use: a longer batch would round differently (see
-        engine.speculative) and could change a greedy token."""
+        engine.core.speculative) and could change a greedy token."""
         with self._lock:
-            if common_prefix_length(self._held, context) < len(context) - 1:
-                self._remember(context, self._decode_to(context, 1, cancel)[0])
+            if common_prefix_length(self._held, tokens) < len(tokens) - 1:
+                self._remember(tokens, self._decode_to(tokens, 1, cancel)[0])
                 return
-            rows = self._decode_to(context + draft, len(draft) + 1, cancel)
+            rows = self._decode_to(tokens + draft, len(draft) + 1, cancel)
             for i, row in enumerate(rows):
-                self._remember(context + draft[:i], row)
+                self._remember(tokens + draft[:i], row)
 
     def _decode_to(self, tokens: tuple[int, ...], outputs: int, cancel: threading.Event | None) -> np.ndarray:
         """Bring KV to hold `tokens`, decoding at least the last `outputs` of them; their rows."""
@@ -271,32 +251,3 @@ class KvCache:
         """Drop everything (e.g. after the model's context is replaced)."""
         with self._lock:
             self._reset()
-
-
-class PathRows:
-    """Rows after prompt + path for the covering search, counting real decodes only. Every row is
-    exact, so a covering the search chose needs no refining (see engine.remote.BoundedRows)."""
-
-    def __init__(self, kv: KvCache, prompt: tuple[int, ...], cancel: threading.Event) -> None:
-        self._kv, self._prompt, self._cancel = kv, prompt, cancel
-        self.decodes = 0
-        self.fallback: str | None = None
-
-    def row(self, path: tuple[int, ...]) -> np.ndarray:
-        before = self._kv.decoded
-        row = self._kv.logits_after(self._prompt + path, self._cancel)
-        self.decodes += self._kv.decoded != before
-        return row
-
-    def cached(self, path: tuple[int, ...]) -> bool:
-        """The row after `path` is remembered: reading it decodes nothing."""
-        return self._kv.remembers(self._prompt + path)
-
-    def refine(self, covering) -> bool:
-        return False
-
-    def settle(self, covering):
-        return covering
-
-    def known_search(self, search, required: bytes):
-        return search  # every value it saw is exact

@@ -2,7 +2,7 @@
 
 llama-server takes a list of prompts in one `/completion` (one task each, every one with the same
 parameters) and runs them one after another on the slot the request names, each reusing what the
-one before left in its KV cache. So the frontier of the covering search (engine.frontier: the
+one before left in its KV cache. So the frontier of the covering search (engine.remote.frontier: the
 unknown rows and the nodes whose consistent tokens are known only by a bound) goes out as one
 request of many prompts, each generating one token:
 
@@ -26,13 +26,13 @@ request of many prompts, each generating one token:
 - a frontier of one entry goes as one streamed request instead, the old way (`single`), which
   goes on into the suggestion when that entry is the answer;
 - before any of that, the most probable covering by its bounds, when a token of it is known only
-  by a bound, is made exact with one streamed request (engine.remote `refine`): it most often is
+  by a bound, is made exact with one streamed request (engine.remote.bounded `refine`): it most often is
   the answer, so that stream is the suggestion too, and its exact value leaves less to ask;
 - the batch that spends the search's budget also carries the rows of the greedy descent the
   search then makes (`continuation`, `_likely`, `_walk_down` under `prove`), so the descent most
   often needs no request of its own.
 
-Each answer is recorded as a streamed token is (engine.remote `_record`), with that cap. A token
+Each answer is recorded as a streamed token is (engine.remote.nodes `record`), with that cap. A token
 the server holds back (one ending inside a UTF-8 character) gives no event: its path stays unknown
 and is not asked again in the same call.
 """
@@ -42,9 +42,16 @@ from __future__ import annotations
 import threading
 import time
 
-from engine.frontier import Frontier, Path
-from engine.http_client import StreamCancelled
-from engine.kv import Cancelled, common_prefix_length
+import numpy as np
+
+from engine.backend import Cancelled
+from engine.core.covering import Covering, CoveringSearch
+from engine.core.placement import common_prefix_length
+from engine.core.vocab import VocabIndex
+from engine.remote.bounded import BoundedRows, Server
+from engine.remote.frontier import Frontier, Path, frontier
+from engine.remote.http import StreamCancelled
+from engine.remote.request import GENERATION_SLACK, Inexpressible, gbnf_literal
 
 # Listed tokens per prompt: a branch's row is read for its bound (the last listed value) and the
 # values of the few tokens that continue its spelling. Measured on bench.tail's 220-token document
@@ -77,41 +84,39 @@ def asks(prompt: tuple[int, ...], held: tuple[int, ...], wanted: list[Path]) -> 
     return order
 
 
-def banned_tokens(remote, prompt: tuple[int, ...], front: Frontier, spoken: bytes) -> frozenset[int]:
+def banned_tokens(remote: Server, prompt: tuple[int, ...], front: Frontier, spoken: bytes) -> frozenset[int]:
     """Tokens consistent with `spoken` that every node asked with those bytes already lists:
     banned, the greedy token there is the best of those it does not list. Only value nodes list
     anything; with an unknown row among them nothing is banned."""
-    vocab = remote._vocab
-    nodes = [remote.node(prompt + path) for path, r in front.rows + front.values if r == spoken]
+    vocab = remote.vocab
+    nodes = [remote.nodes.node(prompt + path) for path, r in front.rows + front.values if r == spoken]
     if not nodes or any(node is None for node in nodes):
         return frozenset()
     consistent = (int(t) for t in vocab.candidates(spoken).all_ids())
     return frozenset(t for t in consistent if all(t in node.exact for node in nodes))
 
 
-def fetch(remote, prompt: tuple[int, ...], front: Frontier, cancel: threading.Event | None, rows, ahead: tuple[Path, ...] = ()) -> set[Path]:
+def fetch(remote: Server, prompt: tuple[int, ...], front: Frontier, cancel: threading.Event | None, rows: BoundedRows, ahead: tuple[Path, ...] = ()) -> set[Path]:
     """Ask for all of `front` in one request; returns the paths asked. Nothing is asked (empty set)
     when the document has no slot of its own yet. A frontier of one goes as one streamed request
     that goes on into the suggestion when its path is the one chosen (`single`)."""
-    from engine.remote import gbnf_literal
-
     prompt = tuple(prompt)
     if len(front.rows) + len(front.values) == 1:
         return single(remote, rows, front)
-    remote._settle_walk(drain=True)
-    remote._reap()
-    slot, warm = remote._slot_for(prompt)
-    if slot < 0 or remote._fill is not None or remote._cached_in(slot, warm, prompt) < len(prompt) - 1:
+    remote.settle_stream(drain=True)
+    remote.reap()
+    slot, warm = remote.slots.slot_for(prompt)
+    if slot < 0 or remote.filling or remote.slots.cached_in(slot, warm, prompt) < len(prompt) - 1:
         remote.prefill(prompt, cancel)
-        slot, warm = remote._slot_for(prompt)
+        slot, warm = remote.slots.slot_for(prompt)
     if slot < 0 or not warm:
         return set()
     remaining = dict(front.rows) | dict(front.values)
-    order = asks(prompt, remote._slots.get(slot, ()), list(remaining) + list(ahead))
-    capped = remaining | {path: rows._remaining(path) for path in ahead if path not in remaining}
+    order = asks(prompt, remote.slots.held(slot), list(remaining) + list(ahead))
+    capped = remaining | {path: rows.remaining(path) for path in ahead if path not in remaining}
     spoken = _grammar_group(front)
     banned = banned_tokens(remote, prompt, front, spoken) if spoken is not None else frozenset()
-    boosted = boosted_tokens(remote._vocab, spoken, banned)
+    boosted = boosted_tokens(remote.vocab, spoken, banned)
     literal = gbnf_literal(spoken) if spoken is not None and boosted is None else None
     if boosted is None and literal is None:
         spoken, banned = None, frozenset()
@@ -122,7 +127,7 @@ def fetch(remote, prompt: tuple[int, ...], front: Frontier, cancel: threading.Ev
         "id_slot": slot,
         "temperature": 0.0,
         "samplers": ["temperature"],
-        "n_probs": min(BATCH_N_PROBS, remote._n_probs),
+        "n_probs": min(BATCH_N_PROBS, remote.n_probs),
         "stream": True,
         # Each prompt's final event, trimmed to which prompt it was and how many tokens the server
         # decoded for it (a progress event per prompt would cost about 250 bytes more each).
@@ -138,24 +143,21 @@ def fetch(remote, prompt: tuple[int, ...], front: Frontier, cancel: threading.Ev
     # leaves it at the last one answered, or one later): later requests put what it holds past the
     # prompt in their own prompt, so an overestimate would have the server decode several tokens
     # in one batch.
-    remote._slots[slot] = prompt
-    remote._live = slot
+    remote.slots.hold(slot, prompt, live=True)
     try:
-        stream = remote.client.stream("/completion", body, remote._deadline, cancel.is_set if cancel else None)
+        stream = remote.client.stream("/completion", body, remote.deadline, cancel.is_set if cancel else None)
     except StreamCancelled:
         raise Cancelled() from None
     _read(remote, stream, prompt, order, capped, spoken if boosted or literal is not None else None, banned, boosted, cancel, slot)
-    remote._slots[slot] = prompt + order[-1]
+    remote.slots.hold(slot, prompt + order[-1])
     return set(remaining)
 
 
-def single(remote, rows, front: Frontier) -> set[Path]:
-    """One entry: an unknown row is expanded as a branch (engine.remote `BoundedRows.expand`: its
+def single(remote: Server, rows: BoundedRows, front: Frontier) -> set[Path]:
+    """One entry: an unknown row is expanded as a branch (engine.remote.bounded `BoundedRows.expand`: its
     last token forced, so its value is exact too); a value node is asked with its own bytes as the
     grammar and what it lists banned, and the stream goes on (with the generation budget) when that
     node's best token finishes the covering."""
-    from engine.remote import GENERATION_SLACK, _Inexpressible
-
     if front.rows:
         path = front.rows[0][0]
         rows.expand(path)
@@ -163,15 +165,15 @@ def single(remote, rows, front: Frontier) -> set[Path]:
         rows.rows_asked -= 1
         return {path}
     path, left = front.values[0]
-    banned = banned_tokens(remote, rows._prompt, front, left)
+    banned = banned_tokens(remote, rows.prompt, front, left)
     try:
-        remote._query(rows._prompt + path, len(left) + remote._predict + GENERATION_SLACK, rows._cancel, literal=left, exclude=banned)
-    except _Inexpressible:
+        remote.query(rows.prompt + path, len(left) + remote.predict + GENERATION_SLACK, rows.cancel, literal=left, exclude=banned)
+    except Inexpressible:
         return set()
     return {path}
 
 
-def boosted_tokens(vocab, spoken: bytes | None, banned: frozenset[int]) -> frozenset[int] | None:
+def boosted_tokens(vocab: VocabIndex, spoken: bytes | None, banned: frozenset[int]) -> frozenset[int] | None:
     """The tokens consistent with `spoken` but `banned`, to be raised by BOOST: then a prompt's
     greedy token is the best of them, the cap a grammar of those bytes gave, without the
     grammar's cost (at every prompt whose greedy token a grammar refuses, llama.cpp passes it over
@@ -195,7 +197,7 @@ def _grammar_group(front: Frontier) -> bytes | None:
 def _read(remote, stream, prompt, order, remaining, spoken, banned, boosted, cancel, slot) -> None:
     """Every task's token event: its row, and (for a path with the bytes spoken for) its cap. A
     boosted pick caps with BOOST_SLACK added, and only when it is one of the boosted tokens."""
-    stream.set_limits(remote._deadline if remote._deadline is not None else time.monotonic() + remote.client.timeout_s, cancel.is_set if cancel else None)
+    stream.set_limits(remote.deadline if remote.deadline is not None else time.monotonic() + remote.client.timeout_s, cancel.is_set if cancel else None)
     progressed: set[int] = set()
     while True:
         try:
@@ -217,19 +219,19 @@ def _read(remote, stream, prompt, order, remaining, spoken, banned, boosted, can
         probs = event.get("completion_probabilities")
         if not probs or event.get("stop") is True:
             continue
-        token, logprob, top = remote._parse_probs(probs)
+        token, logprob, top = remote.parse_probs(probs)
         path = order[index]
         cap = None
         if spoken is not None and remaining.get(path) == spoken and (boosted is None or token in boosted):
             cap = (False, spoken, banned)
-        remote._record(prompt + path, token, logprob, top, cap, BOOST_SLACK if boosted else 0.0)
-        remote._slots[slot] = prompt + path  # decoded before its answer was sent
+        remote.nodes.record(prompt + path, token, logprob, top, cap, BOOST_SLACK if boosted else 0.0)
+        remote.slots.hold(slot, prompt + path)  # decoded before its answer was sent
 
 BATCH_ROUNDS = 3  # requests of many prompts per keystroke, at most
 
 
-def prove(rows) -> None:
-    """Before the covering search runs on `rows` (engine.remote.BoundedRows): ask for its frontier
+def prove(rows: BoundedRows) -> None:
+    """Before the covering search runs on `rows` (engine.remote.rows.BoundedRows): ask for its frontier
     in one request, again while it is not empty, within BATCH_ROUNDS and the search's budget.
 
     The rows asked are the in-process engine's budget: each is one of `maxCoverDecodes` (a model
@@ -257,31 +259,27 @@ def prove(rows) -> None:
     descent, the seed "Once upon a ti" after an empty prompt spent its 8 on the first tokens
     ("O", "On", "Onc", ...: a batch goes one level deeper per request) and took the masked
     path's "tikz"."""
-    from engine.covering import Covering, CoveringSearch
-    from engine.frontier import frontier
-    from engine.remote import BoundedRows
-
-    remote, prompt, required = rows._remote, rows._prompt, rows._required
+    remote, prompt, required = rows.remote, rows.prompt, rows.required
     asked: set[Path] = set()
     start: Path | None = None  # where the descent starts, chosen with the batch that asked its rows
     ahead: tuple[Path, ...] = ()  # the rows of that descent asked with the batch
 
     def exact_at(path: Path):
-        node = remote.node(prompt + path)
+        node = remote.nodes.node(prompt + path)
         return None if node is None else node.exact
 
     def row_at(path: Path, remaining: bytes):
-        return remote.bounded_row(remote.node(prompt + path), remaining, False)
+        return remote.nodes.bounded_row(remote.nodes.node(prompt + path), remaining, False)
 
     for _ in range(BATCH_ROUNDS + 1):
-        if rows.decodes >= rows._budget:
+        if rows.decodes >= rows.budget:
             return
-        known = CoveringSearch(remote._vocab, BoundedRows(remote, prompt, required, rows._cancel, 0, pessimistic=True), 1 << 30).run(required)
+        known = CoveringSearch(remote.vocab, BoundedRows(remote, prompt, required, rows.cancel, 0, pessimistic=True), 1 << 30).run(required)
         floor = known.log_prob if known is not None else float("-inf")
-        left = rows._budget - rows.rows_asked
+        left = rows.budget - rows.rows_asked
         # One row past the budget: the first step of the descent below, asked with the rest (the
         # in-process descent decodes it too). With it, a descent that cannot win is not made.
-        front = frontier(remote._vocab, exact_at, row_at, required, floor, max(1, left + 1), frozenset(asked))
+        front = frontier(remote.vocab, exact_at, row_at, required, floor, max(1, left + 1), frozenset(asked))
         if not front and (front.best is None or front.best[1] <= floor or rows.exact(Covering(*front.best)) is None):
             return  # proven on what is known
         if left <= 0:
@@ -289,15 +287,15 @@ def prove(rows) -> None:
                 # The known rows do not show that descent: as before, the server descends from the
                 # most promising open row, on what the search knew without the rows asked ahead
                 # (forgotten, so they choose nothing the in-process search would not see either).
-                remote.drop(prompt + path for path in ahead)
-                front = frontier(remote._vocab, exact_at, row_at, required, floor, 1, frozenset(asked))
+                remote.nodes.drop(prompt + path for path in ahead)
+                front = frontier(remote.vocab, exact_at, row_at, required, floor, 1, frozenset(asked))
                 start = None
             if front.rows and start is None:
                 _descend(rows, front.rows[0][0])
             return
         if front.best is not None and front.best[1] > floor and rows.exact(Covering(*front.best)) is not None:
             # The most probable covering by its bounds has a token known only by a bound: ask for
-            # that first (one streamed request, engine.remote `refine`). It most often is the
+            # that first (one streamed request, engine.remote.bounded `refine`). It most often is the
             # answer: its stream goes on into the suggestion, and its exact value raises the floor,
             # which leaves less for the batch.
             if not rows.refine(Covering(*front.best)):
@@ -309,9 +307,9 @@ def prove(rows) -> None:
             # path (the known covering's spelling, from where that row's bytes end) goes with the
             # batch, so the descent most often needs no request of its own (`_walk_down`).
             start = front.rows[-1][0]
-            likely = _likely(rows, start, continuation(remote._vocab, start, required, known.path), known.path, floor)
-            ahead = tuple(path for path in likely if remote.node(prompt + path) is None)
-        got = fetch(remote, prompt, front, rows._cancel, rows, ahead)
+            likely = _likely(rows, start, continuation(remote.vocab, start, required, known.path), known.path, floor)
+            ahead = tuple(path for path in likely if remote.nodes.node(prompt + path) is None)
+        got = fetch(remote, prompt, front, rows.cancel, rows, ahead)
         ahead = tuple(path for path in ahead if path not in got)
         if not got:
             return
@@ -320,7 +318,7 @@ def prove(rows) -> None:
         asked |= {path for path, _ in front.rows}
 
 
-def _descend(rows, path: Path) -> None:
+def _descend(rows: BoundedRows, path: Path) -> None:
     """The budget is spent with the proof open: as the in-process search then descends greedily
     from its most promising open node, the server does, from `path`: every token of it forced (so
     each one's value is exact), then the remaining bytes under the grammar, in one streamed
@@ -330,22 +328,20 @@ def _descend(rows, path: Path) -> None:
     search's descent may take. One token is listed per step: what the descent reads is the value
     of each token it takes (always sent), and its path most often loses; with 40 listed, its
     events were a third of the keystroke's 128 kB."""
-    from engine.remote import GENERATION_SLACK, _Inexpressible
-
-    remote = rows._remote
-    left = rows._remaining(path)
+    remote = rows.remote
+    left = rows.remaining(path)
     rows.decodes += 1
     try:
-        remote._query(rows._prompt + path[:-1], len(left) + GENERATION_SLACK, rows._cancel, forced=path[-1:], literal=left, listed=1)
-        remote._settle_walk(drain=True)
-    except _Inexpressible:
+        remote.query(rows.prompt + path[:-1], len(left) + GENERATION_SLACK, rows.cancel, forced=path[-1:], literal=left, listed=1)
+        remote.settle_stream(drain=True)
+    except Inexpressible:
         rows.fallback = "inexpressible"
 
 
 AHEAD = 6  # rows of a descent's likely path asked with the batch, at most
 
 
-def continuation(vocab, path: Path, required: bytes, covering: Path) -> tuple[Path, ...]:
+def continuation(vocab: VocabIndex, path: Path, required: bytes, covering: Path) -> tuple[Path, ...]:
     """The rows a greedy descent from `path` likely reads: `covering`'s strict-prefix tokens from
     where `path`'s bytes end (the bytes up to its next token boundary spelled by one token, when
     one spells them), each as the path after it."""
@@ -369,28 +365,26 @@ def continuation(vocab, path: Path, required: bytes, covering: Path) -> tuple[Pa
     return tuple(path + tuple(guess[:i]) for i in range(1, len(guess) + 1))
 
 
-def _walk_down(rows, path: Path, floor: float) -> bool:
+def _walk_down(rows: BoundedRows, path: Path, floor: float) -> bool:
     """The descent from `path` on the known rows: True when they show it to its end (each greedy
     step: the consistent token of highest value is known exactly and every other consistent token
     is below it), or to where its value so far, with the best its next step allows, is at most
     `floor` (the best covering known exactly: whatever the descent finds then cannot be chosen).
     False at the first step they do not show."""
-    import numpy as np
-
-    remote, prompt = rows._remote, rows._prompt
-    vocab = remote._vocab
+    remote, prompt = rows.remote, rows.prompt
+    vocab = remote.vocab
     bound = _bound(rows, path)  # the path's value so far
     while True:
         if bound <= floor:
             return True
-        node = remote.node(prompt + path)
+        node = remote.nodes.node(prompt + path)
         if node is None:
             return False
-        remaining = rows._remaining(path)
+        remaining = rows.remaining(path)
         ids = vocab.candidates(remaining).all_ids()
         if ids.size == 0:
             return True
-        values = remote.bounded_row(node, remaining, False)[ids]
+        values = remote.nodes.bounded_row(node, remaining, False)[ids]
         best = int(np.argmax(values))
         if bound + float(values[best]) <= floor:
             return True
@@ -403,29 +397,29 @@ def _walk_down(rows, path: Path, floor: float) -> bool:
         bound += float(values[best])
 
 
-def _bound(rows, path: Path) -> float:
+def _bound(rows: BoundedRows, path: Path) -> float:
     """The value of `path` from its exact values and upper bounds (0: a node on it is unknown)."""
-    remote, prompt = rows._remote, rows._prompt
+    remote, prompt = rows.remote, rows.prompt
     bound = 0.0
     for i, token in enumerate(path):
-        node = remote.node(prompt + path[:i])
+        node = remote.nodes.node(prompt + path[:i])
         if node is None:
             return 0.0
-        bound += float(remote.bounded_row(node, rows._remaining(path[:i]), False)[token])
+        bound += float(remote.nodes.bounded_row(node, rows.remaining(path[:i]), False)[token])
     return bound
 
 
-def _likely(rows, start: Path, ahead: tuple[Path, ...], covering: Path, floor: float) -> tuple[Path, ...]:
+def _likely(rows: BoundedRows, start: Path, ahead: tuple[Path, ...], covering: Path, floor: float) -> tuple[Path, ...]:
     """The rows of `ahead` (`continuation`) the descent from `start` likely reads: while its value,
     estimated with `covering`'s own values for the tokens that end where its steps end (its guess
     spells the covering's bytes), is above `floor`; `_walk_down` stops reading where it falls to
     it. On `max_help_p` after 17 spaces the descent read one of the three rows asked ahead. A wrong
     estimate costs a request (the descent's own), never a choice."""
-    remote, prompt, pieces = rows._remote, rows._prompt, rows._remote._vocab.pieces
+    remote, prompt, pieces = rows.remote, rows.prompt, rows.remote.vocab.pieces
     value_at: dict[int, float] = {}  # byte offset where a token of the covering ends -> its value
     end = 0
     for i, token in enumerate(covering):
-        node = remote.node(prompt + covering[:i])
+        node = remote.nodes.node(prompt + covering[:i])
         end += len(pieces[token])
         value_at[end] = node.exact.get(token, 0.0) if node is not None else 0.0
     estimate = _bound(rows, start)

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.covering import RowSource
-from engine.sampler import log_sum_exp
-from engine.vocab import VocabIndex
+from engine.core.covering import RowSource
+from engine.core.sampler import log_sum_exp
+from engine.core.vocab import VocabIndex
 
 
 def is_word_char(ch: str) -> bool:

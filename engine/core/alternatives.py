@@ -2,7 +2,7 @@
 
 The covering search already ranks every complete covering it saw (with nothing typed, the prompt's
 row ranks the first tokens). Each candidate, most probable first, is extended greedily until its
-first word ends (engine.signals), so it can be shown as a whole word; distinct texts only. Rows
+first word ends (engine.core.signals), so it can be shown as a whole word; distinct texts only. Rows
 cost a decode unless remembered; the decodes for all alternatives together stay within a budget,
 and with a budget of 0 only remembered rows are used (a keystroke typed along a suggestion).
 """
@@ -15,11 +15,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.covering import Covering
-from engine.sampler import row_log_norm
-from engine.signals import compute, word_ends_of
+from engine.core.covering import Covering
+from engine.core.sampler import row_log_norm
+from engine.core.signals import compute, word_ends_of
+from engine.core.vocab import VocabIndex
 from engine.types import Alternative
-from engine.vocab import VocabIndex
 
 MAX_WORD_TOKENS = 6  # a candidate whose word has not ended after this many more tokens is dropped
 CANDIDATES_PER_ALTERNATIVE = 3  # coverings tried for each alternative asked for
@@ -28,7 +28,7 @@ CANDIDATES_PER_ALTERNATIVE = 3  # coverings tried for each alternative asked for
 class BudgetedRows:
     """Rows after prompt + path: remembered ones are free, others cost one decode each from `budget`."""
 
-    def __init__(self, rows, budget: int) -> None:  # rows: engine.sequence.PathRows
+    def __init__(self, rows, budget: int) -> None:  # rows: engine.core.sequence.PathRows
         self._rows = rows
         self._start = rows.decodes
         self.budget = budget

@@ -5,7 +5,7 @@ Why here and not only in a balancer: each server has its own slots and computes 
 So each server gets its own `RemoteRows` (slots, distributions by token path, open stream), and a
 call goes to exactly one of them: a slot id is only ever sent to the server that named it, and a
 covering is proven on the numbers of the server that answered, never on a mix. (Behind a balancer
-that is one URL, the same holds through `RemoteRows.recover`: engine.http_client UpstreamChanged.)
+that is one URL, the same holds through `RemoteRows.recover`: engine.remote.http UpstreamChanged.)
 
 Which server: rendezvous (highest random weight) hashing of the document's key over the URLs.
 Every document has its own order of the servers and goes to the first one that is up; adding or
@@ -26,30 +26,22 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import fields
 
-from engine.http_client import ModelServerClient, Traffic, UpstreamChanged
-from engine.remote import RemoteRows
+import numpy as np
+
+from engine.backend import CoveringRows, Traffic, affinity_key  # noqa: F401  (affinity_key: re-exported)
+from engine.remote.http import ModelServerClient, UpstreamChanged
+from engine.remote.rows import RemoteRows
 from engine.types import ModelServerError, server_urls  # noqa: F401  (server_urls: re-exported)
 
 logger = logging.getLogger(__name__)
 
 PROBE_FIRST_S, PROBE_MAX_S = 0.5, 2.0  # a down server is asked again after this, doubling (a refused connection costs nothing)
-_SALT = os.urandom(16)  # per process: the key says nothing about the document to anyone else
-
-
-def affinity_key(material: str) -> str:
-    """An opaque key for a document (its URI, or the start of its prompt when it has none): a
-    keyed hash with a per-process salt, so the same document always gets the same key here and
-    the key tells the servers (and anyone between) nothing about it."""
-    return hashlib.blake2b(material.encode("utf-8", "replace"), key=_SALT, digest_size=12).hexdigest()
-
-
 def rendezvous(key: str, urls: tuple[str, ...]) -> list[int]:
     """The servers in the order `key` prefers them (highest hash first)."""
     weight = [hashlib.blake2b(f"{url}\n{key}".encode(), digest_size=8).digest() for url in urls]
@@ -95,28 +87,11 @@ class _Prober:
         self._stop.set()
 
 
-@dataclass
-class _AllTraffic:
-    """`client.traffic` of the set: the sum of its servers' (the engine counts differences)."""
-
-    servers: list[RemoteRows]
-
-    @property
-    def traffic(self) -> Traffic:
-        total = Traffic()
-        for rows in self.servers:
-            for f in fields(Traffic):
-                setattr(total, f.name, getattr(total, f.name) + getattr(rows.client.traffic, f.name))
-        return total
-
-    @property
-    def timeout_s(self) -> float:
-        return self.servers[0].client.timeout_s
-
-
 class ServerSet:
-    """The engine's distributions from several servers (see the module docstring). It stands
-    where one `RemoteRows` stands: calls not defined here go to the current document's server."""
+    """The engine's distributions from several servers (see the module docstring): an
+    engine.backend `Backend` whose rows are the current document's server's."""
+
+    networked = True
 
     def __init__(
         self, servers: list[RemoteRows], check: Callable[[ModelServerClient], tuple],
@@ -128,7 +103,6 @@ class ServerSet:
         self.fallbacks: list[str] = []
         for rows in servers:
             rows.fallbacks = self.fallbacks  # one list: the engine counts it across a failover
-        self.client = _AllTraffic(servers)
         self.n_ctx = min(rows.n_ctx for rows in servers)
         self.sequences = 1
         self._down: dict[int, _Prober] = {}
@@ -141,11 +115,6 @@ class ServerSet:
         self.calls = [0] * len(servers)  # calls routed to each server
         for i in down:
             self._mark_down(i)
-
-    def __getattr__(self, name: str):
-        if name.startswith("__") or name in ("servers", "_current"):
-            raise AttributeError(name)
-        return getattr(self.servers[self._current], name)
 
     # --- which server ----------------------------------------------------------------------
 
@@ -221,22 +190,21 @@ class ServerSet:
             rows = self.servers[i]
             rows.forget()
             rows.client.close()  # connections kept from before it went down are dead
-            rows.client._succeeded()  # its back-off is over: it answered the probe
+            rows.client.succeeded()  # its back-off is over: it answered the probe
             if prober.result is not None:
                 slot_ctx, total_slots = prober.result[:2]
                 rows.total_slots = total_slots
             self.returns += 1
             logger.info("model server %s is back", self.urls[i])
 
-    # --- the KvCache surface that is not one server's --------------------------------------
+    # --- the backend: the current server's rows -------------------------------------------
 
     def begin(self, cancel: threading.Event | None, max_tokens: int = 16, single_line: bool = True) -> None:
         rows = self.servers[self._current]
-        rows.begin(cancel, max_tokens, single_line)
-        if self._retrying and self._deadline is not None:
-            rows._deadline = min(rows._deadline, self._deadline)  # a retry has what was left
+        # a retry has what was left of the call's budget
+        rows.begin(cancel, max_tokens, single_line, self._deadline if self._retrying else None)
         self._retrying = False
-        self._deadline = rows._deadline
+        self._deadline = rows.deadline
 
     def end(self) -> None:
         self.servers[self._current].end()
@@ -252,6 +220,37 @@ class ServerSet:
     @property
     def decoded(self) -> int:
         return sum(rows.decoded for rows in self.servers)
+
+    def prepare(self, tokens: tuple[int, ...], required: bytes, cancel: threading.Event | None = None, exact: bool = True) -> None:
+        self.servers[self._current].prepare(tokens, required, cancel, exact)
+
+    def covering_rows(self, prompt: tuple[int, ...], required: bytes, cancel: threading.Event | None, budget: int) -> CoveringRows:
+        return self.servers[self._current].covering_rows(prompt, required, cancel, budget)
+
+    def logits_after(self, tokens: tuple[int, ...], cancel: threading.Event | None = None) -> np.ndarray:
+        return self.servers[self._current].logits_after(tokens, cancel)
+
+    def remembers(self, tokens: tuple[int, ...]) -> bool:
+        return self.servers[self._current].remembers(tokens)
+
+    def rows_along(self, tokens: tuple[int, ...], draft: tuple[int, ...], cancel: threading.Event | None = None) -> None:
+        self.servers[self._current].rows_along(tokens, draft, cancel)
+
+    def prefill(self, tokens: tuple[int, ...], cancel: threading.Event | None = None) -> None:
+        self.servers[self._current].prefill(tokens, cancel)
+
+    def node(self, key: tuple[int, ...]):
+        """What the current server's rows know after `key` (None: nothing)."""
+        return self.servers[self._current].node(key)
+
+    def traffic(self) -> Traffic:
+        """The sum of the servers' (the engine counts differences)."""
+        total = Traffic()
+        for rows in self.servers:
+            theirs = rows.traffic()
+            for f in fields(Traffic):
+                setattr(total, f.name, getattr(total, f.name) + getattr(theirs, f.name))
+        return total
 
     @property
     def upstream_changes(self) -> int:
@@ -332,7 +331,7 @@ class BalancedSet(ServerSet):
         prompt would share its batches and move its numbers."""
         for i, rows in enumerate(self.servers):
             if i != self._current:
-                rows._close_walk()
+                rows.close_stream()
 
     def recover(self, error: BaseException) -> bool:
         """A document the balancer moved: made again at once on the rows of the server it went
@@ -360,67 +359,3 @@ class BalancedSet(ServerSet):
     def close(self) -> None:
         super().close()
         self._probe.close()
-
-
-def connect_all(config, urls: tuple[str, ...], min_prompt_tokens: int):
-    """(vocabulary-only model, ServerSet, vocabulary index, the servers' model id): every server
-    that answers must pass the checks of first contact, and run the same model; servers that are
-    down start as down (probed); all down raises the first one's error."""
-    from engine.remote_load import ServerCheck, client_for, load_vocabulary, server_model_id
-
-    clients = [client_for(config, url) for url in urls]
-    budget = max(config.model_server_timeout_s, 1.0)
-    first = ServerCheck(0, {}, 2 * min_prompt_tokens)
-    try:
-        found: list[tuple | None] = []
-        errors: list[ModelServerError] = []
-        for client in clients:
-            try:
-                found.append(first.props(client, budget))
-            except ModelServerError as error:
-                logger.debug("probing a model server that was down: %s", error.problem)
-                if error.kind not in ("unreachable", "timeout"):
-                    raise
-                found.append(None)
-                errors.append(error)
-        if all(f is None for f in found):
-            raise errors[0]
-        model, vocab = load_vocabulary(config)
-        try:
-            check = ServerCheck.of(model, 2 * min_prompt_tokens)
-            for client, f in zip(clients, found):
-                if f is not None:
-                    identity = check.vocabulary(client, budget)
-                    if check.identity is None and identity is not None:
-                        from dataclasses import replace
-
-                        check = replace(check, identity=identity)
-        except BaseException:
-            model.close()
-            raise
-    except BaseException:
-        for client in clients:
-            client.close()
-        raise
-    n_ctx = min([config.context_tokens] + [f[0] for f in found if f is not None])
-    rows = [RemoteRows(c, vocab, n_ctx, f[1] if f is not None else 1, config.model_server_slot) for c, f in zip(clients, found)]
-    for r in rows:
-        r.check = lambda c, target: _check_slots(check(c, target, budget), target)
-    servers = ServerSet(
-        rows, lambda c: _check_slots(check(c, None, budget), n_ctx=n_ctx), lambda url: client_for(config, url),
-        down=tuple(i for i, f in enumerate(found) if f is None),
-    )
-    props = next(f[2] for f in found if f is not None)
-    return model, servers, vocab, server_model_id(props)
-
-
-def _check_slots(result: tuple, rows: RemoteRows | None = None, n_ctx: int | None = None) -> tuple:
-    """A server that comes back must hold the prompts the others hold."""
-    slot_ctx = result[0]
-    need = rows.n_ctx if rows is not None else n_ctx
-    if need is not None and slot_ctx < need:
-        raise ModelServerError(
-            "model", None, f"the server's slots hold {slot_ctx} tokens each, fewer than the {need} the other servers hold",
-            "Start every llama-server behind `modelServer` with the same --ctx-size and --parallel",
-        )
-    return result

@@ -1,4 +1,4 @@
-"""Stop sequences with OpenAI semantics over the decoded text (seed 004).
+"""Stop sequences with OpenAI semantics over the decoded text.
 
 Generation halts at the first occurrence of any stop string and the stop text is excluded. A stop
 can straddle token boundaries, so the scan runs on accumulated text, not on token ids. Working on

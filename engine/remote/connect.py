@@ -19,17 +19,23 @@ local vocabulary stays the way here.
 
 from __future__ import annotations
 
+import logging
+import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from engine.http_client import ModelServerClient
-from engine.llama_backend import RUNTIME, LlamaModel
+from engine.backend import affinity_key
+from engine.core.vocab import VocabIndex
+from engine.local.llama import RUNTIME, LlamaModel
 from engine.model_files import model_id, resolve_model
-from engine.remote import PROBE_TEXT, RemoteRows
-from engine.types import EngineConfig, ModelServerError
-from engine.vocab import VocabIndex
+from engine.remote.http import ModelServerClient
+from engine.remote.rows import N_PROBS, PROBE_TEXT, RemoteRows
+from engine.remote.servers import BalancedSet, ServerSet
+from engine.types import EngineConfig, ModelServerError, server_urls
 from engine.vocab_cache import load_vocab
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -127,21 +133,15 @@ def client_for(config: EngineConfig, url: str) -> ModelServerClient:
 
 def connect(config: EngineConfig, min_prompt_tokens: int):
     """(vocabulary-only model, remote rows, vocabulary index, the server's model id) for
-    `config.model_server`: one URL gives a `RemoteRows`, several a `ServerSet` (engine.multi)."""
-    from engine.types import server_urls
-
+    `config.model_server`: one URL gives a `RemoteRows`, several a `ServerSet` (engine.remote.servers)."""
     urls = server_urls(config.model_server)
     if not urls:
         raise ModelServerError("url", config.model_server, "no model server URL given", "Set `modelServer` to a URL like http://127.0.0.1:8080")
     if len(urls) > 1:
-        from engine.multi import connect_all
-
         return connect_all(config, urls, min_prompt_tokens)
     client = client_for(config, urls[0])
     # First contact names a document too: a balancer sends requests without a key round robin
     # (nginx's hash does), so its checks would land on both servers in turn.
-    from engine.multi import affinity_key
-
     client.affinity = affinity_key("")
     try:
         model, remote, vocab, model_id = _connect(client, config, min_prompt_tokens)
@@ -151,8 +151,6 @@ def connect(config: EngineConfig, min_prompt_tokens: int):
     if client.upstream is None:
         return model, remote, vocab, model_id
     # A load balancer that names the server behind it (X-Cpc-Upstream): one RemoteRows per server.
-    from engine.multi import BalancedSet
-
     def make_rows() -> RemoteRows:
         rows = RemoteRows(client_for(config, urls[0]), vocab, remote.n_ctx, remote.total_slots, config.model_server_slot)
         rows.check = remote.check
@@ -200,13 +198,9 @@ def _connect(
 
 
 def _n_probs() -> int:
-    """Tokens listed per generated token: engine.remote's N_PROBS, or the CPC_LSP_N_PROBS
+    """Tokens listed per generated token: engine.remote.rows's N_PROBS, or the CPC_LSP_N_PROBS
     variable (for bench.tail, which compares several side by side; not a setting: every value is
     exact, only the round trips and bytes change)."""
-    import os
-
-    from engine.remote import N_PROBS
-
     try:
         return max(1, int(os.environ.get("CPC_LSP_N_PROBS") or N_PROBS))
     except ValueError:
@@ -228,3 +222,63 @@ def server_model_id(props: object) -> str:
     except OSError:
         pass
     return f"server:{path.name}"
+
+
+def connect_all(config, urls: tuple[str, ...], min_prompt_tokens: int):
+    """(vocabulary-only model, ServerSet, vocabulary index, the servers' model id): every server
+    that answers must pass the checks of first contact, and run the same model; servers that are
+    down start as down (probed); all down raises the first one's error."""
+    clients = [client_for(config, url) for url in urls]
+    budget = max(config.model_server_timeout_s, 1.0)
+    first = ServerCheck(0, {}, 2 * min_prompt_tokens)
+    try:
+        found: list[tuple | None] = []
+        errors: list[ModelServerError] = []
+        for client in clients:
+            try:
+                found.append(first.props(client, budget))
+            except ModelServerError as error:
+                logger.debug("probing a model server that was down: %s", error.problem)
+                if error.kind not in ("unreachable", "timeout"):
+                    raise
+                found.append(None)
+                errors.append(error)
+        if all(f is None for f in found):
+            raise errors[0]
+        model, vocab = load_vocabulary(config)
+        try:
+            check = ServerCheck.of(model, 2 * min_prompt_tokens)
+            for client, f in zip(clients, found):
+                if f is not None:
+                    identity = check.vocabulary(client, budget)
+                    if check.identity is None and identity is not None:
+                        check = replace(check, identity=identity)
+        except BaseException:
+            model.close()
+            raise
+    except BaseException:
+        for client in clients:
+            client.close()
+        raise
+    n_ctx = min([config.context_tokens] + [f[0] for f in found if f is not None])
+    rows = [RemoteRows(c, vocab, n_ctx, f[1] if f is not None else 1, config.model_server_slot) for c, f in zip(clients, found)]
+    for r in rows:
+        r.check = lambda c, target: _check_slots(check(c, target, budget), target)
+    servers = ServerSet(
+        rows, lambda c: _check_slots(check(c, None, budget), n_ctx=n_ctx), lambda url: client_for(config, url),
+        down=tuple(i for i, f in enumerate(found) if f is None),
+    )
+    props = next(f[2] for f in found if f is not None)
+    return model, servers, vocab, server_model_id(props)
+
+
+def _check_slots(result: tuple, rows: RemoteRows | None = None, n_ctx: int | None = None) -> tuple:
+    """A server that comes back must hold the prompts the others hold."""
+    slot_ctx = result[0]
+    need = rows.n_ctx if rows is not None else n_ctx
+    if need is not None and slot_ctx < need:
+        raise ModelServerError(
+            "model", None, f"the server's slots hold {slot_ctx} tokens each, fewer than the {need} the other servers hold",
+            "Start every llama-server behind `modelServer` with the same --ctx-size and --parallel",
+        )
+    return result

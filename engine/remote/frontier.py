@@ -1,7 +1,7 @@
 """What the covering search may still need from a remote server, all at once.
 
-Over the network the covering search (engine.covering) sees rows of exact values and upper bounds
-(engine.remote). Asked one branch at a time, a word after a run of indentation costs a round trip
+Over the network the covering search (engine.core.covering) sees rows of exact values and upper bounds
+(engine.remote.rows). Asked one branch at a time, a word after a run of indentation costs a round trip
 per spelling of the spaces (17 spaces: 16 + 1, 13 + 4, 12 + 5, ...), because each spelling whose
 first token beats the best covering must be bounded. The frontier is every such thing at once,
 so one request can carry all of it:
@@ -14,7 +14,7 @@ so one request can carry all of it:
 
 A strict-prefix token known only by a bound is not asked for: the row after it is (its bound plus
 what that row allows bounds every covering through it), and a covering chosen through it is made
-exact afterwards (engine.remote `refine`).
+exact afterwards (engine.remote.bounded `refine`).
 
 The floor is the best covering whose every token is known exactly: nothing at or below it can be
 the answer. Using it (rather than the best bound) asks for more than the search may use, and saves
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.vocab import VocabIndex
+from engine.core.vocab import VocabIndex
 
 Path = tuple[int, ...]
 

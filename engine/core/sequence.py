@@ -1,4 +1,4 @@
-"""One autocomplete sequence in the shape of seed 003: decode a prompt, then sample pieces.
+"""One autocomplete sequence: decode a prompt, then sample pieces.
 
 `decode_prompt` brings the KV cache to the prompt (reusing what it holds) and, when a required
 prefix is set, resolves it: the exact covering search picks the token path that spells it, or
@@ -12,15 +12,14 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, replace
 
-import numpy as np
-
-from engine.covering import Covering, CoveringSearch
-from engine.kv import Cancelled, KvCache, PathRows  # noqa: F401  (PathRows: re-exported)
-from engine.prefix import RequiredPrefix
-from engine.sampler import Sampler, row_log_norm
-from engine.speculative import PromptLookup
+from engine.backend import Backend, Cancelled
+from engine.core.covering import Covering, CoveringSearch
+from engine.core.path_rows import PathRows  # noqa: F401  (re-exported)
+from engine.core.prefix import RequiredPrefix
+from engine.core.sampler import Sampler, row_log_norm
+from engine.core.speculative import PromptLookup
+from engine.core.vocab import VocabIndex
 from engine.types import SamplingConfig
-from engine.vocab import VocabIndex
 
 
 @dataclass(frozen=True)
@@ -47,7 +46,7 @@ class SequenceDiagnostics:
 class Sequence:
     def __init__(
         self,
-        kv: KvCache,
+        kv: Backend,
         vocab: VocabIndex,
         sampling: SamplingConfig,
         cancel: threading.Event | None = None,
@@ -58,7 +57,7 @@ class Sequence:
         self._vocab = vocab
         self._sampler = Sampler(sampling, vocab.banned, vocab.free_ids)
         self._cancel = cancel or threading.Event()
-        self._context: tuple[int, ...] = ()
+        self._tokens: tuple[int, ...] = ()
         self._forced: list[int] = []  # the chosen covering, emitted before free sampling
         self._prefix = RequiredPrefix(vocab)
         self._diagnostics = SequenceDiagnostics(0, 0, 0, 0, 0)
@@ -79,7 +78,7 @@ class Sequence:
     ) -> bool:
         """Bring KV to `tokens` and resolve the required prefix. False when cancelled."""
         decoded_before = self._kv.decoded
-        self._context = tokens
+        self._tokens = tokens
         self._forced = []
         self._prefix.set(b"")
         self.required_satisfied = True
@@ -129,25 +128,25 @@ class Sequence:
         try:
             if forced:
                 token = self._forced.pop(0)
-                row = self._kv.logits_after(self._context, self._cancel) if want_logprob else None
+                row = self._kv.logits_after(self._tokens, self._cancel) if want_logprob else None
             else:
                 want_logprob = want_logprob or free_logprob
-                if self._drafter is not None and horizon > 1 and not self._kv.remembers(self._context):
-                    draft = self._drafter.propose(self._context, horizon - 1)
+                if self._drafter is not None and horizon > 1 and not self._kv.remembers(self._tokens):
+                    draft = self._drafter.propose(self._tokens, horizon - 1)
                     if draft:
-                        self._kv.rows_along(self._context, draft, self._cancel)
-                row = self._kv.logits_after(self._context, self._cancel)
+                        self._kv.rows_along(self._tokens, draft, self._cancel)
+                row = self._kv.logits_after(self._tokens, self._cancel)
                 allowed = self._prefix.allowed()
                 if self._prefix.dropped:
                     self.required_satisfied = False
-                token = self._sampler.choose(row, self._context, allowed)
+                token = self._sampler.choose(row, self._tokens, allowed)
                 self._prefix.consume(token)
         except Cancelled:
             return SampleResult(None, b"", was_cancelled=True)
         logprob = float(row[token]) - row_log_norm(row) if (want_logprob and row is not None) else None
         if self._vocab.eog[token]:
             return SampleResult(token, b"", is_eos=True, logprob=logprob, forced=forced)
-        self._context = self._context + (token,)
+        self._tokens = self._tokens + (token,)
         return SampleResult(token, self._vocab.pieces[token], logprob=logprob, forced=forced)
 
     def diagnostics(self) -> SequenceDiagnostics:

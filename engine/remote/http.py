@@ -23,25 +23,21 @@ slow answer ("timeout") never does: the next call asks the server again.
 from __future__ import annotations
 
 import json
-import select
-import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from engine.backend import Traffic  # noqa: F401  (re-exported: a client counts its traffic)
+from engine.remote.connection import Connection, StreamCancelled  # noqa: F401  (StreamCancelled: re-exported)
 from engine.types import ModelServerError
 
-WAIT_S = 0.02  # longest wait between checks of the cancel flag
 BACKOFF_START_S, BACKOFF_MAX_S = 0.25, 4.0
 BACKOFF_KINDS = ("unreachable",)  # a server that is down; never "timeout" (a slow one)
-MAX_HEADER_BYTES = 64 * 1024
-MAX_BODY_BYTES = 64 * 1024 * 1024
 IDLE_CONNECTIONS = 2  # kept-alive connections waiting for the next request
-# Sent on every request: an opaque, salted hash naming the document (engine.multi.affinity_key),
+# Sent on every request: an opaque, salted hash naming the document (engine.remote.servers.affinity_key),
 # so a load balancer can keep a document on one server (nginx: `hash $http_x_cpc_document
 # consistent`). Never the document's text or name, never a key.
 AFFINITY_HEADER = "X-Cpc-Document"
@@ -54,27 +50,11 @@ UPSTREAM_HEADER = "x-cpc-upstream"
 class UpstreamChanged(ModelServerError):
     """A load balancer's answer came from another server than the last one (UPSTREAM_HEADER):
     what we know of slots and distributions belongs to the other server, so the caller checks the
-    new one's model and forgets what it knew (engine.remote `recover`) before asking again."""
+    new one's model and forgets what it knew (engine.remote.rows `recover`) before asking again."""
 
     def __init__(self, url: str, before: str, after: str) -> None:
         super().__init__("unreachable", url, "the load balancer moved this document to another server", "Nothing to do: the next request is sent there")
         self.before, self.after = before, after
-
-
-class StreamCancelled(Exception):
-    """The caller's cancel flag was set while waiting for the server (a stream's connection is
-    closed; a `Pending` answer stays open for a later wait)."""
-
-
-@dataclass
-class Traffic:
-    """Requests, connections and bytes since the client was made (per-request figures are
-    differences)."""
-
-    round_trips: int = 0
-    bytes_sent: int = 0
-    bytes_received: int = 0
-    connections: int = 0  # TCP connections opened (keep-alive reuses them)
 
 
 def parse_url(url: str) -> tuple[str, str, int, str]:
@@ -108,10 +88,10 @@ class ModelServerClient:
         self._key = api_key or None
         self.timeout_s = timeout_s
         self.ca_file = str(ca_file) if ca_file else None
-        self._tls: ssl.SSLContext | None = None
+        self.tls: ssl.SSLContext | None = None
         if self.scheme == "https":
             try:
-                self._tls = tls_context(self.ca_file)
+                self.tls = tls_context(self.ca_file)
             except (OSError, ssl.SSLError) as error:
                 raise self.error(
                     "tls", f"cannot read the CA file {self.ca_file} ({getattr(error, 'strerror', None) or error})",
@@ -119,7 +99,7 @@ class ModelServerClient:
                 ) from None
         self.traffic = Traffic()
         self._lock = threading.Lock()
-        self._idle: list[_Connection] = []
+        self._idle: list[Connection] = []
         self._backoff_s = 0.0
         self._blocked_until = 0.0
         self._last_error: ModelServerError | None = None
@@ -142,13 +122,13 @@ class ModelServerClient:
         conn, status, headers = self._exchange(self._request("POST", path, body), deadline, cancel)
         try:
             if status != 200:
-                raise self._status_error(status, conn.read_body())
+                raise self.status_error(status, conn.read_body())
             if "text/event-stream" not in headers.get("content-type", ""):
                 # The server answers a stream whose first result is an error as plain JSON.
-                raise self._status_error(status, conn.read_body(), unexpected=True)
+                raise self.status_error(status, conn.read_body(), unexpected=True)
         except BaseException as error:
             conn.close()
-            self._failed(error)
+            self.failed(error)
             raise
         return EventStream(self, conn, headers)
 
@@ -161,23 +141,23 @@ class ModelServerClient:
 
     def _json(self, method: str, path: str, body: dict | None, deadline: float | None, cancel):
         conn, status, headers = self._exchange(self._request(method, path, body), deadline, cancel)
-        return self._finish_json(conn, status, path)
+        return self.finish_json(conn, status, path)
 
-    def _finish_json(self, conn: _Connection, status: int, path: str):
+    def finish_json(self, conn: Connection, status: int, path: str):
         try:
             data = conn.read_body()
             if status != 200:
-                raise self._status_error(status, data)
+                raise self.status_error(status, data)
             try:
                 value = json.loads(data)
             except ValueError:
                 raise self.protocol("its answer to %s is not JSON" % path) from None
         except BaseException as error:
             conn.close()
-            self._failed(error)
+            self.failed(error)
             raise
-        self._release(conn)
-        self._succeeded()
+        self.release(conn)
+        self.succeeded()
         return value
 
     def _request(self, method: str, path: str, body: dict | None) -> bytes:
@@ -191,18 +171,18 @@ class ModelServerClient:
             head += ["Content-Type: application/json", f"Content-Length: {len(payload)}"]
         return ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + payload
 
-    def _send(self, request: bytes, deadline: float | None, cancel, fresh: bool = False) -> _Connection:
+    def _send(self, request: bytes, deadline: float | None, cancel, fresh: bool = False) -> Connection:
         """A connection (a kept-alive one unless `fresh`) with `request` sent on it."""
         self._check_backoff()
         deadline = deadline if deadline is not None else time.monotonic() + self.timeout_s
         conn = None if fresh else self._take_idle()
         if conn is None:
-            conn = _Connection(self, deadline, cancel)
+            conn = Connection(self, deadline, cancel)
             try:
                 conn.connect()
             except BaseException as error:
                 conn.close()
-                self._failed(error)
+                self.failed(error)
                 raise
         else:
             conn.set_limits(deadline, cancel)
@@ -212,7 +192,7 @@ class ModelServerClient:
             conn.close()
             if conn.reused and not fresh:  # the server had closed it while idle: once more, fresh
                 return self._send(request, deadline, cancel, fresh=True)
-            self._failed(error)
+            self.failed(error)
             raise
         except BaseException:
             conn.close()
@@ -221,13 +201,13 @@ class ModelServerClient:
             self.traffic.round_trips += 1
         return conn
 
-    def _exchange(self, request: bytes, deadline: float | None, cancel) -> tuple[_Connection, int, dict[str, str]]:
+    def _exchange(self, request: bytes, deadline: float | None, cancel) -> tuple[Connection, int, dict[str, str]]:
         """Send `request` and read the answer's head; a kept-alive connection that the server had
         closed meanwhile (no byte of an answer) is replaced once by a fresh one."""
         conn = self._send(request, deadline, cancel)
-        return self._head(conn, request, deadline, cancel)
+        return self.head(conn, request, deadline, cancel)
 
-    def _head(self, conn: _Connection, request: bytes, deadline: float | None, cancel) -> tuple[_Connection, int, dict[str, str]]:
+    def head(self, conn: Connection, request: bytes, deadline: float | None, cancel) -> tuple[Connection, int, dict[str, str]]:
         try:
             status, headers = conn.read_head()
         except ModelServerError as error:
@@ -236,8 +216,8 @@ class ModelServerClient:
                 with self._lock:
                     self.traffic.round_trips -= 1  # that send was never answered: it is sent again
                 conn = self._send(request, deadline, cancel, fresh=True)
-                return self._head(conn, request, deadline, cancel)
-            self._failed(error)
+                return self.head(conn, request, deadline, cancel)
+            self.failed(error)
             raise
         except BaseException:
             conn.close()
@@ -245,7 +225,7 @@ class ModelServerClient:
         self._note_upstream(conn, headers)
         return conn, status, headers
 
-    def _note_upstream(self, conn: _Connection, headers: dict[str, str]) -> None:
+    def _note_upstream(self, conn: Connection, headers: dict[str, str]) -> None:
         """Which server behind a balancer answered (the last of nginx's tried list); a change from
         the last answer's raises UpstreamChanged (before the status is looked at: an answer of the
         other server to a slot it does not have is no error of ours)."""
@@ -260,7 +240,7 @@ class ModelServerClient:
 
     # --- kept-alive connections ---------------------------------------------------------------
 
-    def _take_idle(self) -> _Connection | None:
+    def _take_idle(self) -> Connection | None:
         with self._lock:
             while self._idle:
                 conn = self._idle.pop()
@@ -269,7 +249,7 @@ class ModelServerClient:
                 conn.close()
         return None
 
-    def _release(self, conn: _Connection) -> None:
+    def release(self, conn: Connection) -> None:
         """An answer was read to its end: keep its connection for the next request if it may be."""
         if conn.closed or not conn.keep_alive or conn.buffered():
             conn.close()
@@ -315,7 +295,7 @@ class ModelServerClient:
             "Check that `modelServer`'s https:// port is served by a TLS proxy (nginx, stunnel) in front of llama-server",
         )
 
-    def _status_error(self, status: int, data: bytes, unexpected: bool = False) -> ModelServerError:
+    def status_error(self, status: int, data: bytes, unexpected: bool = False) -> ModelServerError:
         if status == 401:
             return self.error("auth", "the model server refused the API key (HTTP 401)", "Set `modelServerApiKey` (or CPC_LSP_MODEL_SERVER_API_KEY) to one of the keys llama-server was started with (--api-key)")
         if status == 503:
@@ -334,7 +314,7 @@ class ModelServerClient:
             if self._last_error is not None and time.monotonic() < self._blocked_until:
                 raise self._last_error
 
-    def _failed(self, error: BaseException) -> None:
+    def failed(self, error: BaseException) -> None:
         """A failure: only a server that is down starts (or doubles) the back-off."""
         if not isinstance(error, ModelServerError) or error.kind not in BACKOFF_KINDS:
             return
@@ -343,16 +323,20 @@ class ModelServerClient:
             self._blocked_until = time.monotonic() + self._backoff_s
             self._last_error = error
 
-    def _succeeded(self) -> None:
+    def succeeded(self) -> None:
         with self._lock:
             self._backoff_s = 0.0
             self._last_error = None
 
-    def _count_received(self, n: int) -> None:
+    def count_received(self, n: int) -> None:
         with self._lock:
             self.traffic.bytes_received += n
 
-    def _count_sent(self, n: int) -> None:
+    def count_connection(self) -> None:
+        with self._lock:
+            self.traffic.connections += 1
+
+    def count_sent(self, n: int) -> None:
         with self._lock:
             self.traffic.bytes_sent += n
 
@@ -362,7 +346,7 @@ class Pending:
     again later (the connection stays open, the server goes on); `close` gives it up (the server
     stops at its next check of the connection, about 1 s for llama-server)."""
 
-    def __init__(self, client: ModelServerClient, conn: _Connection, request: bytes, path: str) -> None:
+    def __init__(self, client: ModelServerClient, conn: Connection, request: bytes, path: str) -> None:
         self._client, self._conn, self._request, self._path = client, conn, request, path
         self.started = time.monotonic()
 
@@ -383,13 +367,13 @@ class Pending:
             if isinstance(error, StreamCancelled) or error.kind == "timeout":
                 raise  # still open: a later wait goes on
             conn.close()
-            client._failed(error)
+            client.failed(error)
             raise
         # The answer has begun: it is small and comes at once, so it is read under a fresh budget.
         limit = time.monotonic() + client.timeout_s
         conn.set_limits(limit, None)
-        self._conn, status, _ = client._head(conn, self._request, limit, None)
-        return client._finish_json(self._conn, status, self._path)
+        self._conn, status, _ = client.head(conn, self._request, limit, None)
+        return client.finish_json(self._conn, status, self._path)
 
     def ready(self) -> bool:
         """The answer has begun to arrive (or the connection broke): `wait` would not wait on the server."""
@@ -399,236 +383,12 @@ class Pending:
         self._conn.close()
 
 
-class _Connection:
-    """One socket: reads in short waits, honouring the deadline and the cancel flag."""
-
-    def __init__(self, client: ModelServerClient, deadline: float, cancel: Callable[[], bool] | None) -> None:
-        self._client = client
-        self._deadline = deadline
-        self._cancel = cancel
-        self._sock: socket.socket | None = None
-        self._buffer = b""
-        self.closed = False
-        self.reused = False  # it served an earlier request
-        self.received = False  # a byte of the current answer arrived
-        self.keep_alive = True  # the last answer allows another request on this connection
-
-    def set_limits(self, deadline: float, cancel: Callable[[], bool] | None) -> None:
-        self._deadline, self._cancel = deadline, cancel
-
-    def connect(self) -> None:
-        c = self._client
-        remaining = self._deadline - time.monotonic()
-        if remaining <= 0:
-            raise c.timed_out()
-        try:
-            sock = socket.create_connection((c.host, c.port), timeout=remaining)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        except socket.timeout:
-            raise c.timed_out() from None
-        except socket.gaierror:
-            raise c.unreachable(f"the host {c.host!r} is not known") from None
-        except OSError as error:
-            raise c.unreachable(f"cannot connect to {c.host}:{c.port} ({error.strerror or error})") from None
-        with c._lock:
-            c.traffic.connections += 1
-        self._sock = sock
-        if c._tls is not None:
-            try:
-                self._sock = c._tls.wrap_socket(sock, server_hostname=c.host, do_handshake_on_connect=False)
-                self._sock.settimeout(max(0.001, self._deadline - time.monotonic()))
-                self._sock.do_handshake()
-            except ssl.SSLError as error:
-                raise c.tls_refused(error) from None
-            except socket.timeout:
-                raise c.timed_out() from None
-            except OSError as error:
-                raise c.unreachable(f"the connection broke during the TLS handshake ({error.strerror or error})") from None
-
-    def idle_ok(self) -> bool:
-        """A kept-alive connection can take a request: open, and nothing (an EOF, stale bytes) waiting on it."""
-        return not self.readable_now()
-
-    def buffered(self) -> bool:
-        return bool(self._buffer)
-
-    def readable_now(self) -> bool:
-        """A byte (or the end, or an error) can be read at once."""
-        if self._buffer or self.closed or self._sock is None:
-            return True
-        try:
-            if isinstance(self._sock, ssl.SSLSocket) and self._sock.pending():
-                return True
-            ready, _, _ = select.select([self._sock], [], [], 0)
-        except (OSError, ValueError):
-            return True
-        return bool(ready)
-
-    def send(self, data: bytes) -> None:
-        self.received = False
-        try:
-            self._sock.settimeout(max(0.001, self._deadline - time.monotonic()))
-            self._sock.sendall(data)
-        except socket.timeout:
-            raise self._client.timed_out() from None
-        except OSError as error:
-            raise self._client.unreachable(f"the connection broke while sending ({error.strerror or error})") from None
-        self._client._count_sent(len(data))
-
-    def wait_readable(self) -> None:
-        """Until a byte of the answer can be read, without reading it (so it can be resumed)."""
-        while not self._buffer:
-            if self._cancel is not None and self._cancel():
-                raise StreamCancelled()
-            remaining = self._deadline - time.monotonic()
-            if remaining <= 0:
-                raise self._client.timed_out()
-            if isinstance(self._sock, ssl.SSLSocket) and self._sock.pending():
-                return
-            try:
-                ready, _, _ = select.select([self._sock], [], [], min(WAIT_S, remaining))
-            except (OSError, ValueError) as error:
-                self.close()
-                raise self._client.unreachable(f"the connection broke ({error})") from None
-            if ready:
-                return
-
-    def _fill(self) -> bool:
-        """Read more bytes into the buffer; False at the end of the stream."""
-        while True:
-            if self._cancel is not None and self._cancel():
-                self.close()
-                raise StreamCancelled()
-            remaining = self._deadline - time.monotonic()
-            if remaining <= 0:
-                self.close()
-                raise self._client.timed_out()
-            try:
-                self._sock.settimeout(min(WAIT_S, remaining))
-                data = self._sock.recv(65536)
-            except socket.timeout:
-                continue
-            except ssl.SSLError as error:
-                self.close()
-                raise self._client.unreachable(f"the TLS connection broke ({error.reason or error})") from None
-            except OSError as error:
-                self.close()
-                raise self._client.unreachable(f"the connection broke ({error.strerror or error})") from None
-            if not data:
-                return False
-            self.received = True
-            self._client._count_received(len(data))
-            self._buffer += data
-            return True
-
-    def read_line(self, limit: int = MAX_HEADER_BYTES) -> bytes | None:
-        """One line without its CRLF/LF; None at the end of the stream."""
-        while True:
-            end = self._buffer.find(b"\n")
-            if end >= 0:
-                line, self._buffer = self._buffer[:end], self._buffer[end + 1 :]
-                return line[:-1] if line.endswith(b"\r") else line
-            if len(self._buffer) > limit:
-                raise self._client.protocol("a line longer than %d bytes" % limit)
-            if not self._fill():
-                if self._buffer:
-                    line, self._buffer = self._buffer, b""
-                    return line
-                return None
-
-    def read_exact(self, n: int) -> bytes:
-        while len(self._buffer) < n:
-            if not self._fill():
-                raise self._client.protocol("the answer was cut short")
-        data, self._buffer = self._buffer[:n], self._buffer[n:]
-        return data
-
-    def read_head(self) -> tuple[int, dict[str, str]]:
-        status_line = self.read_line()
-        if status_line is None:
-            raise self._client.unreachable("the server closed the connection without answering")
-        parts = status_line.split(b" ", 2)
-        if len(parts) < 2 or not parts[0].startswith(b"HTTP/") or not parts[1].isdigit():
-            raise self._client.protocol("not an HTTP answer")
-        headers: dict[str, str] = {}
-        while True:
-            line = self.read_line()
-            if line is None:
-                raise self._client.protocol("the headers were cut short")
-            if not line:
-                break
-            name, _, value = line.decode("latin-1").partition(":")
-            headers[name.strip().lower()] = value.strip()
-        self._chunked = "chunked" in headers.get("transfer-encoding", "").lower()
-        self._body_left = int(headers["content-length"]) if headers.get("content-length", "").isdigit() else None
-        self.reused = True
-        self.keep_alive = (
-            parts[0] == b"HTTP/1.1" and "close" not in headers.get("connection", "").lower()
-            and (self._chunked or self._body_left is not None)
-        )  # fmt: skip
-        return int(parts[1]), headers
-
-    def read_body(self) -> bytes:
-        out = bytearray()
-        for piece in self.body_pieces():
-            out += piece
-            if len(out) > MAX_BODY_BYTES:
-                raise self._client.protocol("an answer larger than %d bytes" % MAX_BODY_BYTES)
-        return bytes(out)
-
-    def body_pieces(self) -> Iterator[bytes]:
-        """The body as it arrives (chunked, sized or until close)."""
-        if self._chunked:
-            while True:
-                size_line = self.read_line()
-                if size_line is None:
-                    raise self._client.protocol("the answer was cut short")
-                try:
-                    size = int(size_line.split(b";")[0].strip() or b"x", 16)
-                except ValueError:
-                    raise self._client.protocol("a malformed chunk") from None
-                if size == 0:
-                    while True:  # trailers, up to the empty line that ends the answer
-                        trailer = self.read_line()
-                        if not trailer:
-                            if trailer is None:
-                                self.keep_alive = False
-                            return
-                yield self.read_exact(size)
-                self.read_exact(2)
-        elif self._body_left is not None:
-            left = self._body_left
-            while left > 0:
-                if not self._buffer and not self._fill():
-                    raise self._client.protocol("the answer was cut short")
-                piece, self._buffer = self._buffer[:left], self._buffer[left:]
-                left -= len(piece)
-                yield piece
-        else:
-            self.keep_alive = False
-            while True:
-                if self._buffer:
-                    piece, self._buffer = self._buffer, b""
-                    yield piece
-                if not self._fill():
-                    return
-
-    def close(self) -> None:
-        if self._sock is not None and not self.closed:
-            self.closed = True
-            try:
-                self._sock.close()
-            except OSError:
-                pass
-        self.closed = True
-
-
 class EventStream:
     """The `data:` events of one streamed answer, as dicts. `close()` drops the connection, which
     makes llama-server cancel the task (it notices at its next write, i.e. the next token); a
     stream read to its end leaves its connection for the next request."""
 
-    def __init__(self, client: ModelServerClient, conn: _Connection, headers: dict[str, str]) -> None:
+    def __init__(self, client: ModelServerClient, conn: Connection, headers: dict[str, str]) -> None:
         self._client = client
         self._conn = conn
         self._pieces = conn.body_pieces()
@@ -662,13 +422,13 @@ class EventStream:
                     if self._text.strip():
                         raise self._client.protocol("the event stream was cut short") from None
                     self.finished = True
-                    self._client._succeeded()
-                    self._client._release(self._conn)
+                    self._client.succeeded()
+                    self._client.release(self._conn)
                     return None
         except ModelServerError as error:
             self.close()
             if not quiet:
-                self._client._failed(error)
+                self._client.failed(error)
             raise
 
     def _parse(self, block: bytes) -> dict | None:
@@ -684,7 +444,7 @@ class EventStream:
         if not isinstance(event, dict):
             raise self._client.protocol("an event that is not a JSON object")
         if "error" in event:
-            raise self._client._status_error(int(event["error"].get("code", 500) or 500) if isinstance(event["error"], dict) else 500, json.dumps(event).encode())
+            raise self._client.status_error(int(event["error"].get("code", 500) or 500) if isinstance(event["error"], dict) else 500, json.dumps(event).encode())
         return event
 
     def close(self) -> None:

@@ -1,0 +1,45 @@
+"""Where a prompt is decoded: the same rule for an in-process sequence (engine.local.kv) and a
+llama-server slot (engine.remote.slots), so both backends reuse the same prefixes and decode the
+same ubatches."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+MOVE_MIN_GAIN = 32  # a prompt goes to a sequence sharing at least this many more tokens with it
+MOVE_MIN_DROP = 128  # else one that would cut the live sequence back this far may go to a free one
+
+
+def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    # Compare in blocks first: prompts share long prefixes, so this is mostly one slice compare.
+    # As tuples: the held tokens are a list and prompts are tuples, and a list never equals a tuple.
+    step = 256
+    while i + step <= n and tuple(a[i : i + step]) == tuple(b[i : i + step]):
+        i += step
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def placement(live: Sequence[int] | None, others: Sequence[tuple[Any, Sequence[int]]], tokens: Sequence[int]) -> tuple[str, Any]:
+    """Where a prompt is decoded, for both backends (a sequence here, a llama-server slot in
+    engine.remote.rows), so both reuse the same prefixes and decode the same ubatches:
+    ("move", key) to the other sequence that shares clearly more with it; ("fresh", None) to an
+    empty or the least recently used one, from position 0, when staying would cut the live one
+    back by many tokens and keep less than it must decode anyway; else ("stay", None), keeping
+    the prefix the live sequence shares. `live` None: nothing used yet (fresh); no `others`:
+    there is nowhere else to go (stay)."""
+    if live is None:
+        return "fresh", None
+    if not others:
+        return "stay", None
+    keep = common_prefix_length(live, tokens)
+    shared, best = max((common_prefix_length(held, tokens), key) for key, held in others)
+    if shared >= keep + MOVE_MIN_GAIN:
+        return "move", best
+    if len(live) - keep >= MOVE_MIN_DROP and keep < len(tokens) - keep:
+        return "fresh", None
+    return "stay", None

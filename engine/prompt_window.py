@@ -1,0 +1,227 @@
+"""From a request's text to the prompt's tokens within the model's window: tokenizing (reused
+while the text is unchanged), clipping and windowing in large steps (so the kept tokens stay a
+common prefix from one keystroke to the next), the FIM layout with the text after the cursor, and
+other files' context within its budget (engine.core.prompt lays the tokens out)."""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from engine.backend import Window
+from engine.core.prompt import (
+    FIM_EXTRA_TOKENS,
+    FimTokens,
+    RepoTokens,
+    context_tokens,
+    layout,
+)
+from engine.core.vocab import VocabIndex
+from engine.local.llama import LlamaModel
+from engine.local.load import MAX_REMEMBERED
+from engine.types import (
+    COLD_SHARE,
+    MIN_PROMPT_TOKENS,
+    BudgetError,
+    CompletionRequest,
+    RepoContext,
+)
+
+CHARS_PER_CONTEXT_TOKEN = 8  # text kept before tokenizing: generous, the token window trims the rest
+CONTEXT_SHARE = 2  # other files' text takes at most 1/CONTEXT_SHARE of the context window (and cold_cap)
+
+
+def cold_cap(file_tokens: int, n_ctx: int) -> int | None:
+    """The most tokens of other files' text beside `file_tokens` of the current file's text, so
+    that a cold request costs at most 1 + COLD_SHARE times what it costs without them: None (no
+    cap beyond CONTEXT_SHARE) once the file's tokens fill 1 / (1 + COLD_SHARE) of the window (the
+    prompt is then at most the window either way), else COLD_SHARE of them."""
+    if file_tokens * (1 + COLD_SHARE) >= n_ctx:
+        return None
+    return int(file_tokens * COLD_SHARE)
+
+
+@dataclass
+class _TokenizedPrompt:
+    text: str = ""
+    tokens: tuple[int, ...] = ()
+
+
+class PromptWindow:
+    """The prompt's tokens for a request (`prompt_tokens`), for the Engine (engine.engine) that
+    is one. Its state is the last tokenizations and the budgets other files' context was laid
+    out with."""
+
+    def __init__(self, model: LlamaModel, context: Window, vocab: VocabIndex) -> None:
+        self._model = model
+        # What sets the window (n_ctx): the llama context in-process, the backend for a server.
+        # "context" alone means other files' text here (`request.context`, `context_tokens`).
+        self._context = context
+        self.vocab = vocab
+        self._bos = list(model.tokenize(b"", add_bos=True))
+        self._last_prompt = _TokenizedPrompt()
+        self._last_suffix = _TokenizedPrompt()
+        self.fim = FimTokens.of(*model.fim_ids())  # None: the model has no FIM tokens
+        self.repo = RepoTokens.of(*model.repo_ids())  # None: no repository-level tokens (plain layout)
+        self._last_context: tuple[object, tuple[int, ...]] = (None, ())  # (RepoContext, budget) -> tokens
+        # the budget each recent context was laid out with (context_budget): kept while it stays within the bound
+        self._context_budgets: OrderedDict[RepoContext, int] = OrderedDict()
+
+    @property
+    def n_ctx(self) -> int:
+        return self._context.n_ctx
+
+    def tokenize(self, text: str) -> tuple[int, ...]:
+        """Prompt tokens, BOS first; the previous result is reused for an unchanged text."""
+        if text != self._last_prompt.text or not self._last_prompt.tokens:
+            raw = text.encode("utf-8", "replace")
+            self._last_prompt = _TokenizedPrompt(text, tuple(self._model.tokenize(raw, add_bos=True)))
+        return self._last_prompt.tokens
+
+    def count_tokens(self, text: str) -> int:
+        return len(self._model.tokenize(text.encode("utf-8", "replace"), add_bos=True))
+
+    def clip(self, text: str) -> str:
+        """Drop the head of a huge prompt before tokenizing it, so a 5 MB document is never
+        tokenized whole. Like `window`, the cut moves in large steps and then to the next line
+        start, so it stays put while the user types at the end."""
+        keep = self.n_ctx * CHARS_PER_CONTEXT_TOKEN
+        if len(text) <= keep:
+            return text
+        step = keep // 4
+        cut = math.ceil((len(text) - keep) / step) * step
+        line = text.find("\n", cut, cut + step)
+        return text[cut if line < 0 else line + 1 :]
+
+    def window(self, tokens: tuple[int, ...], reserve: int) -> tuple[int, ...]:
+        """Keep the prompt's tail within the context. The start moves in large steps, so the kept
+        tokens stay a common prefix from one keystroke to the next and the KV cache is reused.
+        The step is a quarter of the context, not of the budget: the reserve grows with every
+        letter typed into a word, and a step that followed it moved the start (and decoded the
+        whole window again) every few keystrokes."""
+        budget = self.n_ctx - reserve
+        if budget < MIN_PROMPT_TOKENS:
+            raise BudgetError(
+                f"the context of {self.n_ctx} tokens cannot hold {reserve} generated tokens and a prompt; "
+                "raise `contextTokens` or lower `maxTokens`"
+            )
+        if len(tokens) <= budget:
+            return tokens
+        head = len(self._bos)
+        step = min(budget, max(MIN_PROMPT_TOKENS, self.n_ctx // 4))
+        drop = math.ceil((len(tokens) - budget) / step) * step
+        return tokens[:head] + tokens[head + drop :]
+
+    def prompt_tokens(self, request: CompletionRequest, reserve: int) -> tuple[int, ...]:
+        """The tokens to decode: the plain prompt, or (when the model has FIM tokens and the request
+        carries a suffix) the FIM layout of engine.core.prompt with the suffix's first tokens; other
+        files' text (`request.context`) first, in the layout of engine.core.prompt."""
+        clipped = self.clip(request.prompt)
+        plain = self.tokenize(clipped)
+        head = len(self._bos)
+        context = self.context_tokens(request, self._before_line(clipped, plain) if request.context is not None else 0)
+        reserve += len(context)
+        if self.fim is None or request.suffix is None:
+            kept = self.window(plain, reserve)
+            return layout(kept[:head], context, kept[head:], None, None, self.repo)
+        if request.suffix != self._last_suffix.text or not self._last_suffix.tokens:
+            self._last_suffix = _TokenizedPrompt(request.suffix, self.suffix_tokens(request.suffix))
+        # The suffix never takes the room the text before the cursor needs: at most half of what
+        # the context has left, and never so much that the prefix drops below MIN_PROMPT_TOKENS
+        # (a `fimSuffixTokens` near the context size would otherwise fail every request).
+        room = self.n_ctx - reserve - FIM_EXTRA_TOKENS
+        fits = max(0, min(room // 2, room - MIN_PROMPT_TOKENS))
+        suffix = self._last_suffix.tokens[: min(request.suffix_tokens, fits)]
+        kept = self.window(plain, reserve + len(suffix) + FIM_EXTRA_TOKENS)
+        return layout(kept[:head], context, kept[head:], suffix, self.fim, self.repo, request.fim_order)
+
+    def context_tokens(self, request: CompletionRequest, file_tokens: int | None = None) -> tuple[int, ...]:
+        """The tokens of the other files' text (engine.core.prompt.context_tokens), remembered for an
+        unchanged context. The budget does not depend on the keystroke (the reserve grows with
+        each letter typed): `maxTokens` of the context, at most half of the context window
+        (CONTEXT_SHARE), so the current file keeps half or more, and at most cold_cap of
+        `file_tokens`, the current file's tokens before the cursor's line (the same for every
+        keystroke of a line): a cold request costs at most 1.5x, by this tokenizer's count. The
+        caller (lsp_server.context) sizes its choice by an estimate of the same bound; when the
+        estimate runs over (prose counts more characters a token than code), the worst-ranked
+        lines are left out here (engine.core.prompt.context_tokens). None: no such bound (a caller that
+        has no current file)."""
+        context = request.context
+        if context is None:
+            return ()
+        budget = self.context_budget(context, file_tokens)
+        key = (context, budget)
+        if self._last_context[0] != key:
+            self._last_context = (key, context_tokens(context, self._context_text_tokens, self.repo, budget))
+        return self._last_context[1]
+
+    def context_budget(self, context: RepoContext, file_tokens: int | None) -> int:
+        """`context.max_tokens`, at most half the window, and at most cold_cap(`file_tokens`). The
+        budget a context was first laid out with is kept while it stays within that bound: the file
+        grows as the user types, and a cap that followed it would lay the context out again (and
+        decode the whole prompt) at every line. It is made again when the bound falls below it (the
+        cursor moved up) or for a new context (the caller's choice changes at its own steps)."""
+        budget = min(context.max_tokens, self.n_ctx // CONTEXT_SHARE)
+        if file_tokens is None:
+            return budget
+        cap = cold_cap(file_tokens, self.n_ctx)
+        allowed = budget if cap is None else min(budget, cap)
+        kept = self._context_budgets.get(context)
+        if kept is None or kept > allowed:
+            kept = self._context_budgets[context] = allowed
+        self._context_budgets.move_to_end(context)
+        while len(self._context_budgets) > MAX_REMEMBERED + 1:
+            self._context_budgets.popitem(last=False)
+        return kept
+
+    def _before_line(self, text: str, tokens: tuple[int, ...]) -> int:
+        """How many of `tokens` (the prompt `text` tokenized, BOS first) spell only text before the
+        start of its last line: a token that crosses the line's start is not counted (a count
+        that errs low, and that every keystroke of the line shares)."""
+        line_start = max(text.rfind("\n"), text.rfind("\r")) + 1
+        room = len(text[:line_start].encode("utf-8", "replace"))
+        count = spelled = 0
+        pieces = self.vocab.pieces
+        for t in tokens[len(self._bos) :]:
+            spelled += len(pieces[t])
+            if spelled > room:
+                break
+            count += 1
+        return count
+
+    def _context_text_tokens(self, text: str) -> tuple[int, ...]:
+        """Tokens of a piece of context text, spelling exactly it (no BOS, no space prefix)."""
+        return self.suffix_tokens(text)
+
+    def suffix_tokens(self, text: str) -> tuple[int, ...]:
+        """The tokens of the text after the cursor, spelling exactly it. A SentencePiece tokenizer
+        puts a space before a text's start (its space prefix): right for the prompt, which starts a
+        document, wrong for the suffix, which continues one (" print" for "print"; CodeLlama's own
+        infilling strips it too). Tokenized after a line break, the space goes to the line break,
+        and both are dropped; when that does not split cleanly, the plain tokens are kept."""
+        raw = text.encode("utf-8", "replace")
+        plain = tuple(self._model.tokenize(raw, add_bos=False))
+        if self._spelled(plain) == raw:  # no space prefix (BPE vocabularies, Gemma)
+            return plain
+        lead = self._model.tokenize(b"\n" + raw, add_bos=False)
+        for i in range(1, min(3, len(lead) + 1)):
+            if self._spelled(lead[:i]) in (b"\n", b" \n"):
+                rest = tuple(lead[i:])
+                return rest if self._spelled(rest) == raw else plain
+        return plain
+
+    def _spelled(self, tokens: Iterable[int]) -> bytes:
+        return b"".join(self.vocab.pieces[t] for t in tokens)
+
+    def _spell(self, text: bytes) -> list[int]:
+        """The tokens of `text` alone, or [] when they do not spell exactly it. (SentencePiece
+        vocabularies prepend a space to a text's start; a lone leading space token is dropped.)"""
+        tokens = list(self._model.tokenize(text, add_bos=False))
+        spelled = self._spelled(tokens)
+        if spelled == text:
+            return tokens
+        if spelled == b" " + text and tokens and self.vocab.pieces[tokens[0]] == b" ":
+            return tokens[1:]
+        return []
