@@ -46,7 +46,7 @@ from bench.replay import Passage, _Tally, accepts, by_cursor, cursor_table, inte
 from engine import Alternative, Completion, DecodeStats, Signals, WordEnd
 from engine.types import NO_RIVAL
 from lsp_server import block as blocks
-from lsp_server.gate import (
+from lsp_server.confidence_gate import (
     CALIBRATION, CALIBRATIONS, CURSOR_CLASSES, TYPED_FLOOR, Calibration, at_line_start, calibrations, cursor_class, gate_for,
     min_step_at, piece_length, weakest_steps,
 )
@@ -136,7 +136,7 @@ def word_done(added: str) -> bool:
 
 
 def model_identity(model: str | None) -> str:
-    """The identity a calibration is stored under (lsp_server.gate): a catalogue name as given,
+    """The identity a calibration is stored under (lsp_server.confidence_gate): a catalogue name as given,
     a path to a catalogue file by that file's name, any other file as "sha256:<hex>"."""
     import hashlib
 
@@ -405,7 +405,7 @@ FEATURES = ("inside a word", "word start", "after punctuation", "log_prob", "mar
 
 def samples(reps, margin_cap: float) -> tuple[np.ndarray, np.ndarray]:
     """One row per word end of every suggestion shown with the gate off: the features of
-    lsp_server.gate (FEATURES) and whether the text up to there is right by bench.replay's rule
+    lsp_server.confidence_gate (FEATURES) and whether the text up to there is right by bench.replay's rule
     (the passage goes on with it, a word ends there, and it has a word character to accept)."""
     xs, ys = [], []
     for _, pts, _ in reps:

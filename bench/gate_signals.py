@@ -42,7 +42,7 @@ def same_signals(a, b) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     from engine import Engine, EngineConfig
-    from lsp_server import gate as gates
+    from lsp_server import confidence_gate as gates
     from lsp_server.settings import Settings
     from lsp_server.split import split
     from lsp_server.suggestion import request_for, suggestion_for

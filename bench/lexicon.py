@@ -25,7 +25,7 @@ from bench.lsp_client import Editor, insert_text
 from bench.quality import LANGUAGES, first_word
 from engine.lexicon import WordScorer
 from engine.sequence import PathRows
-from lsp_server.lexicon import Lexicon
+from lsp_server.document_words import Lexicon
 from lsp_server.settings import Settings
 from lsp_server.split import split
 from lsp_server.suggestion import request_for, suggestion_for

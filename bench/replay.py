@@ -31,7 +31,7 @@ from bench.cases import KINDS, Case, one_per_file, read_text
 from bench.lsp_client import Editor, insert_text, insert_texts
 from bench.quality import LANGUAGES
 from bench.stats import median, ratio
-from lsp_server.gate import CURSOR_CLASSES, cursor_class
+from lsp_server.confidence_gate import CURSOR_CLASSES, cursor_class
 from lsp_server.split import is_word_char, split
 
 PASSAGE_CHARS = 240  # about three lines of code or two sentences

@@ -5,7 +5,7 @@ import math
 import numpy as np
 
 from bench.gate import FEATURES, PRECISION_TARGET, SAVED_TARGET, calibration_of, choose, fit_logistic, points, simulate, weights_of, word_done
-from lsp_server.gate import CURSOR_CLASSES
+from lsp_server.confidence_gate import CURSOR_CLASSES
 
 
 def test_newton_recovers_the_coefficients_of_a_known_logistic_model():
