@@ -142,6 +142,12 @@ class Pipeline:
         self.engine_answers = 0  # requests the engine answered
         self.last_gate: tuple[gates.ModelGate, float] | None = None  # the gate and threshold used last, for stats
 
+    @classmethod
+    def fresh(cls, settings: Settings) -> Pipeline:
+        """A pipeline with no document open yet (the document words counted if `settings.lexicon`)."""
+        lexicon = Lexicon(settings.lexicon)  # the words of the open documents, kept by `documents`
+        return cls(Documents(lexicon), lexicon, ContextChooser())
+
     def begin(
         self, uri: str, doc: Document, cursor: int, settings: Settings, selected: Selected | None = None
     ) -> Now | Ask:

@@ -24,9 +24,7 @@ from pygls.lsp.server import LanguageServer
 
 from engine import EngineConfig, Signals
 from lsp_server import __version__, routing, status
-from lsp_server.context import ContextChooser
-from lsp_server.document_words import Lexicon
-from lsp_server.documents import UTF16, Document, Documents, Range
+from lsp_server.documents import UTF16, Document, Range
 from lsp_server.loading import EngineLike, Event, LoadResult, ModelLoading, ServerHealth
 from lsp_server.logs import TextGuard, frames, installed
 from lsp_server.model_messages import clear_text_warning, model_name
@@ -63,10 +61,10 @@ class CpcServer(LanguageServer):
         )
         self.defaults = settings or Settings()
         self.settings = self.defaults
-        self.lexicon = Lexicon(self.settings.lexicon)  # the words of the open documents, kept by `documents`
-        self.documents = Documents(self.lexicon)
-        self.context = ContextChooser()  # other files' chunks per document (lsp_server.context)
-        self.pipeline = Pipeline(self.documents, self.lexicon, self.context)  # carry, gate, shaping (no LSP)
+        self.pipeline = Pipeline.fresh(self.settings)  # from a cursor to suggestions, without LSP
+        self.lexicon = self.pipeline.lexicon  # the words of the open documents, kept by `documents`
+        self.documents = self.pipeline.documents
+        self.context = self.pipeline.context  # other files' chunks per document (lsp_server.context)
         self.scheduler = Scheduler(load, on_event=self._engine_event)
         self._loop: asyncio.AbstractEventLoop | None = None  # the server's loop, set at initialize
         self._told: dict[str, float] = {}  # failure cause -> when it was last shown (monotonic)
