@@ -64,11 +64,9 @@ class Replay:
 
 
 def request(text: str, cursor: int, settings, context):
-    from lsp_server.split import split
-    from lsp_server.suggestion import request_for
+    from bench.asking import asked, one_line
 
-    parts = split(text, cursor, settings.fim_suffix_lines or None)
-    return request_for(parts, settings, context=context)
+    return asked(text, cursor, one_line(settings), context=context).request  # the server's request, one line (as measured)
 
 
 def word_logprob(engine, prompt: tuple[int, ...], rest: str) -> tuple[float, int]:

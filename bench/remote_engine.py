@@ -25,9 +25,8 @@ from dataclasses import replace
 
 from bench.cases import build_cases
 from engine import CompletionRequest, Engine, EngineConfig, SamplingConfig
+from bench.asking import alone, asked
 from lsp_server.settings import Settings
-from lsp_server.split import split
-from lsp_server.suggestion import request_for
 
 SEEDS = (
     ("Thanks for sending over the draft", " yest"),
@@ -43,12 +42,11 @@ def seed_requests(max_tokens: int = 8) -> list[CompletionRequest]:
 
 def case_requests(n: int, max_tokens: int) -> list[tuple[str, CompletionRequest, str, str]]:
     """(label, request, typed, word) for `n` mid-word cases, as the language server would ask."""
-    settings = Settings(max_tokens=max_tokens)
+    settings = alone(Settings(max_tokens=max_tokens))
     out = []
     for i, case in enumerate(build_cases(max(1, n // 4))[:n]):
         document = case.document()
-        parts = split(document, len(document))
-        out.append((f"{i}:{case.kind}:{case.word}", request_for(parts, settings), case.typed, case.word))
+        out.append((f"{i}:{case.kind}:{case.word}", asked(document, len(document), settings).request, case.typed, case.word))
     return out
 
 
