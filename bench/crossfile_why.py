@@ -3,7 +3,7 @@
 For the probes of bench.crossfile, at each request the server would make (the line start, then 1
 to 3 letters of the identifier), this replays the server's own context chooser with its state
 (lsp_server.context.ContextChooser: the choice kept between line starts), builds the request the
-server would send (lsp_server.split, lsp_server.suggestion.request_for) and, with `--model`, the
+server would send (its pipeline, one line: bench.asking) and, with `--model`, the
 exact prompt tokens the engine decodes (Engine.prompt_tokens). Per request it reports:
 
 - whether the chosen context *defines* the identifier (bench.crossfile.defined_in) or mentions it;

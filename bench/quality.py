@@ -6,8 +6,8 @@ Three ways to ask, on the same cases and the same token budget, greedy:
 - ``mask``: the word-boundary split, per-step masking of the required prefix (seed 001);
 - ``exact``: the split with the exact covering search (what the server does).
 
-``naive`` and ``mask`` run through the engine in this process with the server's own split
-(`lsp_server.split`), request (`request_for`) and suggestion (`suggestion_for`) code, which is faster
+``naive`` and ``mask`` run through the engine in this process with the server's own pipeline
+(`bench.asking`: split, request and suggestion, one line, no gate), which is faster
 than a server round trip per case (the server's ``method`` setting runs them too); ``exact`` runs
 through the real server over LSP. ``exact``
 also runs through the engine, to check that the two paths suggest the same thing.
