@@ -32,7 +32,7 @@ def request_for(
     document: str | None = None, next_line: bool = False,
 ) -> CompletionRequest:
     """The engine request for `settings.method`: "exact" (the covering search), "mask" (per-step
-    masking, seed 001) or "naive" (the partial word left in the prompt, no constraint; with a
+    masking, kept for comparison) or "naive" (the partial word left in the prompt, no constraint; with a
     FIM model it ends the prefix, before the text after the cursor, as llama.vim, Continue and
     Tabby send it).
     `candidates` (document words beginning with the typed word) go with "exact" and `lexicon` only.
