@@ -93,8 +93,8 @@ class CpcServer(LanguageServer):
         self._loop = loop
         self.encoding = str(getattr(self.workspace.position_encoding, "value", self.workspace.position_encoding))
         folders = [f.uri for f in params.workspace_folders or ()]
-        if not folders and (params.root_uri or params.root_path):
-            folders = [params.root_uri or params.root_path]
+        if not folders and (root := params.root_uri or params.root_path):
+            folders = [root]
         self.context.workspace.set_roots(folders)
         self.apply_settings(params.initialization_options)
         logger.info("position encoding %s", self.encoding)
