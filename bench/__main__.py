@@ -6,9 +6,9 @@ Order (one thing at a time, so measurements do not compete for the cores):
 2. the real server (`python -m lsp_server`) over stdio: keystrokes next to the peer, cancellation,
    the exact method on the quality cases (with its covering-search decodes), peak memory;
 3. `remote`: the server with `modelServer` on a llama-server over loopback, beside the in-process
-   server and llama.vim's request on the same llama-server (bench/remote.py);
+   server and llama.vim's request on the same llama-server (bench/remote_vs_local.py);
 4. `multi`: two llama-servers, as a list in `modelServer` and behind nginx: documents spread,
-   prompt reuse against one server, a server killed mid-typing and back (bench/multi.py).
+   prompt reuse against one server, a server killed mid-typing and back (bench/multi_server.py).
 Results go to bench/results/latest.json (quick: quick.json); a full run also writes the plots
 under docs/ and the README snippet docs/results.md. Those paths are in the source checkout when
 the benchmarks run from one, else in the current directory (`bench.report.output_root`).
@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from bench import report
-from bench.cases import build_cases, fingerprint
 from bench.machine import CpuWatch, process_cpu_seconds
 from bench.stats import maximum, median
 from lsp_server.settings import Settings
+from tests.support.cases import build_cases, fingerprint
 
 ROOT = report.output_root()  # the checkout, else the current directory (not site-packages)
 RESULTS = ROOT / "bench" / "results"
@@ -101,7 +101,7 @@ def _engine_part(engine, cases, args, parts, results: dict[str, Any]) -> list:
 
 def _start_server(args):
     """The server starts first: it loads its model while this process loads its own."""
-    from bench.lsp_client import LspClient
+    from tests.support.lsp_client import LspClient
 
     log = Path(tempfile.gettempdir()) / "cpc-lsp-bench-server.log"
     client = LspClient(["--log-level", "warning", *(["--model", args.model] if args.model else [])], stderr_path=log)
@@ -111,7 +111,7 @@ def _start_server(args):
 
 def _server_part(client, cases, args, parts, results: dict[str, Any], count_tokens, model_path: str) -> list:
     from bench import latency, quality
-    from bench.lsp_client import Editor, peak_rss_mb
+    from tests.support.lsp_client import Editor, peak_rss_mb
 
     editor = Editor(client)
     outcomes: list = []
@@ -152,7 +152,7 @@ def _server_part(client, cases, args, parts, results: dict[str, Any], count_toke
 def _replay(editor, cases, args, model_path: str) -> dict[str, Any]:
     """The typing replay (bench/replay.py) on files neither quality set uses, the gate off and at its default."""
     from bench import latency, replay
-    from bench.cases import build_cases, check_cases
+    from tests.support.cases import build_cases, check_cases
 
     tuning = cases if len(cases) >= 200 else build_cases(50, args.seed)
     items = replay.passages(1 if args.quick else 2, replay.used_files(tuning, check_cases(50, tuning)),
@@ -214,11 +214,11 @@ def _targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
                 checks.append((f"{name} not typed >= 1.5x peer's", report.times(r["saved_over_peer"]), r["saved_over_peer"] >= 1.5))
                 checks.append((f"{name} median latency <= 0.5x peer's", report.times(r["ms_over_peer"]), r["ms_over_peer"] <= 0.5))
     if "remote" in results:
-        from bench import remote
+        from bench import remote_vs_local as remote
 
         checks += remote.targets(results["remote"])
     if "multi" in results:
-        from bench import multi
+        from bench import multi_server as multi
 
         checks += multi.targets(results["multi"])
     if "quality" in results:
@@ -254,11 +254,11 @@ def _tables(results: dict[str, Any], args) -> list[report.Table]:
         if "cursors" in results["replay"]:
             tables.append(replay.cursor_table(results["replay"]["cursors"]))
     if "remote" in results:
-        from bench import remote
+        from bench import remote_vs_local as remote
 
         tables += remote.tables(results["remote"])
     if "multi" in results:
-        from bench import multi
+        from bench import multi_server as multi
 
         tables += multi.tables(results["multi"])
     checks = _targets(results)
@@ -328,14 +328,14 @@ def _measure(args, parts, cases, results: dict[str, Any]) -> None:
         if client is not None:
             outcomes += _server_part(client, cases, args, parts, results, engine.count_tokens, results["model"])
         if "remote" in parts:
-            from bench import remote
+            from bench import remote_vs_local as remote
 
             if client is not None:  # one language server at a time on the cores
                 client.shutdown()
                 client = None
             results["remote"] = remote.run(args, cases, engine.count_tokens, _say)
         if "multi" in parts:
-            from bench import multi
+            from bench import multi_server as multi
 
             if client is not None:
                 client.shutdown()

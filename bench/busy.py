@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from bench import report
-from bench.firstcontact import Documents, _set_prefetch, _type_until_suggestion
-from bench.lsp_client import Editor, LspClient
+from bench.firstcontact import Documents, set_prefetch, type_until_suggestion
 from bench.machine import CpuWatch, process_cpu_seconds
 from bench.stats import median, ratio
+from tests.support.lsp_client import Editor, LspClient
 
 RESULTS = report.output_root() / "bench" / "results" / "busy.json"
 WARM_KEYS = 25
@@ -80,7 +80,7 @@ def _one(editor: Editor, docs: Documents, tag: str) -> dict[str, Any]:
     """Cold request, fresh typing and warm keystrokes, in this machine state."""
     watch = CpuWatch.start()
     server_start = process_cpu_seconds(editor.client.pid) or 0.0
-    _set_prefetch(editor, False)
+    set_prefetch(editor, False)
     doc, following = docs.take()
     uri = f"file:///bench/busy/cold-{tag}.py"
     opened = time.perf_counter()
@@ -92,9 +92,9 @@ def _one(editor: Editor, docs: Documents, tag: str) -> dict[str, Any]:
         editor.type(uri, ch)
         warm.append(editor.inline(uri).ms)
     cpu = (process_cpu_seconds(editor.client.pid) or 0.0) - cpu0
-    _set_prefetch(editor, True)
+    set_prefetch(editor, True)
     doc, typed = docs.take()
-    typing, keys = _type_until_suggestion(editor, f"file:///bench/busy/type-{tag}.py", doc, typed, 6 * cold + 10)
+    typing, keys = type_until_suggestion(editor, f"file:///bench/busy/type-{tag}.py", doc, typed, 6 * cold + 10)
     others = watch.others_share((process_cpu_seconds(editor.client.pid) or 0.0) - server_start)
     out = {"others_share": others, "cold_s": cold, "typing_s": typing, "typing_keys": keys, "warm_ms": warm,
            "warm_median_ms": median(warm), "cpu_s_per_100_keys": 100 * cpu / len(warm)}  # fmt: skip

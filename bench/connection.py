@@ -7,7 +7,7 @@ Each client asks the same small requests `--n` times one after another (GET /hea
 /tokenize of a short sentence: little work for the server, so the client and the connection are
 what is measured), and the median and p90 of the round trip are kept. Clients: ours with kept-alive connections (as the engine uses
 it), ours with a fresh connection per request (as it was before), urllib3's pool (keep-alive),
-and ours over https:// through stunnel (bench.tls_proxy) with and without keep-alive.
+and ours over https:// through stunnel (tests.support.tls_proxy) with and without keep-alive.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.llama_server import start_llama_server
 from engine.http_client import ModelServerClient
+from tests.support.llama_server import start_llama_server
 
 BODY = {"content": "Thanks for sending over the draft"}  # /tokenize: a POST with little server work
 
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=300)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "connection.json")
     args = parser.parse_args(argv)
-    from bench.tls_proxy import Authority, TlsProxy
+    from tests.support.tls_proxy import Authority, TlsProxy
 
     rows = []
     with start_llama_server(slots=1, ctx=512) as server, tempfile.TemporaryDirectory() as folder:

@@ -1,6 +1,6 @@
 """Cross-file cursors: the identifiers another file of the project defines, typed with the siblings open.
 
-The typing replay (bench.context) meets such a cursor only when the model misses a word's first
+A typing replay (bench.replay) meets such a cursor only when the model misses a word's first
 letter, so it sees a handful. This benchmark aims at them (CrossCodeEval's question, on real
 projects none of which is this one): in a target file of a project, with the project's other
 files open, each *probe* is an identifier occurrence. The user starts its line afresh (the line's
@@ -43,13 +43,12 @@ from pathlib import Path
 from typing import Any
 
 from bench import report
-from bench.context import LANGUAGE_IDS, _is_code, start_server
-from bench.lsp_client import LspClient, insert_text
 from bench.replay import accepts, next_word
 from bench.stats import median, ratio
 from lsp_server.chunks import STOP
-from lsp_server.split import is_word_char
 from lsp_server.settings import Settings
+from lsp_server.split import is_word_char
+from tests.support.lsp_client import LspClient, insert_text
 
 WORK = Path("/tmp/cpc-lsp-bench-crossfile")
 REGION_LINES = 150  # the probes of a target lie in this many consecutive lines
@@ -57,6 +56,30 @@ TYPED = 3  # requests after 1..TYPED letters of the identifier (while at least o
 RING_CHUNKS, RING_LINES = 16, 64  # llama.vim's ring_n_chunks, ring_chunk_size
 NOT_PROJECT = frozenset({"NULL", "exports", "module", "require"})  # defined by the language, whoever repeats them
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+LANGUAGE_IDS = {".py": "python", ".js": "javascript", ".c": "c", ".h": "c"}
+
+
+def is_code(line: str) -> bool:
+    """Not blank and not a comment line (docstrings are let through: they are hard to tell by line)."""
+    body = line.strip()
+    return bool(body) and not body.startswith(("#", "//", "/*", "*"))
+
+
+def start_server(model: str | None, root: Path, threads: int, settings: dict[str, Any]) -> LspClient:
+    """The real server over stdio with `root` as its workspace folder, loaded."""
+    client = LspClient(["--log-level", "warning"])
+    options = {"cpcLsp": {**settings, "threads": threads, **({"model": model} if model else {})}}
+    capabilities = {"general": {"positionEncodings": ["utf-16"]}, "textDocument": {"inlineCompletion": {}, "synchronization": {}}}
+    client.call("initialize", {"processId": None, "rootUri": root.as_uri(), "capabilities": capabilities,
+                               "workspaceFolders": [{"uri": root.as_uri(), "name": root.name}],
+                               "initializationOptions": options})  # fmt: skip
+    client.notify("initialized", {})
+    message = client.wait_loaded(timeout=300)
+    if not message.startswith("loaded"):
+        raise RuntimeError(message)
+    return client
 
 
 @dataclass(frozen=True)
@@ -298,7 +321,7 @@ def probes(project: Project, target: str, per_target: int, local_share: float = 
                 continue  # prose, not code
         if number in in_comment:
             continue
-        if number < 10 or not line.endswith("\n") or not _is_code(line) or body.startswith(('"""', "'''")):
+        if number < 10 or not line.endswith("\n") or not is_code(line) or body.startswith(('"""', "'''")):
             continue
         indent_end = line_start + len(line) - len(line.lstrip(" \t"))
         code = line.split("#", 1)[0] if project.kind == "python" else line.split("//", 1)[0]
@@ -742,7 +765,7 @@ def main(argv: list[str] | None = None) -> int:
 def peer_runs(model: str, plan, args, say, label: str) -> list[dict[str, Any]]:
     """llama.vim on llama-server as llama.vim's README starts it for FIM (batch 1024), with our
     context window: the prefix takes 3/4 of a batch, the suffix the rest, `input_extra` what is left."""
-    from bench.llama_server import start_llama_server
+    from tests.support.llama_server import start_llama_server
 
     runs = []
     # --n-predict: llama-server sizes input_extra as n_ctx - n_batch - 2 * its own n_predict, and its

@@ -3,7 +3,7 @@
 For the probes of bench.crossfile, at each request the server would make (the line start, then 1
 to 3 letters of the identifier), this replays the server's own context chooser with its state
 (lsp_server.context.ContextChooser: the choice kept between line starts), builds the request the
-server would send (its pipeline, one line: bench.asking) and, with `--model`, the
+server would send (its pipeline, one line: tests.support.asking) and, with `--model`, the
 exact prompt tokens the engine decodes (Engine.prompt_tokens). Per request it reports:
 
 - whether the chosen context *defines* the identifier (bench.crossfile.defined_in) or mentions it;
@@ -23,12 +23,11 @@ import json
 import math
 import re
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from bench import report
-from bench.crossfile import UNSEEN_BEFORE_CHARS, WORK, Project, Probe, defined_in, probes, projects, states
+from bench.crossfile import UNSEEN_BEFORE_CHARS, WORK, Probe, Project, defined_in, probes, projects, states
 
 BASE = {"maxTokens": 16, "minConfidence": 0, "alternatives": 0, "contextTokens": 2048, "prefetch": False}
 
@@ -64,7 +63,7 @@ class Replay:
 
 
 def request(text: str, cursor: int, settings, context):
-    from bench.asking import asked, one_line
+    from tests.support.asking import asked, one_line
 
     return asked(text, cursor, one_line(settings), context=context).request  # the server's request, one line (as measured)
 

@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from bench.prompts import SIZES, documents
 from bench.stats import median, per_call_us, ratio, timed_ms
 from engine.prefix import RequiredPrefix
 from engine.sampler import Sampler
 from engine.types import SamplingConfig
+from tests.support.prompts import SIZES, documents
 
 
 def _choose_indexed(vocab, sampler: Sampler, row: np.ndarray, required: bytes) -> int:

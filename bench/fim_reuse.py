@@ -15,15 +15,15 @@ from typing import Any
 
 from bench.replay import Passage
 from bench.stats import median
-from bench.asking import alone, asked
 from lsp_server.settings import Settings
+from tests.support.asking import alone, asked
 
 LAYOUTS = {"plain (no suffix)": (0, "psm"), "FIM psm": (8, "psm"), "FIM spm": (8, "spm")}
 
 
 def measure(items: list[Passage], suffix_tokens: int = 64) -> list[dict[str, Any]]:
     from engine import Engine, EngineConfig
-    from tests.engine.tiny_gguf import write_model
+    from tests.support.tiny_gguf import write_model
 
     rows = []
     with tempfile.TemporaryDirectory() as folder:
@@ -61,7 +61,7 @@ def table(rows: list[dict[str, Any]]):
 
 def main() -> int:
     from bench import replay, report
-    from bench.cases import build_cases, check_cases
+    from tests.support.cases import build_cases, check_cases
 
     tuning = build_cases(50, 0)
     items = replay.passages(1, replay.used_files(tuning, check_cases(50, tuning)))

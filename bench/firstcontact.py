@@ -33,10 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from bench import report
-from bench.lsp_client import Editor, LspClient, insert_text, peak_rss_mb
 from bench.machine import CpuWatch, process_cpu_seconds
-from bench.prompts import source_text
 from bench.stats import maximum, median, ratio
+from tests.support.lsp_client import Editor, LspClient, insert_text, peak_rss_mb
+from tests.support.prompts import source_text
 
 ROOT = report.output_root()
 RESULTS = ROOT / "bench" / "results" / "firstcontact.json"
@@ -111,12 +111,12 @@ def _server(threads: int, max_tokens: int, prefetch: bool = True) -> tuple[LspCl
     return client, editor
 
 
-def _set_prefetch(editor: Editor, on: bool) -> None:
+def set_prefetch(editor: Editor, on: bool) -> None:
     editor.client.notify("workspace/didChangeConfiguration", {"settings": {"cpcLsp": {"prefetch": on}}})
     editor.stats()  # a round trip: the notification has been handled
 
 
-def _type_until_suggestion(editor: Editor, uri: str, doc: str, typed: str, limit_s: float) -> tuple[float | None, int]:
+def type_until_suggestion(editor: Editor, uri: str, doc: str, typed: str, limit_s: float) -> tuple[float | None, int]:
     """Open `doc` and type `typed` at 8 chars/s the way VS Code does; seconds from opening to the
     first non-empty suggestion (None within `limit_s`), and the keystrokes sent."""
     opened = time.perf_counter()
@@ -152,7 +152,7 @@ def fresh(editor: Editor, docs: Documents, trials: int) -> dict[str, Any]:
     tokens = []
     n = 0
     for trial in range(trials):
-        _set_prefetch(editor, False)
+        set_prefetch(editor, False)
         doc, _ = docs.take()
         tokens.append(docs._count(doc))
         uri = f"file:///bench/fc/cold{trial}.py"
@@ -163,15 +163,15 @@ def fresh(editor: Editor, docs: Documents, trials: int) -> dict[str, Any]:
         _say(f"cold request {trial}: {reply.received - opened:.2f} s ({tokens[-1]} tokens)")
         limit = 4 * (reply.received - opened) + 5
         for on in (False, True):
-            _set_prefetch(editor, on)
+            set_prefetch(editor, on)
             doc, typed = docs.take()
             n += 1
-            seconds, keys = _type_until_suggestion(editor, f"file:///bench/fc/type{n}.py", doc, typed, limit)
+            seconds, keys = type_until_suggestion(editor, f"file:///bench/fc/type{n}.py", doc, typed, limit)
             rows[f"typing, prefetch {'on' if on else 'off'}"].append(seconds)
             _say(f"typing, prefetch {on}: first suggestion after {seconds} s, {keys} keys")
         for wait in WAITS_S:
             for on in (False, True):
-                _set_prefetch(editor, on)
+                set_prefetch(editor, on)
                 doc, _ = docs.take()
                 n += 1
                 uri = f"file:///bench/fc/wait{n}.py"
@@ -181,7 +181,7 @@ def fresh(editor: Editor, docs: Documents, trials: int) -> dict[str, Any]:
                 reply = editor.inline(uri)
                 waits.setdefault((wait, on), []).append(reply.received - opened)
                 _say(f"request {wait} s after open, prefetch {on}: {reply.received - opened:.2f} s")
-    _set_prefetch(editor, True)
+    set_prefetch(editor, True)
     cold = median([s for s in rows["cold request (prefetch off)"] if s is not None])
     typing = [
         {"case": name, "samples": len(v), "answered": sum(s is not None for s in v),
@@ -231,10 +231,10 @@ def switch(editor: Editor, docs: Documents, trials: int) -> dict[str, Any]:
 def speculation(engine, per_kind: int) -> dict[str, Any]:
     """Generation ms per token with and without drafts on the quality cases' documents (greedy,
     multi-line, 32 tokens), each prompt decoded first (untimed) from an empty cache."""
-    from bench.cases import build_cases
     from engine import CompletionRequest, SamplingConfig
     from engine.speculative import DraftConfig
     from lsp_server.split import split
+    from tests.support.cases import build_cases
 
     rows = []
     kinds = {"code": ("python", "javascript", "c"), "prose": ("prose",)}

@@ -7,7 +7,7 @@ line it finishes from a half-typed word actually works.
 Cases: bench.humaneval (OpenAI's HumanEval, 164 functions with tests; one solution line per
 function cut inside a word by a fixed rule; the rest of that line is what is asked for). These
 sources are kept out of every tuning: nothing in the project (gate, lexicon prior, budgets) is
-fitted on them, and nothing may be; the gate is fitted elsewhere (bench.gate) and is off here.
+fitted on them, and nothing may be; the gate is fitted elsewhere (bench.gate_fit) and is off here.
 
 Who answers, on the same cases:
 
@@ -45,10 +45,10 @@ from typing import Any
 from bench import report
 from bench.humaneval import FunctionCase, cases, passes
 from bench.infill import SEED_ARGS, InfillPeer
-from bench.llama_server import LlamaServer
-from bench.lsp_client import Editor, LspClient, insert_text
 from bench.stats import median, ratio
 from lsp_server.split import split
+from tests.support.llama_server import LlamaServer
+from tests.support.lsp_client import Editor, LspClient, insert_text
 
 METHODS = ("exact", "mask", "naive")
 MAX_TOKENS = 64

@@ -1,9 +1,9 @@
 """Why the headline's gate decides differently remote and in-process: the gate's inputs side by side.
 
-`python -m bench.gate_signals [RESULT]` reads a headline result (bench.remote, default
+`python -m bench.gate_signals [RESULT]` reads a headline result (bench.remote_vs_local, default
 bench/results/remote_headline-gemma-3-270m.json), takes the held-out cases whose suggestions
 differed with the gate on, and asks each of them of an in-process engine and of a remote one
-(llama-server as bench.remote starts it) from a cold cache, engine to engine. Printed per case:
+(llama-server as bench.remote_vs_local starts it) from a cold cache, engine to engine. Printed per case:
 the completion, what the model's gate shows of it, and the signals the gate reads
 (engine.signals: the margin, the log-probability of the typed prefix, the first word ends'
 log-probabilities given it), then how many cases have the same completion, the same signals (to
@@ -18,8 +18,8 @@ import argparse
 import json
 from pathlib import Path
 
-from bench.llama_server import start_llama_server
-from bench.remote import SLOTS, headline_cases
+from bench.remote_vs_local import SLOTS, headline_cases
+from tests.support.llama_server import start_llama_server
 
 RESULT = Path(__file__).parent / "results" / "remote_headline-gemma-3-270m.json"
 OUT = Path(__file__).parent / "results" / "gate_signals.json"
@@ -42,9 +42,10 @@ def same_signals(a, b) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     from engine import Engine, EngineConfig
-    from bench.asking import alone, asked, shown as shown_by
     from lsp_server import confidence_gate as gates
     from lsp_server.settings import Settings
+    from tests.support.asking import alone, asked
+    from tests.support.asking import shown as shown_by
 
     parser = argparse.ArgumentParser(prog="python -m bench.gate_signals", description=__doc__.split("\n")[0])
     parser.add_argument("result", type=Path, nargs="?", default=RESULT)

@@ -27,7 +27,7 @@ It sends no `seed`, so the server's default applies: start llama-server with `--
 the run repeatable without changing a byte of the request (`SEED_ARGS`). When it renders, it
 drops a one-line suggestion that only retypes the next line (`render_line`).
 
-`InfillPeer.complete` is the simpler request bench.remote times (text before the cursor as the
+`InfillPeer.complete` is the simpler request bench.remote_vs_local times (text before the cursor as the
 raw prompt, greedy, a line-break stop): the same endpoint and connection handling.
 """
 
@@ -42,7 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bench.llama_server import LlamaServer
+from tests.support.llama_server import LlamaServer
 
 N_PREFIX, N_SUFFIX, N_PREDICT = 256, 64, 128
 MAX_CACHE_KEYS, LOOK_BACK, TRIMMED_PREFIXES = 250, 128, 3  # its answer cache, `s:fim_try_hint`, `llama#fim`
@@ -201,7 +201,7 @@ class InfillPeer:
 
     def complete(self, text: str) -> tuple[float, str]:
         """(ms, the text it suggests) for the cursor at the end of `text`: the text before the
-        cursor as the raw prompt, greedy, one line (bench.remote's latency peer)."""
+        cursor as the raw prompt, greedy, one line (bench.remote_vs_local's latency peer)."""
         common = {"n_predict": self.max_tokens, "cache_prompt": True, "id_slot": self.slot, "stream": False,
                   "temperature": 0.0, "stop": ["\n"]}  # fmt: skip
         if self.endpoint == "/infill":

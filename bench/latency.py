@@ -18,9 +18,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from bench.lsp_client import Editor, insert_text
-from bench.prompts import SIZES, Typing, documents
 from bench.stats import maximum, median, ratio
+from tests.support.lsp_client import Editor, insert_text
+from tests.support.prompts import SIZES, Typing, documents
 
 
 class Peer:

@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.lsp_client import Editor
 from bench.quality import LANGUAGES
 from bench.replay import Passage, _Cursor, accepts, next_word
 from bench.stats import median, ratio
+from tests.support.lsp_client import Editor
 
 CODE_KINDS = ("python", "javascript", "c")
 WINDOW = 2_000  # characters around the cursor whose brackets are compared
@@ -272,12 +272,12 @@ def main(argv: list[str] | None = None) -> int:
     import sys
 
     from bench import report
-    from bench.cases import build_cases, check_cases
     from bench.latency import Peer
-    from bench.lsp_client import LspClient
     from bench.machine import CpuWatch, process_cpu_seconds
     from bench.replay import passages, ready_editor, used_files
     from engine.model_files import resolve_model
+    from tests.support.cases import build_cases, check_cases
+    from tests.support.lsp_client import LspClient
 
     parser = argparse.ArgumentParser(prog="python -m bench.lines", description=main.__doc__.split(":")[0])
     parser.add_argument("--per-kind", type=int, default=2, help="passages per code language")

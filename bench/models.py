@@ -4,11 +4,11 @@ For each catalogue model (engine.catalogue; all of them by default), through the
 started with `--model NAME` (so the name is resolved, the file joined and checked as a user's is):
 
 - **first word right inside a word**, on the code cases (Python, JavaScript, C) and on the prose
-  cases of bench.cases: the exact method with the gate off (`minConfidence` 0: this measures the
+  cases of tests.support.cases: the exact method with the gate off (`minConfidence` 0: this measures the
   model's choice, not the gate's) and no alternatives (they are computed after the suggestion and
   never change it). Deterministic at temperature 0, so machine load does not move it;
 - **cold and warm request latency**: a word typed letter by letter into fresh documents of about
-  214 and 838 tokens (bench.prompts; 2 per size, 5 letters each): the first keystroke on a document is
+  214 and 838 tokens (tests.support.prompts; 2 per size, 5 letters each): the first keystroke on a document is
   cold; "typing" is the median of the others, as a user types the real word (some are answered
   from the suggestion already shown, at no engine cost); "warm" is the median of letters typed off
   the suggestion, each a request the engine computes with the prompt in its KV cache. The servers
@@ -38,12 +38,12 @@ from pathlib import Path
 from typing import Any
 
 from bench import report
-from bench.cases import Case, fingerprint
-from bench.lsp_client import Editor, LspClient, insert_text, peak_rss_mb
-from bench.prompts import documents
 from bench.quality import run_server
 from bench.stats import median
 from engine import catalogue
+from tests.support.cases import Case, fingerprint
+from tests.support.lsp_client import Editor, LspClient, insert_text, peak_rss_mb
+from tests.support.prompts import documents
 
 CODE_KINDS = ("python", "javascript", "c")
 LATENCY_SIZES = (214, 838)
@@ -184,9 +184,9 @@ def replay(name: str, editor: Editor, threads: int, max_tokens: int, per_kind: i
     """The typing replay of `name` (see the module docstring): in place, the gate off and at its
     default, beside llama.vim's request on a llama-server with the same model and threads."""
     from bench import replay as replays
-    from bench.cases import build_cases, check_cases
     from bench.infill import SEED_ARGS, InfillPeer
-    from bench.llama_server import LlamaServer
+    from tests.support.cases import build_cases, check_cases
+    from tests.support.llama_server import LlamaServer
 
     tuning = build_cases(50, 0)
     items = replays.passages(per_kind, replays.used_files(tuning, check_cases(50, tuning)), chars=chars)

@@ -7,7 +7,7 @@ Three ways to ask, on the same cases and the same token budget, greedy:
 - ``exact``: the split with the exact covering search (what the server does).
 
 ``naive`` and ``mask`` run through the engine in this process with the server's own pipeline
-(`bench.asking`: split, request and suggestion, one line, no gate), which is faster
+(`tests.support.asking`: split, request and suggestion, one line, no gate), which is faster
 than a server round trip per case (the server's ``method`` setting runs them too); ``exact`` runs
 through the real server over LSP. ``exact``
 also runs through the engine, to check that the two paths suggest the same thing.
@@ -19,12 +19,12 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from bench.cases import KINDS, Case
-from bench.lsp_client import Editor, insert_text
 from engine import CompletionRequest, SamplingConfig
-from bench.asking import alone, asked, shown
 from lsp_server.settings import Settings
 from lsp_server.split import is_word_char
+from tests.support.asking import alone, asked, shown
+from tests.support.cases import KINDS, Case
+from tests.support.lsp_client import Editor, insert_text
 
 METHODS = ("naive", "mask", "exact")
 LANGUAGES = {"python": "python", "javascript": "javascript", "c": "c", "prose": "plaintext"}

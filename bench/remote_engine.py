@@ -2,15 +2,15 @@
 
     python -m bench.remote_engine [--url URL] [--cases 200] [--keystrokes 40] [--cancels 10]
 
-- equality: the seed examples and `--cases` mid-word cases (bench.cases, 1/4 of each kind), each
-  asked with the language server's own pipeline (`bench.asking`: split and request, one line),
+- equality: the seed examples and `--cases` mid-word cases (tests.support.cases, 1/4 of each kind), each
+  asked with the language server's own pipeline (`tests.support.asking`: split and request, one line),
   greedy, of both engines; the cases that differ are listed with the reason the stats show;
 - keystrokes: typing the rest of a word letter by letter into the remote engine, round trips and
   bytes per keystroke (median, p90) and how many keystrokes needed no request at all;
 - cancel: a long generation cancelled from another thread, then the time until GET /slots shows
   the slot idle (median, max).
 
-Without `--url` it starts its own llama-server (bench.llama_server: default model, 4 slots).
+Without `--url` it starts its own llama-server (tests.support.llama_server: default model, 4 slots).
 """
 
 from __future__ import annotations
@@ -23,52 +23,8 @@ import time
 import urllib.request
 from dataclasses import replace
 
-from bench.cases import build_cases
 from engine import CompletionRequest, Engine, EngineConfig, SamplingConfig
-from bench.asking import alone, asked
-from lsp_server.settings import Settings
-
-SEEDS = (
-    ("Thanks for sending over the draft", " yest"),
-    ("import", " num"),
-    ("The model's", " behavi"),
-    ("", "Once upon a ti"),
-)
-
-
-def seed_requests(max_tokens: int = 8) -> list[CompletionRequest]:
-    return [CompletionRequest(prompt, required, max_tokens=max_tokens) for prompt, required in SEEDS]
-
-
-def case_requests(n: int, max_tokens: int) -> list[tuple[str, CompletionRequest, str, str]]:
-    """(label, request, typed, word) for `n` mid-word cases, as the language server would ask."""
-    settings = alone(Settings(max_tokens=max_tokens))
-    out = []
-    for i, case in enumerate(build_cases(max(1, n // 4))[:n]):
-        document = case.document()
-        out.append((f"{i}:{case.kind}:{case.word}", asked(document, len(document), settings).request, case.typed, case.word))
-    return out
-
-
-def compare(local: Engine, remote: Engine, requests) -> dict:
-    """Both engines on each (label, request, ...); the differing ones with their stats."""
-    differ, fallbacks, trips = [], 0, []
-    for label, request, *_ in requests:
-        mine = local.complete(request)
-        theirs = remote.complete(request)
-        trips.append(theirs.stats.round_trips)
-        fallbacks += theirs.stats.fallback is not None
-        if mine.text != theirs.text:
-            differ.append({
-                "case": label, "local": mine.text, "remote": theirs.text,
-                "local_cover_decodes": mine.stats.cover_decodes, "remote_round_trips": theirs.stats.round_trips,
-                "remote_fallback": theirs.stats.fallback,
-            })  # fmt: skip
-    n = len(requests)
-    return {
-        "cases": n, "equal": n - len(differ), "share": (n - len(differ)) / max(1, n),
-        "fallbacks": fallbacks, "round_trips_median": statistics.median(trips) if trips else None, "differ": differ,
-    }  # fmt: skip
+from tests.support.equality import case_requests, compare, seed_requests
 
 
 def keystrokes(remote: Engine, requests, words: int) -> dict:
@@ -129,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     server = None
     url = args.url
     if not url:
-        from bench.llama_server import start_llama_server
+        from tests.support.llama_server import start_llama_server
 
         # No prompt cache in RAM: with it the server restores prompts the in-process engine (four
         # documents, no such cache) decodes again, in other ubatches, so numbers differ slightly.

@@ -27,12 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from bench import report
-from bench.cases import KINDS, Case, one_per_file, read_text
-from bench.lsp_client import Editor, insert_text, insert_texts
 from bench.quality import LANGUAGES
 from bench.stats import median, ratio
 from lsp_server.confidence_gate import CURSOR_CLASSES, cursor_class
 from lsp_server.split import is_word_char, split
+from tests.support.cases import KINDS, Case, one_per_file, read_text
+from tests.support.lsp_client import Editor, insert_text, insert_texts
 
 PASSAGE_CHARS = 240  # about three lines of code or two sentences
 CONTEXT_BEFORE = 1_500  # the document starts at a line this far before the passage
@@ -533,12 +533,11 @@ def main(argv: list[str] | None = None) -> int:
     import json
     import sys
 
-    from bench import report
-    from bench.cases import build_cases, check_cases
     from bench.latency import Peer
-    from bench.lsp_client import LspClient
     from bench.machine import CpuWatch, process_cpu_seconds
     from engine.model_files import resolve_model
+    from tests.support.cases import build_cases, check_cases
+    from tests.support.lsp_client import LspClient
 
     parser = argparse.ArgumentParser(prog="python -m bench.replay", description=main.__doc__.split(":")[0])
     parser.add_argument("--per-kind", type=int, default=2, help="passages per kind of text")
@@ -592,7 +591,7 @@ def main(argv: list[str] | None = None) -> int:
         peer = None
     elif args.peer == "infill":
         from bench.infill import SEED_ARGS, InfillPeer
-        from bench.llama_server import LlamaServer
+        from tests.support.llama_server import LlamaServer
 
         llama_server = LlamaServer(slots=1, model=args.model, threads=args.threads, extra_args=SEED_ARGS).start(600)
         peer = InfillPeer(llama_server)
@@ -638,8 +637,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _print(results: dict[str, Any]) -> None:
-    from bench import report
-
     print(report.render(table(results["table"])))
     print(report.render(position_table(results["positions"])))
     print(report.render(cursor_table(results["cursors"])))

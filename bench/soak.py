@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import report
-from bench.lsp_client import Editor, LspClient
 from lsp_server.split import split
+from tests.support.lsp_client import Editor, LspClient
 
 FULL_KEYSTROKES, QUICK_KEYSTROKES = 2000, 300
 MAX_RSS_GROWTH = 0.05

@@ -1,12 +1,12 @@
 """`python -m bench.tail` (part of `python -m bench --only team`): the tail of warm keystrokes, remote
 against in-process through the language server, and behind a proxy that holds each answer.
 
-Issue 22, part 4. The keystrokes are bench.remote's (`keystrokes`: a word typed letter by letter
+Issue 22, part 4. The keystrokes are bench.remote_vs_local's (`keystrokes`: a word typed letter by letter
 into fresh documents of 32 and 214 tokens, then the next word's first letter), sent to an
 in-process language server and to one with `modelServer` = a llama-server (the README's command),
 back to back per keystroke so both see the same machine load. Per keystroke: ms, and from the
 remote engine's stats its HTTP round trips and bytes. Then the same keystrokes to a third
-language server whose `modelServer` is bench.fault_proxy in `delay` mode (each generation answer
+language server whose `modelServer` is tests.support.fault_proxy in `delay` mode (each generation answer
 held `--delay-ms`, 300 by default, as a distant server would be), counting the proxy's TCP
 connections per document. Results: bench/results/tail.json.
 
@@ -25,14 +25,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.fault_proxy import FaultProxy
-from bench.llama_server import start_llama_server
-from bench.lsp_client import Editor, LspClient
 from bench.machine import CpuWatch
-from bench.remote import _next_word_start, _ask, percentile
-from bench.prompts import SIZES, documents
+from bench.remote_vs_local import ask_keystroke, next_word_start, percentile
 from bench.report import Table, num, times
 from bench.stats import median, ratio
+from tests.support.fault_proxy import FaultProxy
+from tests.support.llama_server import start_llama_server
+from tests.support.lsp_client import Editor, LspClient
+from tests.support.prompts import SIZES, documents
 
 RESULTS = Path(__file__).parent / "results" / "tail.json"
 
@@ -49,7 +49,7 @@ def type_documents(editors: dict[str, Editor], docs, proxy: FaultProxy | None) -
     rows = []
     for d, doc in enumerate(docs):
         keys = [(ch, "cold" if k == 0 else "warm") for k, ch in enumerate(doc.word)]
-        if (start := _next_word_start(doc)) is not None:
+        if (start := next_word_start(doc)) is not None:
             keys.append((start, "word start"))
         uri = f"file:///bench/tail/{d}.py"
         before = proxy.connections if proxy is not None else 0
@@ -58,7 +58,7 @@ def type_documents(editors: dict[str, Editor], docs, proxy: FaultProxy | None) -
                 if k == 0:
                     editor.open(uri, doc.base)
                 editor.type(uri, chars)
-                rows.append({"who": who, "doc": d, "tokens": doc.tokens, "kind": kind, "key": k, **_ask(editor, uri)})
+                rows.append({"who": who, "doc": d, "tokens": doc.tokens, "kind": kind, "key": k, **ask_keystroke(editor, uri)})
         if proxy is not None:
             for row in rows:
                 if row["doc"] == d and row["who"] == "proxied":

@@ -33,12 +33,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.llama_server import LlamaServer
-from bench.lsp_client import Editor, LspClient, insert_text
 from bench.machine import CpuWatch, process_cpu_seconds
-from bench.prompts import documents
 from bench.report import Table, num, pct, times
 from bench.stats import median, ratio
+from tests.support.llama_server import LlamaServer
+from tests.support.lsp_client import Editor, LspClient, insert_text
+from tests.support.prompts import documents
 
 HEADER = (  # 150 characters every document of the team starts with
     "# Copyright 2025-26 Example Team. SPDX-License-Identifier: Apache-2.0\n"

@@ -24,9 +24,9 @@ A suggestion is shown up to the last word end at which the confidence is still a
 `minConfidence` (null: the model's own threshold); nothing when its first word is below. It is arithmetic on numbers the engine
 returned with the completion: typing along a suggestion stays free.
 
-The coefficients are fitted per model by `python -m bench.gate fit --model NAME` (a logistic
+The coefficients are fitted per model by `python -m bench.gate_fit fit --model NAME` (a logistic
 regression, numpy only) on the tuning replay's saved records, and checked on a replay of other
-files (see bench.gate). They live in `calibrations.json` beside this module, keyed by the model's
+files (see bench.gate_fit). They live in `calibrations.json` beside this module, keyed by the model's
 identity (its catalogue name, or "sha256:<hex>" of its file), with the model's default threshold;
 a small model's probabilities are miscalibrated each in its own way, so one fit does not carry to
 another (Gemma's coefficients kept 80% of the 0.5B's characters saved for 1.48x the precision).
@@ -77,7 +77,7 @@ class Calibration:
 
 
 TYPED_FLOOR = 20.0
-CALIBRATIONS = Path(__file__).with_name("calibrations.json")  # written by `python -m bench.gate fit`
+CALIBRATIONS = Path(__file__).with_name("calibrations.json")  # reviewed data: `python -m bench.gate_fit fit` prints a candidate
 DEFAULT_MODEL = "gemma-3-270m"  # the model installed with the server (engine.model_files)
 
 

@@ -159,7 +159,7 @@ class ContextChooser:
         keys = chosen.keys
         near = abs(cursor - previous.offset) < stale_chars(window_tokens) if previous is not None else False
         same_budget = previous is not None and previous.budget == budget
-        if same_budget and (keys == previous.keys or near and not substantial(previous.keys, keys)):
+        if previous is not None and same_budget and (keys == previous.keys or near and not substantial(previous.keys, keys)):
             return previous.context
         context = None
         if keys:

@@ -168,7 +168,7 @@ class Document:
     def changed(self, change_range: Range | None, new_text: str, encoding: str) -> Document:
         """This document after one content change (the whole text when `change_range` is None)."""
         if change_range is None:
-            return replace(self, text=new_text, stale=False, lines=None)
+            return replace(self, text=new_text, stale=False, lines=None)  # type: ignore[arg-type]  # None: computed again
         return self.replaced(*self.offsets(change_range, encoding), new_text)
 
     def offsets(self, change_range: Range, encoding: str) -> tuple[int, int]:

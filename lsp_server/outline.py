@@ -134,7 +134,7 @@ def _outline_python(text: str) -> list[tuple[int, str, str, tuple[tuple[int, str
 def _outline_braces(text: str, language: str) -> list[tuple[int, str, str, tuple[tuple[int, str], ...]]]:
     """JavaScript and C: definitions by line, with the enclosing class (JS) or struct/enum (C)."""
     patterns = _JS if language == "javascript" else _C
-    out = []
+    out: list[tuple[int, str, str, tuple[tuple[int, str], ...]]] = []
     blocks: list[tuple[int, tuple[int, str] | None, str | None]] = []  # (depth it opened at, its line if kind, kind)
     depth = 0
     in_comment = False

@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from urllib.parse import unquote
 
 from engine import Completion, CompletionRequest, RepoContext
-from lsp_server import block as blocks, confidence_gate as gates, rejudge
+from lsp_server import block as blocks
+from lsp_server import confidence_gate as gates
+from lsp_server import rejudge
 from lsp_server.block import Block
 from lsp_server.carry import Carry, Computed
 from lsp_server.context import ContextChooser

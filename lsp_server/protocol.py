@@ -114,7 +114,7 @@ class CpcProtocol(LanguageServerProtocol):
         try:
             if "error" in data:
                 return self._converter.structure(data, ResponseErrorMessage)
-            kind = self._result_types.pop(data.get("id"), None) or JsonRPCResponseMessage
+            kind = self._result_types.pop(data.get("id", ""), None) or JsonRPCResponseMessage
             return self._converter.structure(data, kind)
         except Exception as exc:
             logger.warning("ignoring a response that could not be read: %s", frames(exc))

@@ -38,7 +38,15 @@ from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 
-from engine import BudgetError, Completion, CompletionRequest, EngineConfig, ModelLoadError, ModelServerError, Prefetched
+from engine import (
+    BudgetError,
+    Completion,
+    CompletionRequest,
+    EngineConfig,
+    ModelLoadError,
+    ModelServerError,
+    Prefetched,
+)
 from lsp_server.loading import EngineLike, Event, LoadResult, ServerHealth
 from lsp_server.logs import frames
 from lsp_server.routing import load_engine

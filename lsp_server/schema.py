@@ -122,7 +122,7 @@ class OptionalNumber(Number):
 
     unset: str = "the default"  # what null means, for the README
 
-    def check(self, value: Any) -> float | None:
+    def check(self, value: Any) -> float | None:  # type: ignore[override]  # null is the one value it adds
         return None if value is None else super().check(value)
 
     def json_schema(self) -> dict[str, Any]:

@@ -75,6 +75,7 @@ class CpcServer(LanguageServer):
         self._tasks: set[asyncio.Future] = set()
         self._budget_warned: Settings | None = None  # the settings a budget problem was shown for
         self.log_guard = TextGuard(self.settings.log_document_text)  # on pygls's loggers while serving
+        assert isinstance(self.protocol, CpcProtocol)  # protocol_cls above
         self.protocol.on_unreadable = self.unreadable_notification
 
     # --- running: the read loops are in `protocol`, with the other pygls overrides -------------

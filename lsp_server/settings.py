@@ -315,7 +315,7 @@ def from_command_line(values: Mapping[str, Any]) -> tuple[Settings, list[str]]:
         except Invalid as exc:
             problems.append(f"{spec.option}: {exc}")
     settings = replace(Settings(), **changes)
-    if not problems and (problem := _budget_problem(settings)) is not None:
+    if not problems and _budget_problem(settings) is not None:
         problems.append(f"--max-tokens must be at most half of --context-tokens ({settings.context_tokens})")
     return settings, problems
 

@@ -121,7 +121,7 @@ def suggestion_for(
             min_confidence, offset + len(added), calibration, at_line_start(split),
         )  # fmt: skip
         kept = max(0, keep - offset)
-    if multi:
+    if multi and block is not None:
         added = blocks.shape(added, block, kept)
     elif kept is not None:
         added = added[:kept]
@@ -144,7 +144,7 @@ def suggestions_for(
     `suggestion_for` makes one (an alternative on one line). The confidence gate judges the first
     item, the one shown unasked: when it hides that, nothing is shown; the alternatives, seen only
     when the user cycles to them, are not gated (they are less probable by nature)."""
-    gate = {"naive": naive, "calibration": calibration}
+    gate: dict = {"naive": naive, "calibration": calibration}
     found = [suggestion_for(split, completion, block=block, min_confidence=min_confidence, **gate)]
     if found[0] is None:
         return []

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs Debian's nginx (the load balancer in front of two llama-servers) when it is missing and
 # prints its path. The multi-server tests and bench start their own nginx on 127.0.0.1 with a
-# config they write (bench/balancer.py: `hash $http_x_cpc_document consistent`); the package's own
+# config they write (tests/support/balancer.py: `hash $http_x_cpc_document consistent`); the package's own
 # service is kept from starting during the install (policy-rc.d), so nothing listens on port 80.
 set -euo pipefail
 

@@ -6,10 +6,10 @@
 - `model_server`: `python -m lsp_server` as a subprocess with the real model, one per test module
   (a module may set `SERVER_SETTINGS` and `SERVER_LOG_LEVEL`). Tests that use it are marked
   `model` automatically; tests that load the model another way carry the mark themselves.
-- `llama_server`: a real llama-server (bench.llama_server) with the default model and 4 slots on
+- `llama_server`: a real llama-server (tests.support.llama_server) with the default model and 4 slots on
   127.0.0.1, one per test module; `start_llama_server(...)` starts others (another model, a key).
 
-Both are driven by the one raw JSON-RPC client, `bench.lsp_client.LspClient` (also the
+Both are driven by the one raw JSON-RPC client, `tests.support.lsp_client.LspClient` (also the
 benchmarks'), with `Editor` for document bookkeeping.
 
 Registered as a plugin in `tests/conftest.py`, so the fixtures need no import.
@@ -26,8 +26,8 @@ from typing import Any
 
 import pytest
 
-from bench.llama_server import LlamaServer, start_llama_server  # noqa: F401  (re-exported)
-from bench.lsp_client import Editor, LspClient, Reply, end_position, frame  # noqa: F401  (re-exported)
+from tests.support.llama_server import LlamaServer, start_llama_server  # noqa: F401  (re-exported)
+from tests.support.lsp_client import Editor, LspClient, Reply, end_position, frame  # noqa: F401  (re-exported)
 from engine import (
     Alternative, Completion, CompletionRequest, DecodeStats, EngineConfig, ModelLoadError, Prefetched, Signals, WordEnd,
 )
@@ -198,13 +198,13 @@ def fake_module_server() -> Iterator[InProcessServer]:
     server.close()
 
 
-# --- tiny generated GGUF models (tests/engine/tiny_gguf.py) --------------------------------------
+# --- tiny generated GGUF models (tests/support/tiny_gguf.py) --------------------------------------
 
 
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The two tiny models, written once per session: "fim" (with FIM tokens) and "plain"."""
-    from tests.engine.tiny_gguf import write_model
+    from tests.support.tiny_gguf import write_model
 
     folder = tmp_path_factory.mktemp("tiny-gguf")
     return {"fim": write_model(folder / "fim.gguf", True), "plain": write_model(folder / "plain.gguf", False)}

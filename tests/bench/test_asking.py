@@ -1,4 +1,4 @@
-"""The benchmarks ask through the language server's pipeline (bench.asking) and, with the stages
+"""The benchmarks ask through the language server's pipeline (tests.support.asking) and, with the stages
 they leave out turned off, send the engine the request they sent when they built it from the
 split themselves, and show the same suggestion: their results stay comparable."""
 
@@ -8,12 +8,12 @@ from dataclasses import replace
 
 import pytest
 
-from bench.asking import alone, asked, one_line, shown
-from bench.cases import build_cases
 from engine import Completion, CompletionRequest, DecodeStats
 from lsp_server.settings import Settings
 from lsp_server.split import split
 from lsp_server.suggestion import request_for, suggestion_for
+from tests.support.asking import alone, asked, one_line, shown
+from tests.support.cases import build_cases
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.cases import CONTEXT_CHARS, KINDS, MIN_BYTES, Case, build_cases, fingerprint, read_text, words
 from lsp_server.split import is_word_char, split
+from tests.support.cases import CONTEXT_CHARS, KINDS, MIN_BYTES, Case, build_cases, fingerprint, read_text, words
 
 PER_KIND = 50
 

@@ -4,7 +4,18 @@ import math
 
 import numpy as np
 
-from bench.gate import FEATURES, PRECISION_TARGET, SAVED_TARGET, calibration_of, choose, fit_logistic, points, simulate, weights_of, word_done
+from bench.gate_fit import (
+    FEATURES,
+    PRECISION_TARGET,
+    SAVED_TARGET,
+    calibration_of,
+    choose,
+    fit_logistic,
+    points,
+    simulate,
+    weights_of,
+    word_done,
+)
 from lsp_server.confidence_gate import CURSOR_CLASSES
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.lexicon import Scored, pick, summarize, sweep
+from bench.lexicon_prior import Scored, pick, summarize, sweep
 
 
 def scored(base="values", base_score=-2.0, in_doc=False, word="value", candidates=(("valuable", -3.0, 2), ("value", -1.0, 5))):

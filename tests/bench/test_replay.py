@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.cases import build_cases, check_cases
 from bench.replay import accepts, next_word, passages, summarize, used_files
+from tests.support.cases import build_cases, check_cases
 
 
 def test_one_accept_takes_the_suggestion_up_to_the_end_of_its_first_word():

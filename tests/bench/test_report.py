@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from bench import report
-from bench.cases import Case
 from bench.quality import Outcome, _outcome, first_word, summarize
+from tests.support.cases import Case
 
 
 def _case(kind: str, word: str = "yesterday", typed: int = 4) -> Case:

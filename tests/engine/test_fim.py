@@ -9,7 +9,7 @@ import pytest
 from engine import CompletionRequest, Engine
 from engine.llama_backend import LlamaContext
 from engine.prompt import PSM, SPM, FimTokens, fim_prompt
-from tests.engine.tiny_gguf import load
+from tests.support.tiny_gguf import load
 
 PREFIX = "def value(self):\n    return the"
 SUFFIX = "\n    print(x)\nif x"

@@ -140,9 +140,10 @@ def test_work_survives_every_cancel_of_a_long_prompt():
     backend = RecordingBackend()
     kv = KvCache(backend)
     prompt = tuple(range(1, 41))
-    cancelled_after_one_chunk = lambda tokens, start, _, outputs=1, seq=0: RecordingBackend.decode(
-        backend, tokens, start, lambda: True, outputs, seq
-    )
+
+    def cancelled_after_one_chunk(tokens, start, _, outputs=1, seq=0):
+        return RecordingBackend.decode(backend, tokens, start, lambda: True, outputs, seq)
+
     backend.decode = cancelled_after_one_chunk
     for _ in range(9):
         with pytest.raises(Cancelled):

@@ -12,7 +12,7 @@ from engine import CompletionRequest, Engine
 from engine.lexicon import WordScorer, first_word, word_end_tokens
 from engine.sampler import log_sum_exp
 from engine.sequence import PathRows
-from tests.engine.tiny_gguf import load
+from tests.support.tiny_gguf import load
 
 PROMPT = "def value(self):\n    return the"
 

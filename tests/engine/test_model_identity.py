@@ -10,7 +10,7 @@ import pytest
 from engine import Engine, EngineConfig
 from engine.model_files import default_model_path
 from engine.remote_load import server_model_id
-from tests.engine.tiny_gguf import load
+from tests.support.tiny_gguf import load
 
 
 def test_a_model_outside_the_catalogue_is_named_by_its_hash(tiny_models):

@@ -255,11 +255,11 @@ def test_behind_a_balancer_each_server_gets_its_own_rows_and_a_moved_document_go
 
 
 def test_behind_debian_s_nginx_documents_stick_and_follow_a_failover(two, monkeypatch):
-    """The balancer configuration docs/shared-server.md gives (bench/balancer.py), for real, in
+    """The balancer configuration docs/shared-server.md gives (tests/support/balancer.py), for real, in
     front of two fakes: the hash keeps each key on one server, X-Cpc-Upstream names it, and a
     server that stops listening sends its keys on, which the engine follows with that server's
     own rows."""
-    from bench.balancer import Balancer, install_nginx
+    from tests.support.balancer import Balancer, install_nginx
     from engine.multi import BalancedSet
 
     install_nginx()  # the project's script (make install-test runs it); a failed install fails the test

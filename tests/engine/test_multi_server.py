@@ -1,5 +1,5 @@
-"""More than one model server, for real: two llama-servers (bench.llama_server, the default
-model) as a list in `modelServer` and behind Debian's nginx (bench.balancer, installed by
+"""More than one model server, for real: two llama-servers (tests.support.llama_server, the default
+model) as a list in `modelServer` and behind Debian's nginx (tests.support.balancer, installed by
 scripts/load-balancer.sh from `make install-test`). Documents spread over both; each suggestion
 is the one server's alone would be; a killed server's documents go to the other with nothing of
 it carried over and come back when it returns; a server running another model is refused, in
@@ -36,7 +36,7 @@ CASES = [  # (document, prompt, required): the seeds' sentences, each its own do
 
 
 def _nginx():
-    from bench.balancer import install_nginx
+    from tests.support.balancer import install_nginx
 
     install_nginx()  # the project's script (make install-test runs it); a failed install fails the test
 
@@ -124,7 +124,7 @@ def test_a_list_with_a_server_running_another_model_is_refused(servers, tiny_mod
 
 def test_behind_nginx_documents_stick_to_one_server_and_a_move_is_checked_and_forgotten(servers, alone):
     _nginx()
-    from bench.balancer import Balancer
+    from tests.support.balancer import Balancer
 
     with Balancer([f"127.0.0.1:{s.port}" for s in servers], fail_timeout_s=2) as balancer:
         engine = Engine.load(EngineConfig(model_server=balancer.url, model_server_timeout_s=SLOW))
@@ -171,7 +171,7 @@ def test_behind_nginx_documents_stick_to_one_server_and_a_move_is_checked_and_fo
 
 def test_behind_nginx_a_server_running_another_model_is_refused_when_a_document_reaches_it(servers, tiny_models):
     _nginx()
-    from bench.balancer import Balancer
+    from tests.support.balancer import Balancer
     from tests.fixtures import start_llama_server
 
     other = start_llama_server(slots=1, model=tiny_models["plain"])

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from engine import CompletionRequest
-from tests.engine.tiny_gguf import load, write_model
+from tests.support.tiny_gguf import load, write_model
 
 PROMPT = "def value(self):\n    return the"
 

@@ -98,7 +98,7 @@ def test_a_cancel_closes_the_stream_and_the_server_stops_decoding(remote, llama_
 def test_equal_to_in_process_on_mid_word_cases(remote, model_engine):
     """A slice of the 200-case set of bench.remote_engine (the whole set is the benchmark's: 200 of
     200 equal), back to back from a cold start: the whole suggestions are the same."""
-    from bench.remote_engine import case_requests, compare
+    from tests.support.equality import case_requests, compare
 
     remote.kv.forget()
     model_engine.kv.forget()
@@ -112,7 +112,7 @@ def test_a_word_after_a_deep_indent_takes_two_round_trips_and_is_the_in_process_
     Each one is the batch of rows (with the rows of the descent it would make when the budget runs
     out: engine.remote_batch `continuation`) and the suggestion's stream, and its suggestion is the
     in-process one. Asked one after another, as typed (the rows of one keystroke serve the next)."""
-    from bench.prompts import SIZES, documents
+    from tests.support.prompts import SIZES, documents
 
     doc = documents(model_engine.count_tokens, SIZES[1], 1, min_word=7, first_line=60 + SIZES[1] // 3)[0]
     indent = doc.base[len(doc.base.rstrip(" ")) :]

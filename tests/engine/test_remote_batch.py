@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from bench.fault_proxy import FaultProxy
+from tests.support.fault_proxy import FaultProxy
 from engine.covering import CoveringSearch
 from engine.http_client import ModelServerClient
 from engine.remote import RemoteRows

@@ -30,6 +30,7 @@ class FakeServer(LoopbackHttpServer):
     def __init__(self, reply, delay_s: float = 0.0, hold_s: float = 0.05) -> None:
         self.reply, self.delay_s, self.hold_s = reply, delay_s, hold_s
         self.requests: list[bytes] = []
+        self.finished = threading.Event()  # a connection was answered and held to its end
         super().__init__(backlog=8)
 
     def handle(self, conn: socket.socket, head: bytes, body: bytes) -> None:
@@ -43,6 +44,7 @@ class FakeServer(LoopbackHttpServer):
             time.sleep(self.hold_s)
         except OSError:
             pass
+        self.finished.set()
 
 
 def http(status: int, body: bytes, content_type: str = "application/json") -> bytes:
@@ -113,11 +115,12 @@ def test_garbage_in_a_stream_is_a_protocol_error(serve):
 
 
 def test_a_slow_server_times_out_within_the_budget(serve):
-    server = serve(lambda _: http(200, b"{}"), delay_s=3.0)
+    """The server answers only after 30 s: a client that kept to its 0.3 s budget gave up first
+    (one that waited gets the answer, and no error)."""
+    server = serve(lambda _: http(200, b"{}"), delay_s=30.0, hold_s=0.0)
     client = ModelServerClient(server.url, None, 0.3)
-    started = time.monotonic()
     error = kind_of(lambda: client.get_json("/health"))
-    assert error.kind == "timeout" and time.monotonic() - started < 2.0
+    assert error.kind == "timeout" and not server.finished.is_set()
     assert "modelServerTimeoutMs" in str(error)
 
 
@@ -200,21 +203,23 @@ def test_nothing_listening_is_unreachable_and_then_fails_fast_until_the_back_off
 
 
 def test_a_cancel_closes_the_stream_at_once(serve):
-    server = serve(lambda _: sse([b'data: {"content": "a"}\n\n'], end=False), hold_s=3.0)
+    """The server holds the stream open for 30 s after its first event (within the client's 60 s
+    budget): the cancel, not the stream's end, is what ends the wait."""
+    server = serve(lambda _: sse([b'data: {"content": "a"}\n\n'], end=False), hold_s=30.0)
     cancel = threading.Event()
-    stream = ModelServerClient(server.url, None, 5.0).stream("/completion", {"prompt": [1]}, cancel=cancel.is_set)
+    stream = ModelServerClient(server.url, None, 60.0).stream("/completion", {"prompt": [1]}, cancel=cancel.is_set)
     assert stream.next_event() == {"content": "a"}
     threading.Timer(0.1, cancel.set).start()
-    started = time.monotonic()
     with pytest.raises(StreamCancelled):
         stream.next_event()
-    assert stream.closed and time.monotonic() - started < 1.0
+    assert stream.closed and not server.finished.is_set()
 
 
 @pytest.mark.parametrize("url,kind", [("ftp://x", "url"), ("http://", "url"), ("https://", "url"), ("http://h:99999", "url")])
 def test_bad_urls_are_refused_with_a_message(url, kind):
     error = kind_of(lambda: parse_url(url))
-    assert error.kind == kind and "modelServer" in str(error) or "proxy" in str(error)
+    assert error.kind == kind, error
+    assert "Set `modelServer` to a URL" in str(error)
 
 
 def test_traffic_is_counted(serve):

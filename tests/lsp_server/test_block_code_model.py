@@ -15,7 +15,7 @@ import re
 
 import pytest
 
-from bench.lsp_client import Editor
+from tests.support.lsp_client import Editor
 from lsp_server.block import opens_block
 
 pytestmark = pytest.mark.model

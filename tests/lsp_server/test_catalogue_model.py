@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.lsp_client import Editor, LspClient
+from tests.support.lsp_client import Editor, LspClient
 from engine.catalogue import QWEN_CODER_05B
 from engine.model_files import CACHE_ENV
 from tests.fixtures import FAST

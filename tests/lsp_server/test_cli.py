@@ -85,7 +85,7 @@ def cli_items(text: str, suffix: str, language: str) -> list[str]:
 def test_complete_shows_what_the_server_shows(model_server):
     """`complete` and the editor go through one pipeline (lsp_server.pipeline): the same items,
     in the same order, for the same text (the server with the CLI's `--max-tokens 4 --threads 1`)."""
-    from bench.lsp_client import Editor, insert_texts
+    from tests.support.lsp_client import Editor, insert_texts
 
     editor = Editor(model_server)
     compared = []

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.lsp_client import Editor, LspClient
+from tests.support.lsp_client import Editor, LspClient
 from tests.fixtures import FAST
 
 pytestmark = pytest.mark.model

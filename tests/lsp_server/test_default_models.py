@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from bench.lsp_client import Editor, LspClient
+from tests.support.lsp_client import Editor, LspClient
 from lsp_server.routing import CODE_MODEL, PROSE_MODEL
 from tests.fixtures import DRAFT, FAST
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.lsp_client import Editor, LspClient, insert_text
+from tests.support.lsp_client import Editor, LspClient, insert_text
 
 MODEL = "qwen2.5-coder-0.5b"
 SERVER_SETTINGS = {"model": MODEL, "threads": 1, "maxTokens": 12, "minConfidence": 0, "multiLine": "off"}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.lsp_client import Editor
+from tests.support.lsp_client import Editor
 from engine import Signals, WordEnd
 from engine.types import NO_RIVAL
 from engine.model_files import default_model_path

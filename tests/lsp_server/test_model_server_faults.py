@@ -4,12 +4,11 @@ Each probe: the request is answered (no suggestion) within the time budget plus 
 fails the test), the status bar says the cause (not "loading"), a message is shown once, and the
 server recovers when the fault goes. One llama-server (4 slots, default model) serves the module;
 the tests that need another (an API key, another model) start a one-slot one. Garbage, truncated
-and slow answers come from bench/fault_proxy.py in front of the real server.
+and slow answers come from tests/support/fault_proxy.py in front of the real server.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 
@@ -17,7 +16,7 @@ import pytest
 
 from lsp_server.scheduler import RETRY_MAX_S
 from lsp_server.settings import API_KEY_ENV
-from bench.fault_proxy import FaultProxy
+from tests.support.fault_proxy import FaultProxy
 from tests.fixtures import DRAFT, Editor, LlamaServer, LspClient, start_llama_server
 
 pytestmark = pytest.mark.model

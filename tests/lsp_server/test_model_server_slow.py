@@ -1,7 +1,7 @@
 """A model server slower than the budget, through the real language server against a real
 llama-server: the budget bounds one keystroke's wait, not the server.
 
-The slowness is real where it matters: bench/fault_proxy.py's "cold" mode holds back every prompt
+The slowness is real where it matters: tests/support/fault_proxy.py's "cold" mode holds back every prompt
 it has not forwarded before for several budgets (what a cold prompt costs a slow machine) and
 drops it if the client hangs up meanwhile, as a cancelled decode loses its work; warm prompts
 pass at once. The proxy counts connections and requests, so the claims below are counts.
@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from bench.fault_proxy import FaultProxy
+from tests.support.fault_proxy import FaultProxy
 from tests.fixtures import Editor, LspClient
 
 pytestmark = pytest.mark.model

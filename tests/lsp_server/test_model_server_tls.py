@@ -1,6 +1,6 @@
 """https:// to a model server, against a real TLS proxy (Debian's stunnel, scripts/tls-proxy.sh) in
 front of a real llama-server on 127.0.0.1, with a CA and certificates made by the test
-(bench/tls_proxy.py). A certificate from our CA passes with `modelServerCaFile`; one the checks
+(tests/support/tls_proxy.py). A certificate from our CA passes with `modelServerCaFile`; one the checks
 refuse (no CA given, expired, another host) is refused at first contact with the reason named.
 Closing a superseded stream over TLS still stops the server decoding (GET /slots).
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.tls_proxy import Authority, TlsProxy
+from tests.support.tls_proxy import Authority, TlsProxy
 from engine.http_client import ModelServerClient
 from tests.fixtures import DRAFT, Editor, LspClient
 

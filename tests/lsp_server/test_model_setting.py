@@ -36,7 +36,7 @@ def test_the_error_for_a_wrong_kind_of_value_names_the_catalogue():
 
 def test_the_stats_say_which_model_answered(fake_server):
     fake_server.client.initialize({"cpcLsp": {"model": "qwen2.5-coder-1.5b"}}, wait_loaded=True, timeout=30)
-    from bench.lsp_client import Editor
+    from tests.support.lsp_client import Editor
 
     editor = Editor(fake_server.client)
     editor.open(DOC, "Thanks for sending over the draft yest")

@@ -201,7 +201,7 @@ def test_the_server_sends_the_chosen_chunks_with_each_request_and_none_when_off(
     """Through the real server (fake engine): the sibling's chunk rides on the request, the same
     value on a keystroke inside the line, capped at half the context and at half the file's own
     tokens; the setting turns it off."""
-    from bench.lsp_client import Editor
+    from tests.support.lsp_client import Editor
     from tests.fixtures import InProcessServer
 
     server = InProcessServer()

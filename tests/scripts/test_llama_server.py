@@ -1,5 +1,5 @@
 """The real llama-server the remote tests run against: scripts/llama-server.sh builds it from the
-pinned sdist's llama.cpp, and bench.llama_server starts it on 127.0.0.1 with the default model,
+pinned sdist's llama.cpp, and tests.support.llama_server starts it on 127.0.0.1 with the default model,
 stops, kills and restarts it, and never leaves a process behind."""
 
 import os
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from bench.llama_server import BUILD_SCRIPT, llama_server_binary, start_llama_server
+from tests.support.llama_server import BUILD_SCRIPT, llama_server_binary, start_llama_server
 
 pytestmark = pytest.mark.model
 

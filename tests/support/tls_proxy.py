@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from bench.llama_server import ROOT, _die_with_parent, free_port
+from tests.support.llama_server import ROOT, die_with_parent, free_port
 
 SCRIPT = ROOT / "scripts" / "tls-proxy.sh"
 
@@ -116,7 +116,7 @@ class TlsProxy:
         self._log = open(self.log_path, "wb")
         self.process = subprocess.Popen(
             [stunnel_binary(), str(conf)], stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            preexec_fn=die_with_parent if sys.platform == "linux" else None,
         )  # fmt: skip
         deadline = time.monotonic() + 20
         while True:

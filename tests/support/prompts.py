@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.cases import words
+from tests.support.cases import words
 
 SIZES = (32, 214, 838)
 SOURCE = Path(sysconfig.get_paths()["stdlib"]) / "argparse.py"

@@ -17,7 +17,7 @@ against a healthy server; with a fresh connection per request, 0 in 442. The edi
 to nginx, the one across the network, stays kept alive.
 
 The binary comes from scripts/load-balancer.sh (Debian's nginx-light; `make install-test` runs
-it). The child gets SIGKILL when this process dies, as bench.llama_server's do.
+it). The child gets SIGKILL when this process dies, as tests.support.llama_server's do.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.llama_server import _die_with_parent, free_port
+from tests.support.llama_server import die_with_parent, free_port
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 INSTALL_SCRIPT = ROOT / "scripts" / "load-balancer.sh"
 
 CONFIG = """\
@@ -112,7 +112,7 @@ class Balancer:
         command = [str(self.binary), "-p", str(self.dir), "-c", str(self.dir / "nginx.conf"), "-g", "daemon off;"]
         self.process = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=open(self.dir / "stderr.log", "wb"),
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            preexec_fn=die_with_parent if sys.platform == "linux" else None,
         )  # fmt: skip
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -1,4 +1,4 @@
-"""The confidence gate, tuned and checked on saved replays: `python -m bench.gate record|fit|render`.
+"""The confidence gate, tuned and checked on saved replays: `python -m bench.gate_fit record|fit|render`.
 
 record: two sets of passages (bench.replay's kind of passage), *tune* and *check*, from different
 files (neither used by the quality sets). Each passage is typed one character per keystroke through
@@ -14,18 +14,22 @@ else types one character (bench.replay's rule), and the gate is the server's own
 compared without a new model run.
 
 Each model has its own records and calibration (`--model NAME_OR_PATH`; the default model's records
-keep their old names): `fit` writes the calibration and the model's default threshold into
-lsp_server/calibrations.json under the model's identity (a catalogue name or "sha256:<hex>").
+keep their old names): `fit` writes a *candidate*, the calibration and the model's default
+threshold under the model's identity (a catalogue name or "sha256:<hex>"), to
+bench/results/calibration-{model}.json and prints it. The server ships what a person reviewed and
+copied into lsp_server/calibrations.json; this tool never writes there.
 
-fit: the logistic calibration of lsp_server.gate on the tune set's records only (every word end
+fit: the logistic calibration of lsp_server.confidence_gate on the tune set's records only (every word end
 of every suggestion shown, labelled right when the passage goes on exactly so and a word ends
 there); then the sweep of thresholds on both sets, the default chosen on both (see `choose`; the
 coefficients see tune only, and the live typing replay, other passages again, verifies), the
 tables per language and per cursor class (gate off, at the default, the peer) and the plot.
-check: the same with what lsp_server ships for the model (lsp_server.gate.gate_for).
+check: the same with what lsp_server ships for the model (lsp_server.confidence_gate.gate_for), or with a
+candidate (`--calibration FILE`).
 render: the tables and the plot again from the saved results; docs/gate.md sums up every model.
 hidden: the typing replay (bench.replay) before and after hidden suggestions were carried.
-refit: record, fit and check in one go (what to run again when the server's suggestions change).
+refit: record, fit and check the candidate in one go (what to run again when the server's
+suggestions change).
 """
 
 from __future__ import annotations
@@ -47,8 +51,19 @@ from engine import Alternative, Completion, DecodeStats, Signals, WordEnd
 from engine.types import NO_RIVAL
 from lsp_server import block as blocks
 from lsp_server.confidence_gate import (
-    CALIBRATION, CALIBRATIONS, CURSOR_CLASSES, TYPED_FLOOR, Calibration, at_line_start, calibrations, cursor_class, gate_for,
-    min_step_at, piece_length, weakest_steps,
+    CALIBRATION,
+    CALIBRATIONS,
+    CURSOR_CLASSES,
+    TYPED_FLOOR,
+    Calibration,
+    ModelGate,
+    at_line_start,
+    calibrations,
+    cursor_class,
+    gate_for,
+    min_step_at,
+    piece_length,
+    weakest_steps,
 )
 from lsp_server.rejudge import along
 from lsp_server.split import is_word_char, split
@@ -96,7 +111,7 @@ def record_server(editor, passage: Passage, uri: str, in_place: bool, say=None) 
             shown = items[0]["insertText"] if items else None
             stats = editor.client.call("cpcLsp/stats") or {}
             # a carried answer (no engine call) leaves the stats of the last engine call: `carried`
-            # and `judgedAgain` say so (bench.gate.points judges those positions again); the other
+            # and `judgedAgain` say so (bench.gate_fit.points judges those positions again); the other
             # items are the engine's alternatives, whose signals the stats list
             out.append({"shown": shown, "items": [item["insertText"] for item in items[1:]],
                         "signals": stats.get("signals"), "alternatives": stats.get("alternatives"),
@@ -164,12 +179,12 @@ def paths_for(args) -> tuple[str, str, Path, Path]:
 
 
 def record(args) -> int:
-    from bench.cases import build_cases, check_cases
     from bench.latency import Peer
-    from bench.lsp_client import LspClient
     from bench.machine import CpuWatch, process_cpu_seconds
     from bench.replay import ready_editor, used_files
     from engine.model_files import resolve_model
+    from tests.support.cases import build_cases, check_cases
+    from tests.support.lsp_client import LspClient
 
     def say(message: str) -> None:
         print(f"[gate] {message}", file=sys.stderr, flush=True)
@@ -520,7 +535,7 @@ def tables(data: dict[str, Any], reps, threshold: float, calibration: Calibratio
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.gate", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.gate_fit", description=__doc__.split("\n\n")[0])
     parser.add_argument("what", choices=("record", "fit", "check", "render", "hidden", "refit"))
     parser.add_argument("--before", type=Path, help="hidden: the replay results (bench.replay --out) of the code before")
     parser.add_argument("--after", type=Path, help="hidden: ... and after")
@@ -538,10 +553,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-id", default=None, help="the identity to store the calibration under (default: from --model)")
     parser.add_argument("--records", default=None, help="record files ({set} is the set's name; default: per model)")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--calibration", type=Path, default=None, help="check: a candidate `fit` wrote, not the shipped one")
     args = parser.parse_args(argv)
-    if args.what == "refit":  # the whole sequence: record, fit (writes lsp_server/calibrations.json), check
+    if args.what == "refit":  # the whole sequence: record, fit (a candidate), check that candidate
         for step in ("record", "fit", "check"):
             args.what = step
+            if step == "check":
+                args.calibration = candidate_path(paths_for(args)[0])
             if (record(args) if step == "record" else fit_and_check(args)) != 0:
                 return 1
         return 0
@@ -558,9 +576,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def fit_and_check(args) -> int:
-    """Fit on tune and choose the default there (`fit`, which writes both into
-    lsp_server/calibrations.json under the model's identity), or take what lsp_server ships for
-    the model (`check`); then both sets."""
+    """Fit on tune and choose the default there (`fit`, which writes both as a candidate for
+    review), or take what lsp_server ships for the model or a candidate (`check`); then both sets."""
     ident, records, out, plot = paths_for(args)
     data = {"sets": {name: json.loads(Path(records.format(set=name)).read_text()) for name in SETS}}
     reps = {name: replays(d) for name, d in data["sets"].items()}
@@ -568,14 +585,14 @@ def fit_and_check(args) -> int:
         calibration, quality = fit(reps["tune"])
         calibration = rounded(calibration)  # what lsp_server ships is what is measured
     else:
-        shipped = gate_for(ident)
+        shipped = gate_for(ident) if args.calibration is None else read_candidate(args.calibration, ident)
         if not shipped.fitted:
             print(f"[gate] no calibration for {ident}: checking the unfitted default", file=sys.stderr)
         calibration = shipped.calibration
         x, y = samples(reps["tune"], calibration.margin_cap)
         quality = {"samples": int(len(y)), "right": int(y.sum()), "log_loss": log_loss(x, y, weights_of(calibration))}
     curves = {name: sweep(r, calibration) for name, r in reps.items()}
-    default = choose(*curves.values()) if args.what == "fit" else gate_for(ident).threshold
+    default = choose(*curves.values()) if args.what == "fit" else shipped.threshold
     if default not in THRESHOLDS:
         curves = {name: sorted(c + [{"threshold": default, **overall(simulate(reps[name], default, calibration))}],
                                key=lambda r: r["threshold"]) for name, c in curves.items()}  # fmt: skip
@@ -598,7 +615,7 @@ def fit_and_check(args) -> int:
     results["targets"] = targets(results)
     out.write_text(json.dumps(results, indent=1) + "\n")
     if args.what == "fit":
-        store(ident, calibration, default, results)
+        write_candidate(ident, calibration, default, results)
     return render(results, plot)
 
 
@@ -610,19 +627,35 @@ def rounded(c: Calibration) -> Calibration:
     )  # fmt: skip
 
 
-def store(ident: str, calibration: Calibration, default: float, results: dict[str, Any]) -> None:
-    """Write the model's calibration and default threshold into lsp_server/calibrations.json."""
-    data = json.loads(CALIBRATIONS.read_text(encoding="utf-8"))
+def candidate_path(ident: str) -> Path:
+    return RESULTS / f"calibration-{ident.replace(':', '-')}.json"
+
+
+def write_candidate(ident: str, calibration: Calibration, default: float, results: dict[str, Any]) -> Path:
+    """The model's calibration and default threshold as lsp_server/calibrations.json holds them
+    (`{"models": {ident: entry}}`), written beside the results and printed, for a person to review
+    and copy into lsp_server/calibrations.json (tests/lsp_server/test_calibrations.py checks it)."""
     t = results["targets"]
-    data["models"][ident] = {
+    entry = {
         "calibration": {**calibration.__dict__, "intercepts": list(calibration.intercepts)},
         "min_confidence": default,
         "fitted_on": {name: {"passages": r["passages"], "chars": r["chars"]} for name, r in results["records"].items()},
         "check": {"saved_ratio": round(t["check"]["saved_ratio"], 3), "precision_ratio": round(t["check"]["precision_ratio"], 3)},
     }
-    CALIBRATIONS.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-    calibrations.cache_clear()
-    print(f"[gate] {ident}: calibration and minConfidence {default:g} written to {CALIBRATIONS}", file=sys.stderr)
+    path = candidate_path(ident)
+    text = json.dumps({"models": {ident: entry}}, indent=1) + "\n"
+    path.write_text(text, encoding="utf-8")
+    print(text, end="")
+    print(f"[gate] {ident}: the candidate above is in {path}; review it (the check ratios against the targets, the "
+          f"tables), then copy its entry under \"models\" in {CALIBRATIONS}", file=sys.stderr)  # fmt: skip
+    return path
+
+
+def read_candidate(path: Path, ident: str) -> ModelGate:
+    """The gate a candidate file (`write_candidate`) gives the model `ident`."""
+    entry = json.loads(path.read_text(encoding="utf-8"))["models"][ident]
+    raw = entry["calibration"]
+    return ModelGate(ident, Calibration(**{**raw, "intercepts": tuple(raw["intercepts"])}), float(entry["min_confidence"]))
 
 
 HIDDEN = RESULTS / "gate_hidden_replay.json"
@@ -739,7 +772,7 @@ server keeps the whole completion and its signals; a keystroke that types along 
 from what was computed (lsp_server.rejudge: the rest's confidence given what is now typed), with no
 engine call. Measured with `python -m bench.replay --model PATH --per-kind 1 --chars 120 --kinds
 python,javascript,prose --places "in place" --gate off,0.625 --no-peer` (bounded: a busy shared
-2-core machine), the code before (main) and after, run at the same time, then `python -m bench.gate
+2-core machine), the code before (main) and after, run at the same time, then `python -m bench.gate_fit
 hidden --before A --after B`. The same threshold and calibration on both sides (Gemma's at 0.625,
 what the 0.5B got before this change), so only the carrying differs; the third run (the same python and javascript passages)
 is meant as the 0.5B at its own calibrated default, but its "gate default" variant in fact ran with
@@ -751,11 +784,12 @@ within a version."""
 
 GATE_DOC = """# The confidence gate, per model
 
-Written by `python -m bench.gate fit|check|render --model NAME` (bench/gate.py); the records are
+Written by `python -m bench.gate_fit fit|check|render --model NAME` (bench/gate_fit.py); the records are
 `bench/results/gate_records_{{model}}_{{tune,check}}.json` (Gemma's: `gate_records_{{tune,check}}.json`).
 
-Each model has its own calibration (the logistic coefficients of lsp_server/gate.py) and its own
-default `minConfidence`, stored in `lsp_server/calibrations.json` under the model's identity: its
+Each model has its own calibration (the logistic coefficients of lsp_server/confidence_gate.py) and its own
+default `minConfidence`, shipped in `lsp_server/calibrations.json` under the model's identity (`fit`
+writes a candidate, bench/results/calibration-{{model}}.json, that a person reviews and copies there): its
 catalogue name, or `sha256:<hex>` of its file. The setting's default (`null`) means that
 threshold; a number set by the user still wins. Fitted: {models}.
 
@@ -776,7 +810,7 @@ than its probability says. Without it no threshold met both targets on the 0.5B'
 
 **A model with no fitted calibration** (any other GGUF file) gets a conservative default: the
 calibration of `{base}` at `minConfidence` {unfitted:g}, stricter than any fitted default, so an
-unknown model shows less rather than more. Fit one with `python -m bench.gate refit --model
+unknown model shows less rather than more. Fit one with `python -m bench.gate_fit refit --model
 NAME_OR_PATH` (record, fit and check in one go; `record --resume` goes on with a run cut short).
 
 **The records** (the fit of this round, on the signals both backends give alike: the coverings
@@ -795,7 +829,7 @@ sets; star: the default), then the tables.
 
 """
 def constants(c: dict[str, Any]) -> str:
-    """The fitted calibration as the line that goes in lsp_server/gate.py."""
+    """The fitted calibration as the line that goes in lsp_server/confidence_gate.py."""
     intercepts = ", ".join(f"{x:.3f}" for x in c["intercepts"])
     named = ", ".join(f"{k}={c[k]:.3f}" for k in ("w_log_prob", "w_margin", "w_first", "w_word", "w_typed"))
     return f"CALIBRATION = Calibration(({intercepts}), {named}, margin_cap={c['margin_cap']:g})"

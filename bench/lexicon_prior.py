@@ -20,14 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from bench import report
-from bench.cases import KINDS, Case, read_text
-from bench.lsp_client import Editor, insert_text
 from bench.quality import LANGUAGES, first_word
 from engine.lexicon import WordScorer
 from engine.sequence import PathRows
 from lsp_server.document_words import Lexicon
-from bench.asking import alone, asked, shown
 from lsp_server.settings import Settings
+from tests.support.asking import alone, asked, shown
+from tests.support.cases import KINDS, Case, read_text
+from tests.support.lsp_client import Editor, insert_text
 
 AFTER_CHARS = 1_000
 PRIORS = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0)
@@ -165,17 +165,17 @@ def scored_json(scored: list[Scored]) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m bench.lexicon tune|check`: the prior sweep on the tuning set (in process), or both
+    """`python -m bench.lexicon_prior tune|check`: the prior sweep on the tuning set (in process), or both
     sets through the real server at one prior. Results go to bench/results/lexicon.json."""
     import argparse
     import json
     import sys
     import time
 
-    from bench.cases import build_cases, check_cases, fingerprint
     from bench.machine import CpuWatch, process_cpu_seconds
+    from tests.support.cases import build_cases, check_cases, fingerprint
 
-    parser = argparse.ArgumentParser(prog="python -m bench.lexicon", description=main.__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.lexicon_prior", description=main.__doc__.split("\n")[0])
     parser.add_argument("what", choices=("tune", "check"))
     parser.add_argument("--per-kind", type=int, default=50)
     parser.add_argument("--prior", type=float, default=Settings().lexicon_prior)
@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         for row in results["tune"]["sweep"]:
             print(row)
     else:
-        from bench.lsp_client import LspClient
+        from tests.support.lsp_client import LspClient
 
         with LspClient(["--log-level", "warning"]) as client:
             client.initialize({"cpcLsp": {"maxTokens": 8, "threads": args.threads}})

@@ -1,12 +1,12 @@
-"""The `multi` part of `python -m bench` (alone: `python -m bench.multi`): more than one model
+"""The `multi` part of `python -m bench` (alone: `python -m bench.multi_server`): more than one model
 server, as a team with two model machines meets it.
 
-Two llama-servers on loopback (bench.llama_server: the default model, SLOTS slots each, one thread
+Two llama-servers on loopback (tests.support.llama_server: the default model, SLOTS slots each, one thread
 each) and language servers over stdio with default settings, three ways:
 
 - "one": `modelServer` is the first server alone (the baseline);
 - "list": `modelServer` is both URLs (engine.multi: each document hashed to one, failover);
-- "nginx": `modelServer` is Debian's nginx in front of both (bench.balancer: a consistent hash on
+- "nginx": `modelServer` is Debian's nginx in front of both (tests.support.balancer: a consistent hash on
   the X-Cpc-Document header the engine sends, X-Cpc-Upstream back).
 
 Measured:
@@ -35,22 +35,22 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Callable
 
-from bench.llama_server import LlamaServer, start_llama_server
-from bench.lsp_client import Editor, LspClient, insert_text
-from bench.prompts import Typing, documents, source_text
 from bench.report import Table, num, pct
 from bench.stats import maximum, median
+from tests.support.llama_server import LlamaServer, start_llama_server
+from tests.support.lsp_client import Editor, LspClient, insert_text
+from tests.support.prompts import Typing, documents, source_text
 
 SLOTS = 4
 DOCS, ROUNDS, KEYS = 8, 2, 6
-SIZE = 214  # tokens per document (bench.prompts.SIZES[1])
+SIZE = 214  # tokens per document (tests.support.prompts.SIZES[1])
 PACE_S = 0.15  # a keystroke every 150 ms: a fast typist
 KILL_AFTER_KEYS, BACK_S, AFTER_BACK_S = 6, 4.0, 30.0
 WAYS = ("one", "list", "nginx")
 
 
 def _say(message: str) -> None:
-    print(f"[bench.multi] {message}", file=sys.stderr, flush=True)
+    print(f"[bench.multi_server] {message}", file=sys.stderr, flush=True)
 
 
 def _client(settings: dict[str, Any]) -> LspClient:
@@ -245,7 +245,7 @@ def _same(answered: str, url: str) -> bool:
 
 
 def run(args: Any, count_tokens: Callable[[str], int], say: Callable[[str], None] = _say) -> dict[str, Any]:
-    from bench.balancer import Balancer
+    from tests.support.balancer import Balancer
 
     threads = 1
     servers = [start_llama_server(slots=SLOTS, ctx=2048, threads=threads, extra_args=("--metrics",)) for _ in range(2)]
@@ -329,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     from engine.llama_backend import LlamaModel
     from engine.model_files import resolve_model
 
-    parser = argparse.ArgumentParser(prog="python -m bench.multi", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.multi_server", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--failover-only", action="store_true", help="measure the failover again, keep the rest of --out")
     parser.add_argument("--out", type=Path, default=report.output_root() / "bench" / "results" / "multi.json")

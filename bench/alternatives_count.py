@@ -1,6 +1,6 @@
-"""How many alternatives are worth offering: `python -m bench.alternatives [--per-kind N]`.
+"""How many alternatives are worth offering: `python -m bench.alternatives_count [--per-kind N]`.
 
-On the mid-word quality cases (bench.cases: the author's word cut inside), the engine in this
+On the mid-word quality cases (tests.support.cases: the author's word cut inside), the engine in this
 process with the server's own split and request code, alternatives asked for: is the author's word
 the suggestion's first word, or among the first k alternatives (k = 1..MAX)? And what finishing
 them cost in decodes and time (the primary's cost is measured alone first, on a fresh prompt
@@ -17,11 +17,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from bench import report
-from bench.cases import build_cases
 from bench.quality import first_word
 from bench.stats import median
-from bench.asking import alone, asked
 from lsp_server.settings import Settings
+from tests.support.asking import alone, asked
+from tests.support.cases import build_cases
 
 MAX = 5
 OUT = report.output_root() / "bench" / "results" / "alternatives.json"
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench.machine import CpuWatch
     from engine import Engine, EngineConfig
 
-    parser = argparse.ArgumentParser(prog="python -m bench.alternatives", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.alternatives_count", description=__doc__.split("\n\n")[0])
     parser.add_argument("--per-kind", type=int, default=15)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-tokens", type=int, default=16)

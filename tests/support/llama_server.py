@@ -36,7 +36,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = ROOT / "scripts" / "llama-server.sh"
 
 
@@ -56,7 +56,7 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the child before exec: SIGKILL when the parent dies (Linux prctl PR_SET_PDEATHSIG)."""
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
@@ -120,7 +120,7 @@ class LlamaServer:
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
                 self.command(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+                preexec_fn=die_with_parent if sys.platform == "linux" else None,
             )  # fmt: skip
         self.wait_healthy(timeout)
         return self

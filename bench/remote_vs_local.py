@@ -1,13 +1,13 @@
 """The `remote` part of `python -m bench`: suggestions from a llama-server over loopback, beside the
 in-process engine and beside the peer on the same server.
 
-The headline (`through_server`, also alone: `python -m bench.remote`): remote against in-process
+The headline (`through_server`, also alone: `python -m bench.remote_vs_local`): remote against in-process
 *through the language server*, as a new user sets it up: the README's server command (4 slots of
-2048 tokens, `-t 2`), default settings, held-out mid-word cases (bench.cases' check set) and the
+2048 tokens, `-t 2`), default settings, held-out mid-word cases (tests.support.cases' check set) and the
 seed sentences asked one after another, with the gate on (default) and off; the share of cases
 where the two show the same suggestion (nothing shown counts as a suggestion).
 
-Then one llama-server (bench.llama_server: the default model, 4 slots, the wheel's CPU flags) and
+Then one llama-server (tests.support.llama_server: the default model, 4 slots, the wheel's CPU flags) and
 language servers over stdio with the same settings: "local" (in-process model) and "remote"
 (`modelServer` = that llama-server). Measured:
 
@@ -36,14 +36,14 @@ from collections.abc import Callable
 from typing import Any
 
 from bench import quality
-from bench.cases import Case
-from bench.fault_proxy import FaultProxy
 from bench.infill import InfillPeer
-from bench.llama_server import LlamaServer, start_llama_server
-from bench.lsp_client import Editor, LspClient, insert_text
-from bench.prompts import SIZES, Typing, documents, source_text
 from bench.report import Table, num, pct, times
 from bench.stats import maximum, median, ratio
+from tests.support.cases import Case
+from tests.support.fault_proxy import FaultProxy
+from tests.support.llama_server import LlamaServer, start_llama_server
+from tests.support.lsp_client import Editor, LspClient, insert_text
+from tests.support.prompts import SIZES, Typing, documents, source_text
 
 SLOTS = 4
 PEER_SLOT = SLOTS - 1
@@ -124,7 +124,7 @@ def _client(settings: dict[str, Any]) -> LspClient:
     return client
 
 
-def _next_word_start(doc: Typing) -> str | None:
+def next_word_start(doc: Typing) -> str | None:
     """What the source has between the typed word and the next word's first letter (" t")."""
     text = source_text()
     at = text.find(doc.base + doc.word)
@@ -134,7 +134,7 @@ def _next_word_start(doc: Typing) -> str | None:
     return match.group(1) + match.group(2) if match else None
 
 
-def _ask(editor: Editor, uri: str) -> dict[str, Any]:
+def ask_keystroke(editor: Editor, uri: str) -> dict[str, Any]:
     """One keystroke's answer and its cost. The stats are the last engine call's: a keystroke the
     engine did not answer (the suggestion shown, carried) made no request, so it costs 0 round
     trips and 0 bytes, not what the call before it cost (which the tail once counted again at
@@ -157,7 +157,7 @@ def _type(
     """One document: its word letter by letter, then the next word's first letter; each keystroke
     to every editor in turn and to the peer. One row per (who, keystroke)."""
     keys = [(doc.word[: k + 1], ch, "cold" if k == 0 else "warm") for k, ch in enumerate(doc.word[:max_keys])]
-    if (start := _next_word_start(doc)) is not None and max_keys >= len(doc.word):
+    if (start := next_word_start(doc)) is not None and max_keys >= len(doc.word):
         keys.append((doc.word + start, start, "word start"))
     rows = []
     for k, (typed, chars, kind) in enumerate(keys):
@@ -165,7 +165,7 @@ def _type(
             if k == 0:
                 editor.open(uri, doc.base)
             editor.type(uri, chars)
-            rows.append({"who": who, "kind": kind, "key": k, **_ask(editor, uri)})
+            rows.append({"who": who, "kind": kind, "key": k, **ask_keystroke(editor, uri)})
         if peer is not None:
             ms, shown = peer.complete(doc.base + typed)
             rows.append({"who": "peer", "kind": kind, "key": k, "ms": ms, "suggestion": shown})
@@ -311,8 +311,8 @@ def fault_probes(server: LlamaServer, settings: dict[str, Any]) -> list[dict[str
 
 
 def headline_cases(quick: bool = False) -> list[Case]:
-    """Held-out-style: bench.cases' check set (files the tuning set does not use), 26 per kind."""
-    from bench.cases import build_cases, check_cases
+    """Held-out-style: tests.support.cases' check set (files the tuning set does not use), 26 per kind."""
+    from tests.support.cases import build_cases, check_cases
 
     return check_cases(2 if quick else 26, build_cases(50))
 
@@ -422,14 +422,14 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m bench.remote [--quick] [--out FILE]`: the headline alone, its table and JSON."""
+    """`python -m bench.remote_vs_local [--quick] [--out FILE]`: the headline alone, its table and JSON."""
     import argparse
     import json
     from pathlib import Path
 
     from bench.report import render
 
-    parser = argparse.ArgumentParser(prog="python -m bench.remote", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench.remote_vs_local", description=main.__doc__)
     parser.add_argument("--quick", action="store_true", help="2 cases per kind")
     parser.add_argument("--threads", type=int, default=2, help="llama-server -t (the README's command: 2)")
     parser.add_argument("--model", default="gemma-3-270m", help="the model of the server and of both language servers")
