@@ -20,8 +20,7 @@ from bench import report
 from bench.quality import first_word
 from bench.stats import median
 from lsp_server.settings import Settings
-from lsp_server.split import split
-from lsp_server.suggestion import request_for
+from tests.support.asking import alone, asked
 from tests.support.cases import build_cases
 
 MAX = 5
@@ -29,13 +28,13 @@ OUT = report.output_root() / "bench" / "results" / "alternatives.json"
 
 
 def measure(engine, cases, max_tokens: int) -> dict:
-    settings = Settings(max_tokens=max_tokens)
+    settings = alone(Settings(max_tokens=max_tokens))
     hits = [0] * (MAX + 1)  # hits[k]: the word is the first word or among the first k alternatives
     decodes, extra_ms = [], []
     for case in cases:
         document = case.document()
-        parts = split(document, len(document))
-        request = request_for(parts, settings)
+        step = asked(document, len(document), settings)
+        parts, request = step.snapshot.parts, step.request
         engine.kv.forget()  # both runs cold, so the difference is the alternatives' own cost
         started = time.perf_counter()
         engine.complete(request)

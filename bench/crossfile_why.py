@@ -3,7 +3,7 @@
 For the probes of bench.crossfile, at each request the server would make (the line start, then 1
 to 3 letters of the identifier), this replays the server's own context chooser with its state
 (lsp_server.context.ContextChooser: the choice kept between line starts), builds the request the
-server would send (lsp_server.split, lsp_server.suggestion.request_for) and, with `--model`, the
+server would send (its pipeline, one line: tests.support.asking) and, with `--model`, the
 exact prompt tokens the engine decodes (Engine.prompt_tokens). Per request it reports:
 
 - whether the chosen context *defines* the identifier (bench.crossfile.defined_in) or mentions it;
@@ -63,11 +63,9 @@ class Replay:
 
 
 def request(text: str, cursor: int, settings, context):
-    from lsp_server.split import split
-    from lsp_server.suggestion import request_for
+    from tests.support.asking import asked, one_line
 
-    parts = split(text, cursor, settings.fim_suffix_lines or None)
-    return request_for(parts, settings, context=context)
+    return asked(text, cursor, one_line(settings), context=context).request  # the server's request, one line (as measured)
 
 
 def word_logprob(engine, prompt: tuple[int, ...], rest: str) -> tuple[float, int]:

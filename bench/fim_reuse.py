@@ -16,8 +16,7 @@ from typing import Any
 from bench.replay import Passage
 from bench.stats import median
 from lsp_server.settings import Settings
-from lsp_server.split import split
-from lsp_server.suggestion import request_for
+from tests.support.asking import alone, asked
 
 LAYOUTS = {"plain (no suffix)": (0, "psm"), "FIM psm": (8, "psm"), "FIM spm": (8, "spm")}
 
@@ -31,14 +30,13 @@ def measure(items: list[Passage], suffix_tokens: int = 64) -> list[dict[str, Any
         engine = Engine.load(EngineConfig(model_path=write_model(Path(folder) / "fim.gguf", True), context_tokens=2048, threads=1))
         try:
             for name, (lines, order) in LAYOUTS.items():
-                settings = Settings(max_tokens=8, fim_suffix_lines=lines, fim_suffix_tokens=suffix_tokens, fim_order=order)
+                settings = alone(Settings(max_tokens=8, fim_suffix_tokens=suffix_tokens, fim_order=order), fim_suffix_lines=lines)
                 decoded, prompts = [], []
                 for passage in items:
                     engine.kv.forget()
                     for k in range(len(passage.text) + 1):
                         before = passage.before + passage.text[:k]
-                        parts = split(before + passage.after, len(before), lines or None)
-                        result = engine.complete(request_for(parts, settings))
+                        result = engine.complete(asked(before + passage.after, len(before), settings).request)
                         if k:  # the first request is cold
                             decoded.append(result.stats.decoded_tokens)
                             prompts.append(result.stats.prompt_tokens)

@@ -19,12 +19,12 @@ threshold under the model's identity (a catalogue name or "sha256:<hex>"), to
 bench/results/calibration-{model}.json and prints it. The server ships what a person reviewed and
 copied into lsp_server/calibrations.json; this tool never writes there.
 
-fit: the logistic calibration of lsp_server.gate on the tune set's records only (every word end
+fit: the logistic calibration of lsp_server.confidence_gate on the tune set's records only (every word end
 of every suggestion shown, labelled right when the passage goes on exactly so and a word ends
 there); then the sweep of thresholds on both sets, the default chosen on both (see `choose`; the
 coefficients see tune only, and the live typing replay, other passages again, verifies), the
 tables per language and per cursor class (gate off, at the default, the peer) and the plot.
-check: the same with what lsp_server ships for the model (lsp_server.gate.gate_for), or with a
+check: the same with what lsp_server ships for the model (lsp_server.confidence_gate.gate_for), or with a
 candidate (`--calibration FILE`).
 render: the tables and the plot again from the saved results; docs/gate.md sums up every model.
 hidden: the typing replay (bench.replay) before and after hidden suggestions were carried.
@@ -50,7 +50,7 @@ from bench.replay import Passage, _Tally, accepts, by_cursor, cursor_table, inte
 from engine import Alternative, Completion, DecodeStats, Signals, WordEnd
 from engine.types import NO_RIVAL
 from lsp_server import block as blocks
-from lsp_server.gate import (
+from lsp_server.confidence_gate import (
     CALIBRATION,
     CALIBRATIONS,
     CURSOR_CLASSES,
@@ -151,7 +151,7 @@ def word_done(added: str) -> bool:
 
 
 def model_identity(model: str | None) -> str:
-    """The identity a calibration is stored under (lsp_server.gate): a catalogue name as given,
+    """The identity a calibration is stored under (lsp_server.confidence_gate): a catalogue name as given,
     a path to a catalogue file by that file's name, any other file as "sha256:<hex>"."""
     import hashlib
 
@@ -420,7 +420,7 @@ FEATURES = ("inside a word", "word start", "after punctuation", "log_prob", "mar
 
 def samples(reps, margin_cap: float) -> tuple[np.ndarray, np.ndarray]:
     """One row per word end of every suggestion shown with the gate off: the features of
-    lsp_server.gate (FEATURES) and whether the text up to there is right by bench.replay's rule
+    lsp_server.confidence_gate (FEATURES) and whether the text up to there is right by bench.replay's rule
     (the passage goes on with it, a word ends there, and it has a word character to accept)."""
     xs, ys = [], []
     for _, pts, _ in reps:
@@ -787,7 +787,7 @@ both record sets, its curve and its tables. Written by `python -m bench.gate_fit
 (`gate_records_*.json`) are made again by `python -m bench.gate_fit record --model NAME` and are not
 kept in git. What the gate is and how to set it: [confidence-gate.md](confidence-gate.md).
 
-Each model has its own calibration (the logistic coefficients of lsp_server/gate.py) and its own
+Each model has its own calibration (the logistic coefficients of lsp_server/confidence_gate.py) and its own
 default `minConfidence`, shipped in `lsp_server/calibrations.json` under the model's identity (`fit`
 writes a candidate, bench/results/calibration-{{model}}.json, that a person reviews and copies there): its
 catalogue name, or `sha256:<hex>` of its file. The setting's default (`null`) means that
@@ -830,7 +830,7 @@ thresholds that the curve draws).
 
 """
 def constants(c: dict[str, Any]) -> str:
-    """The fitted calibration as the line that goes in lsp_server/gate.py."""
+    """The fitted calibration as the line that goes in lsp_server/confidence_gate.py."""
     intercepts = ", ".join(f"{x:.3f}" for x in c["intercepts"])
     named = ", ".join(f"{k}={c[k]:.3f}" for k in ("w_log_prob", "w_margin", "w_first", "w_word", "w_typed"))
     return f"CALIBRATION = Calibration(({intercepts}), {named}, margin_cap={c['margin_cap']:g})"

@@ -42,10 +42,10 @@ def same_signals(a, b) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     from engine import Engine, EngineConfig
-    from lsp_server import gate as gates
+    from lsp_server import confidence_gate as gates
     from lsp_server.settings import Settings
-    from lsp_server.split import split
-    from lsp_server.suggestion import request_for, suggestion_for
+    from tests.support.asking import alone, asked
+    from tests.support.asking import shown as shown_by
 
     parser = argparse.ArgumentParser(prog="python -m bench.gate_signals", description=__doc__.split("\n")[0])
     parser.add_argument("result", type=Path, nargs="?", default=RESULT)
@@ -68,20 +68,20 @@ def main(argv: list[str] | None = None) -> int:
             "in-process": Engine.load(EngineConfig(model_path=model, threads=2)),
             "remote": Engine.load(EngineConfig(model_path=model, model_server=server.url, model_server_timeout_s=120)),
         }
-        settings = Settings(model=model)
+        settings = alone(Settings(model=model), min_confidence=None, fim_suffix_lines=Settings().fim_suffix_lines)  # the model's gate
         gate = gates.gate_for(model)
         for i in wanted:
             case = cases[i]
             text = case.document()
-            parts = split(text, len(text), settings.fim_suffix_lines or None)
-            request = request_for(parts, settings)
+            step = asked(text, len(text), settings)
+            request = step.request
             print(f"case {i} ({case.kind}, {case.word!r})")
             got = {}
             for who, engine in engines.items():
                 engine.kv.forget()
                 engine.prefetch(request)
                 completion = engine.complete(request)
-                shown = suggestion_for(parts, completion, min_confidence=gate.threshold, calibration=gate.calibration)
+                shown = shown_by(step, completion, model)  # the gate of `model`, at its own threshold
                 got[who] = (completion, shown.insert_text if shown else None)
                 s = completion.signals
                 ends = [(w.chars, round(w.log_prob, 3)) for w in s.word_ends[:3]] if s else None

@@ -23,10 +23,9 @@ from bench import report
 from bench.quality import LANGUAGES, first_word
 from engine.core.word_choice import WordScorer
 from engine.core.sequence import PathRows
-from lsp_server.lexicon import Lexicon
+from lsp_server.document_words import Lexicon
 from lsp_server.settings import Settings
-from lsp_server.split import split
-from lsp_server.suggestion import request_for, suggestion_for
+from tests.support.asking import alone, asked, shown
 from tests.support.cases import KINDS, Case, read_text
 from tests.support.lsp_client import Editor, insert_text
 
@@ -60,16 +59,16 @@ class Scored:
 
 def tune(engine, cases: list[Case], max_tokens: int = 8) -> list[Scored]:
     """Score the model's word and every candidate (up to 8, most frequent first) per case."""
-    settings = Settings(max_tokens=max_tokens)
+    settings = alone(Settings(max_tokens=max_tokens))
     out = []
     for i, case in enumerate(cases):
         text, cursor = document(case)
         lexicon = Lexicon()
         lexicon.opened("doc", text)
-        parts = split(text, cursor)
-        request = request_for(parts, settings)
+        step = asked(text, cursor, settings)
+        parts, request = step.snapshot.parts, step.request
         completion = engine.complete(request)
-        found = suggestion_for(parts, completion)
+        found = shown(step, completion)
         base = first_word(found.insert_text) if found else parts.word
         whitespace = parts.required[: len(parts.required) - len(parts.word)]
         sent = lexicon.candidates(parts.word)

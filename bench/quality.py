@@ -6,8 +6,8 @@ Three ways to ask, on the same cases and the same token budget, greedy:
 - ``mask``: the word-boundary split, per-step masking of the required prefix (seed 001);
 - ``exact``: the split with the exact covering search (what the server does).
 
-``naive`` and ``mask`` run through the engine in this process with the server's own split
-(`lsp_server.split`), request (`request_for`) and suggestion (`suggestion_for`) code, which is faster
+``naive`` and ``mask`` run through the engine in this process with the server's own pipeline
+(`tests.support.asking`: split, request and suggestion, one line, no gate), which is faster
 than a server round trip per case (the server's ``method`` setting runs them too); ``exact`` runs
 through the real server over LSP. ``exact``
 also runs through the engine, to check that the two paths suggest the same thing.
@@ -16,13 +16,13 @@ also runs through the engine, to check that the two paths suggest the same thing
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from engine import CompletionRequest, SamplingConfig
 from lsp_server.settings import Settings
-from lsp_server.split import is_word_char, split
-from lsp_server.suggestion import request_for, suggestion_for
+from lsp_server.split import is_word_char
+from tests.support.asking import alone, asked, shown
 from tests.support.cases import KINDS, Case
 from tests.support.lsp_client import Editor, insert_text
 
@@ -57,11 +57,9 @@ def _outcome(i: int, case: Case, method: str, via: str, shown: str | None, begin
 
 def run_engine(engine, cases: list[Case], max_tokens: int, methods: tuple[str, ...] = METHODS) -> list[Outcome]:
     """`naive`, `mask` and (as a cross-check) `exact` through the engine, the server's split and suggestion code."""
-    settings = Settings(max_tokens=max_tokens)
     outcomes = []
     for i, case in enumerate(cases):
         document = case.document()
-        parts = split(document, len(document))
         for method in methods:
             if method == "naive":
                 request = CompletionRequest(document, "", max_tokens, sampling=SamplingConfig())
@@ -69,9 +67,10 @@ def run_engine(engine, cases: list[Case], max_tokens: int, methods: tuple[str, .
                 added = completion.text.split("\n", 1)[0]
                 outcomes.append(_outcome(i, case, method, "engine", case.typed + added if added.strip() else None, None))
                 continue
-            request = replace(request_for(parts, settings), exact=method == "exact")
-            completion = engine.complete(request)
-            found = suggestion_for(parts, completion)
+            step = asked(document, len(document), alone(Settings(max_tokens=max_tokens, method=method)))
+            parts = step.snapshot.parts
+            completion = engine.complete(step.request)
+            found = shown(step, completion)
             outcomes.append(_outcome(
                 i, case, method, "engine", found.insert_text if found else None,
                 completion.text.startswith(parts.required),

@@ -3,7 +3,7 @@
     python -m bench.remote_engine [--url URL] [--cases 200] [--keystrokes 40] [--cancels 10]
 
 - equality: the seed examples and `--cases` mid-word cases (tests.support.cases, 1/4 of each kind), each
-  asked with the language server's own split and request (`lsp_server.split`, `request_for`),
+  asked with the language server's own pipeline (`tests.support.asking`: split and request, one line),
   greedy, of both engines; the cases that differ are listed with the reason the stats show;
 - keystrokes: typing the rest of a word letter by letter into the remote engine, round trips and
   bytes per keystroke (median, p90) and how many keystrokes needed no request at all;

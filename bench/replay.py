@@ -29,7 +29,7 @@ from typing import Any
 from bench import report
 from bench.quality import LANGUAGES
 from bench.stats import median, ratio
-from lsp_server.gate import CURSOR_CLASSES, cursor_class
+from lsp_server.confidence_gate import CURSOR_CLASSES, cursor_class
 from lsp_server.split import is_word_char, split
 from tests.support.cases import KINDS, Case, one_per_file, read_text
 from tests.support.lsp_client import Editor, insert_text, insert_texts

@@ -28,6 +28,7 @@ from lsp_server.settings import SPECS, Settings, from_command_line
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 UNSAFE_HOST_FLAG = "--unsafe-listen-on-network"
+COMMAND_LINE_URI = "untitled:cpc-lsp-complete"  # the one document `complete` opens (no file, no folder)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -63,7 +64,8 @@ def _parser() -> argparse.ArgumentParser:
         "complete",
         parents=[common],
         help="print one suggestion with the cursor at the end of --text",
-        description="Run one completion through the server's split and engine path and print it.",
+        description="Run one completion through the server's pipeline and engine and print it: what an "
+        "editor shows with this text as its one open document.",
     )
     complete.add_argument("--text", required=True, help="text before the cursor")
     complete.add_argument("--suffix", default="", help="text after the cursor")
@@ -122,37 +124,35 @@ def _setup_logging(level: str) -> None:
 
 
 def complete(args: argparse.Namespace, settings: Settings) -> int:
-    """One suggestion through split → request → scheduler → engine → suggestion, like the server."""
+    """One suggestion through the server's own pipeline (lsp_server.pipeline: split, block,
+    document words, request, gate, shaping, alternatives) and scheduler, the text being the one
+    open document: what the editor would show at the end of --text."""
+    from lsp_server.pipeline import Now, Pipeline
     from lsp_server.scheduler import Scheduler
-    from lsp_server import block as blocks, gate as gates
-    from lsp_server.split import split
-    from lsp_server.suggestion import request_for, shaping_block, suggestion_for
 
     text, cursor = args.text + args.suffix, len(args.text)
-    parts = split(text, cursor, settings.fim_suffix_lines or None)
-    block = blocks.at(text, cursor, settings.line_mode())
-    next_line = blocks.next_line_at(text, cursor, settings.line_mode())
+    pipeline = Pipeline.fresh(settings)
+    pipeline.documents.open(COMMAND_LINE_URI, text, None, args.language)
+    doc = pipeline.documents.get(COMMAND_LINE_URI)
+    assert doc is not None  # just opened
+    step = pipeline.begin(COMMAND_LINE_URI, doc, cursor, settings)
+    assert not isinstance(step, Now)  # nothing was shown before: the engine answers
+    parts = step.snapshot.parts
     scheduler = Scheduler()
     try:
         loaded = scheduler.load(settings.engine_config()).result()
         if not loaded.ok:
             print(f"cpc-lsp: {loaded.error}", file=sys.stderr)
             return 2
-        request = request_for(parts, settings, block=block, language=args.language, next_line=next_line)
-        answer = scheduler.submit(request).future.result()
+        answer = scheduler.submit(step.request).future.result()
         model = scheduler.model_id  # after the answer: the routed default loads the model it needs
     finally:
         scheduler.close()
     if answer.completion is None:
         print(f"cpc-lsp: no completion ({answer.detail or answer.reason})", file=sys.stderr)
         return 1
-    gate = gates.gate_for(gates.identity(answer.model_id))
-    block = shaping_block(block, next_line, text, cursor, parts, answer.completion, settings.method == "naive")
-    found = suggestion_for(
-        parts, answer.completion, block=block, naive=settings.method == "naive",
-        min_confidence=gates.threshold(gate, settings.min_confidence), calibration=gate.calibration,
-    )  # fmt: skip
-    insert_text = found.insert_text if found else parts.word
+    found = pipeline.finish(step, answer.completion, answer.model_id)
+    insert_text = found[0].insert_text if found else parts.word
     if args.json:
         print(json.dumps({
             "model": model,
@@ -161,6 +161,7 @@ def complete(args: argparse.Namespace, settings: Settings) -> int:
             "suffix": parts.suffix,
             "insertText": insert_text,
             "added": insert_text[len(parts.word):],
+            "alternatives": [f.insert_text for f in found[1:]],
             "completion": answer.completion.text,
             "stopReason": answer.completion.stop_reason,
             "requiredSatisfied": answer.completion.required_satisfied,

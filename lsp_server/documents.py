@@ -189,7 +189,7 @@ def apply_change(text: str, change_range: Range | None, new_text: str, encoding:
 
 
 class Watcher(Protocol):
-    """Told about every text change by offsets (e.g. lsp_server.lexicon.Lexicon)."""
+    """Told about every text change by offsets (e.g. lsp_server.document_words.Lexicon)."""
 
     def opened(self, key: str, text: str) -> None: ...
 

@@ -235,7 +235,7 @@ VISIBLE_FACTOR = 0.1  # a name the current file's part of the prompt already sho
 RELATED_WEIGHT = 1.0  # per unit of similarity of the other files' code that uses the name (see `related`)
 # Files keep related things together (an enum's members, a family of functions, a regex and its
 # replacement string): an unused definition a few lines from one the file uses is likelier next
-# than one at the other end of the file (which the line order used to prefer).
+# than one at the other end of the file, which plain line order would prefer.
 PROXIMITY_WEIGHT = 0.5  # an unused definition on the very line next to a used one near the cursor
 PROXIMITY_LINES = 40  # ... falling to nothing this many lines away
 PROXIMITY_FAR = 0.5  # a used definition whose name is not near the cursor counts this much as an anchor

@@ -9,7 +9,7 @@ confidence of the rest given what is *now* typed is arithmetic on those numbers:
 where log P(typed + t | typed) is read at the step that first covers `t` (one covering's share, as
 the engine's own normaliser is the mass of the coverings it found). The word ends are shifted to
 the new required prefix (after a space the prompt grows by a word, and the required prefix is only
-what follows it), and the gate (lsp_server.gate) judges the result as if the engine had answered.
+what follows it), and the gate (lsp_server.confidence_gate) judges the result as if the engine had answered.
 At temperature 0 this is the same text the engine would give: the most probable covering of a
 longer typed prefix is the path already taken.
 """

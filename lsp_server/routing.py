@@ -20,7 +20,7 @@ from dataclasses import replace
 from typing import Any
 
 from engine import Completion, CompletionRequest, EngineConfig, ModelLoadError, Prefetched, resolve_model
-from lsp_server.scheduler import Event, LoadResult, ModelLoading
+from lsp_server.loading import EngineLike, Event, LoadResult, ModelLoading
 
 logger = logging.getLogger(__name__)
 
@@ -117,3 +117,13 @@ class RoutedEngine:
             engines, self._engines = list(self._engines.values()), {}
         for engine in engines:
             engine.close()
+
+
+def load_engine(config: EngineConfig) -> EngineLike:
+    """The real engine (llama.cpp loads here, on the worker thread, not at import); with no model
+    chosen, the routed default (lsp_server.routing: code and prose models)."""
+    from engine import Engine
+
+    if routes(config):
+        return RoutedEngine(config, Engine.load)
+    return Engine.load(config)

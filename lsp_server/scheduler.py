@@ -37,37 +37,25 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
-from typing import Protocol
 
-from engine import BudgetError, Completion, CompletionRequest, EngineConfig, ModelLoadError, ModelServerError, Prefetched
+from engine import (
+    BudgetError,
+    Completion,
+    CompletionRequest,
+    EngineConfig,
+    ModelLoadError,
+    ModelServerError,
+    Prefetched,
+)
+from lsp_server.loading import EngineLike, Event, LoadResult, ServerHealth
 from lsp_server.logs import frames
+from lsp_server.routing import load_engine
 
 logger = logging.getLogger(__name__)
 
 RETRY_KINDS = ("unreachable", "timeout")  # a load failing so is tried again: the server may come back
 RETRY_FIRST_S = 1.0
 RETRY_MAX_S = 8.0
-
-
-class EngineLike(Protocol):
-    """The part of `engine.Engine` the scheduler uses (a fake in unit tests)."""
-
-    def complete(self, request: CompletionRequest, cancel: threading.Event) -> Completion: ...
-
-    def prefetch(self, request: CompletionRequest, cancel: threading.Event) -> Prefetched: ...
-
-    def close(self) -> None: ...
-
-
-def load_engine(config: EngineConfig) -> EngineLike:
-    """The real engine (llama.cpp loads here, on the worker thread, not at import); with no model
-    chosen, the routed default (lsp_server.routing: code and prose models)."""
-    from engine import Engine
-    from lsp_server import routing
-
-    if routing.routes(config):
-        return routing.RoutedEngine(config, Engine.load)
-    return Engine.load(config)
 
 
 @dataclass(frozen=True)
@@ -78,42 +66,6 @@ class Answer:
     reason: str  # "done" | "superseded" | "cancelled" | "no-model" | "budget" | "server" | "failed" | "closed"
     detail: str | None = None  # for "budget" and "server": what went wrong and what to do (no text)
     model_id: str | None = None  # the identity of the model that made `completion` (Engine.model_id)
-
-
-@dataclass(frozen=True)
-class LoadResult:
-    config: EngineConfig
-    error: str | None  # None: loaded; else what went wrong and what to do
-    seconds: float
-    kept: EngineConfig | None = None  # after a failed reload: the previous model, serving again
-    kind: str | None = None  # a ModelServerError's kind ("unreachable", "auth", ...), else None
-    retry_in: float | None = None  # seconds until the load is tried again (a server that may come back)
-    retry: bool = False  # this result is from such a retry
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-
-@dataclass(frozen=True)
-class ServerHealth:
-    """A change in how the model server answers requests: `kind` is None when it answers again.
-    For "timeout": `seconds` since the slow request was sent, `budget_s` the request's budget, and
-    `caught_up` once its prompt has been decoded after all (by the prefetch that went on with it)."""
-
-    kind: str | None
-    message: str  # what went wrong and what to do (never the key or document text)
-    seconds: float | None = None
-    budget_s: float | None = None
-    caught_up: bool = False
-
-
-@dataclass(frozen=True)
-class ModelLoading:
-    """A model starts loading on first use (the routed default loads each kind's model with the
-    first document of that kind); its `LoadResult` follows."""
-
-    config: EngineConfig
 
 
 @dataclass(eq=False)
@@ -136,9 +88,6 @@ def _resolve(future: Future, value: object) -> None:
             future.set_result(value)
     except InvalidStateError:
         pass
-
-
-Event = LoadResult | ServerHealth | ModelLoading
 
 
 class Scheduler:

@@ -1,7 +1,8 @@
-"""The language server: thin handlers over documents, settings, the split and the scheduler.
+"""The language server: thin handlers over documents, settings, the pipeline and the scheduler.
 
-A completion request goes: document + position → offset (negotiated encoding) → `split` →
-`request_for` → scheduler (newest wins) → `suggestion_for` → an item in client units.
+A completion request goes: document + position → offset (negotiated encoding) → the pipeline's
+`begin` (an answer now, or an engine request) → scheduler (newest wins) → the pipeline's `finish`
+→ items in client units. The pipeline (lsp_server.pipeline) knows nothing of LSP.
 """
 
 from __future__ import annotations
@@ -21,20 +22,20 @@ from lsprotocol import types
 from pygls.exceptions import FeatureRequestError
 from pygls.lsp.server import LanguageServer
 
-from engine import EngineConfig, RepoContext, Signals
-from lsp_server import __version__, block as blocks, gate as gates, rejudge, routing, status
-from lsp_server.documents import UTF16, Document, Documents, Range
-from lsp_server.carry import Carry, Computed
-from lsp_server.context import ContextChooser
-from lsp_server.lexicon import Lexicon
+from engine import EngineConfig, Signals
+from lsp_server import __version__, routing, status
+from lsp_server.documents import UTF16, Document, Range
+from lsp_server.loading import EngineLike, Event, LoadResult, ModelLoading, ServerHealth
 from lsp_server.logs import TextGuard, frames, installed
+from lsp_server.model_messages import clear_text_warning, model_name
+from lsp_server.pipeline import Now, Pipeline, Selected
 from lsp_server.protocol import CpcProtocol, serve_stdio, serve_tcp
-from lsp_server.remote import clear_text_warning, model_name
-from lsp_server.scheduler import Answer, EngineLike, Event, Job, LoadResult, ModelLoading, Scheduler, ServerHealth, load_engine
+from lsp_server.routing import load_engine
+from lsp_server.scheduler import Answer, Job, Scheduler
 from lsp_server.schema import camel
 from lsp_server.settings import API_KEY_ENV, SECTION, Settings, apply
-from lsp_server.split import Split, split
-from lsp_server.suggestion import Suggestion, request_for, shaping_block, suggestion_for, suggestions_for
+from lsp_server.split import Split
+from lsp_server.suggestion import Suggestion
 
 logger = logging.getLogger(__name__)
 
@@ -60,9 +61,10 @@ class CpcServer(LanguageServer):
         )
         self.defaults = settings or Settings()
         self.settings = self.defaults
-        self.lexicon = Lexicon(self.settings.lexicon)  # the words of the open documents, kept by `documents`
-        self.documents = Documents(self.lexicon)
-        self.context = ContextChooser()  # other files' chunks per document (lsp_server.context)
+        self.pipeline = Pipeline.fresh(self.settings)  # from a cursor to suggestions, without LSP
+        self.lexicon = self.pipeline.lexicon  # the words of the open documents, kept by `documents`
+        self.documents = self.pipeline.documents
+        self.context = self.pipeline.context  # other files' chunks per document (lsp_server.context)
         self.scheduler = Scheduler(load, on_event=self._engine_event)
         self._loop: asyncio.AbstractEventLoop | None = None  # the server's loop, set at initialize
         self._told: dict[str, float] = {}  # failure cause -> when it was last shown (monotonic)
@@ -70,14 +72,10 @@ class CpcServer(LanguageServer):
         self.encoding = UTF16
         self.initialized = False
         self.requests = 0  # completion requests seen, for log lines and stats
-        self.carry = Carry()  # the last suggestions shown per document, for what is left after an accept
-        self.carried = 0  # requests answered from a shown suggestion, with no engine work
-        self.last_gate: tuple[gates.ModelGate, float] | None = None  # the gate and threshold used last, for stats
-        self.judged_again = 0  # requests answered from a suggestion the gate cut, judged again (no engine work)
-        self.engine_answers = 0  # requests the engine answered
         self._tasks: set[asyncio.Future] = set()
         self._budget_warned: Settings | None = None  # the settings a budget problem was shown for
         self.log_guard = TextGuard(self.settings.log_document_text)  # on pygls's loggers while serving
+        assert isinstance(self.protocol, CpcProtocol)  # protocol_cls above
         self.protocol.on_unreadable = self.unreadable_notification
 
     # --- running: the read loops are in `protocol`, with the other pygls overrides -------------
@@ -89,6 +87,18 @@ class CpcServer(LanguageServer):
     def start_tcp(self, host: str, port: int) -> None:
         with installed(self.log_guard):
             serve_tcp(self, host, port)
+
+    def on_initialize(self, params: types.InitializeParams, loop: asyncio.AbstractEventLoop) -> None:
+        """The session's start: the loop engine events go to, the position encoding pygls
+        negotiated, the workspace folders, the client's settings."""
+        self._loop = loop
+        self.encoding = str(getattr(self.workspace.position_encoding, "value", self.workspace.position_encoding))
+        folders = [f.uri for f in params.workspace_folders or ()]
+        if not folders and (root := params.root_uri or params.root_path):
+            folders = [root]
+        self.context.workspace.set_roots(folders)
+        self.apply_settings(params.initialization_options)
+        logger.info("position encoding %s", self.encoding)
 
     # --- client capabilities ---------------------------------------------------------------
 
@@ -109,7 +119,7 @@ class CpcServer(LanguageServer):
             logger.warning("%s", problem)
             self.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning, message=problem))
         previous, self.settings = self.settings, updated
-        self.carry.forget()  # what was shown was made under the old settings
+        self.pipeline.forget()  # what was shown was made under the old settings
         self.log_guard.allowed = updated.log_document_text
         keys = (updated.model_server_api_key, os.environ.get(API_KEY_ENV, "").strip())
         self.log_guard.secrets = frozenset(key for key in keys if key)
@@ -268,21 +278,8 @@ class CpcServer(LanguageServer):
         cursor = len(doc.text)
         if edit is not None:
             cursor = doc.offset_at(edit[0].start_line, edit[0].start_character, self.encoding) + edit[1]
-        parts = split(doc.text, cursor, self.settings.fim_suffix_lines or None)
-        context = self.context_for(uri, doc, cursor)
-        self.scheduler.prefetch(request_for(parts, self.settings, context=context, language=doc.language_id, document=uri), tag=unquote(uri))
-
-    def context_for(self, uri: str, doc: Document, cursor: int) -> RepoContext | None:
-        """Other files' chunks for `doc`'s prompt (lsp_server.context); None when the setting is
-        off. A failure there costs the context, never the suggestion."""
-        budget = min(self.settings.extra_context_tokens, self.settings.context_tokens // 2)  # the engine's cap (CONTEXT_SHARE)
-        if not self.settings.extra_context or budget <= 0:
-            return None
-        try:
-            return self.context.context_for(unquote(uri), doc, cursor, self.documents.items(), budget, self.settings.context_tokens)
-        except Exception as exc:
-            logger.error("choosing context failed: %s", frames(exc))
-            return None
+        request = self.pipeline.prefetch_request(uri, doc, cursor, self.settings)
+        self.scheduler.prefetch(request, tag=unquote(uri))
 
     async def suggest(
         self, uri: str, position: types.Position, selected: types.SelectedCompletionInfo | None = None
@@ -297,29 +294,16 @@ class CpcServer(LanguageServer):
         number = self.requests
         settings = self.settings
         cursor = doc.offset_at(position.line, position.character, self.encoding)
-        text, at, start = doc.text, cursor, None
-        if selected is not None:
-            text, at, start = self._with_selected(doc, selected, cursor)
-        parts = split(text, at, settings.fim_suffix_lines or None)
-        if selected is None and (rest := self.carry.rest(uri, text, cursor)) is not None:
-            self.carried += 1
-            logger.info("#%d shown: the rest of the suggestion already shown (no engine work)", number)
-            self.carry.moved(uri, text, cursor, rest)
-            return doc, [Suggestion(parts.word_start, cursor, parts.word + added) for added in rest]
-        if selected is None and (again := self._judge_again(uri, text, cursor, parts, settings)) is not None:
-            logger.info("#%d %s: typed along a suggestion the gate cut, judged again (no engine work)",
-                        number, "shown" if again else "hidden")  # fmt: skip
-            return (doc, again) if again else None
-        self.carry.forget(uri)
-        block = blocks.at(text, at, settings.line_mode())
-        next_line = blocks.next_line_at(text, at, settings.line_mode())
-        candidates = self.lexicon.candidates(parts.word) if settings.lexicon else ()
-        context = self.context_for(uri, doc, cursor)
-        request = request_for(
-            parts, settings, candidates, block, alternatives=settings.alternatives, context=context,
-            language=doc.language_id, document=uri, next_line=next_line,
-        )
-        job = self.scheduler.submit(request, tag=unquote(uri))
+        chosen = None if selected is None else self._selected(doc, selected)
+        step = self.pipeline.begin(uri, doc, cursor, settings, chosen)
+        if isinstance(step, Now):
+            if step.carried:
+                logger.info("#%d shown: the rest of the suggestion already shown (no engine work)", number)
+            else:
+                logger.info("#%d %s: typed along a suggestion the gate cut, judged again (no engine work)",
+                            number, "shown" if step.suggestions else "hidden")  # fmt: skip
+            return (doc, step.suggestions) if step.suggestions else None
+        job = self.scheduler.submit(step.request, tag=unquote(uri))
         try:
             answer = await self._wait(job)
         except asyncio.CancelledError:  # $/cancelRequest: re-raised, pygls answers -32800
@@ -328,85 +312,20 @@ class CpcServer(LanguageServer):
             raise
         if self.documents.get(uri) is not doc:  # edited while we worked: the answer is stale
             answer = Answer(None, "superseded")
-        found: list[Suggestion] = []
-        if answer.completion is not None:
-            self.engine_answers += 1
-            model = gates.identity(answer.model_id)
-            gate, min_confidence = self.gate(settings, model)
-            naive = settings.method == "naive"
-            block = shaping_block(block, next_line, text, at, parts, answer.completion, naive)
-            found = suggestions_for(
-                parts, answer.completion, block=block, naive=naive,
-                min_confidence=min_confidence, calibration=gate.calibration,
-            )  # fmt: skip
-            if start is None and not naive:
-                self._keep_if_cut(uri, text, cursor, parts, answer.completion, block, found, model)
-        elif answer.reason == "budget" and self._budget_warned is not settings:
+        found = self.pipeline.finish(step, answer.completion, answer.model_id)
+        if answer.completion is None and answer.reason == "budget" and self._budget_warned is not settings:
             self._budget_warned = settings  # once per settings, not on every keystroke
             self.tell(types.MessageType.Warning, f"cpc-lsp: {answer.detail}")
+        parts = step.snapshot.parts
         self._log_answer(number, answer, parts, found[0] if found else None, settings.log_document_text, len(found))
-        if not found:
-            return None
-        if start is not None:  # back to the document's own text: each item replaces the selected range too
-            return doc, [
-                Suggestion(min(start, f.word_start), cursor, text[min(start, f.word_start) : f.word_start] + f.insert_text)
-                for f in found
-            ]
-        complete = answer.completion is not None and answer.completion.stop_reason != "length"
-        added = tuple(f.insert_text[len(parts.word) :] for f in found)
-        self.carry.remember(uri, text, cursor, added, complete, answer.completion is not None and answer.completion.stats.fim)
-        return doc, found
+        return (doc, found) if found else None
 
-    def gate(self, settings: Settings, model: str | None) -> tuple[gates.ModelGate, float]:
-        """The gate of the model with identity `model` (lsp_server.gate) and the threshold in force."""
-        gate = gates.gate_for(model)
-        self.last_gate = (gate, gates.threshold(gate, settings.min_confidence))
-        return self.last_gate
-
-    def _keep_if_cut(
-        self, uri: str, text: str, cursor: int, parts: Split, completion: Any, block: Any, found: list[Suggestion],
-        model: str | None,
-    ) -> None:
-        """Keep the whole completion when the gate hid it or part of it, or when it has
-        alternatives (carry.Computed): typing along either is judged again, not shown unjudged."""
-        whole = suggestion_for(parts, completion, block=block)
-        cut = whole is not None and (not found or found[0].insert_text != whole.insert_text)
-        kept = cut or bool(completion.alternatives)
-        self.carry.keep(uri, Computed(text, cursor, parts.required, completion, model, cut) if kept else None)
-
-    def _judge_again(self, uri: str, text: str, cursor: int, parts: Split, settings: Settings) -> list[Suggestion] | None:
-        """What to show when the user typed along a completion the gate cut (or one of its
-        alternatives), judged again from what was computed (lsp_server.rejudge): the items ([]
-        when the gate still hides it), or None when there is no such completion or nothing of it
-        is left (the engine answers)."""
-        found = self.carry.typed_along(uri, text, cursor)
-        if found is None:
-            return None
-        kept, typed, along = found
-        completion = rejudge.along(along, kept.required, typed, parts)
-        if completion is None:
-            return None
-        block = blocks.at(text, cursor, settings.line_mode())
-        if suggestion_for(parts, completion, block=block) is None:
-            return None  # nothing left of it to show: the engine goes on from here
-        gate, min_confidence = self.gate(settings, kept.model)
-        shown = suggestions_for(parts, completion, block=block, min_confidence=min_confidence, calibration=gate.calibration)
-        self.judged_again += 1
-        added = tuple(f.insert_text[len(parts.word) :] for f in shown)
-        self.carry.remember(uri, text, cursor, added, completion.stop_reason != "length", kept.completion.stats.fim)
-        return shown
-
-    def _with_selected(
-        self, doc: Document, selected: types.SelectedCompletionInfo, cursor: int
-    ) -> tuple[str, int, int]:
-        """(the text with the selected item's text in place of its range, the cursor in that text,
-        where the range starts). A range past the cursor ends at it; one after it is ignored."""
+    def _selected(self, doc: Document, selected: types.SelectedCompletionInfo) -> Selected:
+        """The selected completion item in the document's offsets (lsp_server.pipeline.with_selected)."""
         r = selected.range
         start = doc.offset_at(r.start.line, r.start.character, self.encoding)
         end = doc.offset_at(r.end.line, r.end.character, self.encoding)
-        start = min(start, cursor)
-        end = max(start, min(end, cursor))
-        return doc.text[:start] + selected.text + doc.text[end:], cursor + len(selected.text) - (end - start), start
+        return Selected(start, end, selected.text)
 
     async def _wait(self, job: Job) -> Answer:
         """The job's answer. Waiting for a model to load is bounded; a running completion is
@@ -455,10 +374,10 @@ class CpcServer(LanguageServer):
             "stopReason": last.stop_reason,
             "requiredSatisfied": last.required_satisfied,
             "requests": self.requests,
-            "engineAnswers": self.engine_answers,
-            "carried": self.carried,
+            "engineAnswers": self.pipeline.engine_answers,
+            "carried": self.pipeline.carried,
             "contextChoices": self.context.choices,
-            "judgedAgain": self.judged_again,
+            "judgedAgain": self.pipeline.judged_again,
             "signals": signals_json(last.signals),
             "alternatives": [signals_json(a.signals) for a in last.alternatives],  # in the items' order after the first
             "gate": self.gate_json(),
@@ -466,9 +385,9 @@ class CpcServer(LanguageServer):
 
     def gate_json(self) -> dict[str, Any] | None:
         """Which calibration the gate used last and the threshold in force then."""
-        if self.last_gate is None:
+        if self.pipeline.last_gate is None:
             return None
-        gate, min_confidence = self.last_gate
+        gate, min_confidence = self.pipeline.last_gate
         return {"model": gate.model, "fitted": gate.fitted, "minConfidence": min_confidence}
 
 
@@ -501,14 +420,7 @@ def build_server(
 
     @server.feature(types.INITIALIZE)
     def initialize(ls: CpcServer, params: types.InitializeParams) -> None:
-        ls._loop = asyncio.get_running_loop()
-        ls.encoding = str(getattr(ls.workspace.position_encoding, "value", ls.workspace.position_encoding))
-        folders = [f.uri for f in params.workspace_folders or ()]
-        if not folders and (params.root_uri or params.root_path):
-            folders = [params.root_uri or params.root_path]
-        ls.context.workspace.set_roots(folders)
-        ls.apply_settings(params.initialization_options)
-        logger.info("position encoding %s", ls.encoding)
+        ls.on_initialize(params, asyncio.get_running_loop())
 
     @server.feature(types.INITIALIZED)
     async def initialized(ls: CpcServer, params: types.InitializedParams) -> None:
@@ -554,7 +466,7 @@ def build_server(
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: CpcServer, params: types.DidCloseTextDocumentParams) -> None:
         ls.scheduler.cancel_tag(unquote(params.text_document.uri))
-        ls.carry.forget(params.text_document.uri)
+        ls.pipeline.forget(params.text_document.uri)
         key = unquote(params.text_document.uri)
         if (doc := ls.documents.get(params.text_document.uri)) is not None:
             ls.context.workspace.closed(key, doc.uri, doc.text)

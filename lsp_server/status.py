@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from lsp_server import routing
-from lsp_server.scheduler import LoadResult, ServerHealth
+from lsp_server.loading import LoadResult, ServerHealth
 
 STATUS_METHOD = "cpcLsp/status"
 

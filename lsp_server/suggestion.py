@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from engine import Completion, CompletionRequest, RepoContext
 from lsp_server import block as blocks
 from lsp_server.block import Block
-from lsp_server.gate import CALIBRATION, Calibration, at_line_start, confident_length, cursor_class
+from lsp_server.confidence_gate import CALIBRATION, Calibration, at_line_start, confident_length, cursor_class
 from lsp_server.settings import Settings
 from lsp_server.split import LINE_BREAKS, Split, is_word_char
 
@@ -32,7 +32,7 @@ def request_for(
     document: str | None = None, next_line: bool = False,
 ) -> CompletionRequest:
     """The engine request for `settings.method`: "exact" (the covering search), "mask" (per-step
-    masking, seed 001) or "naive" (the partial word left in the prompt, no constraint; with a
+    masking, kept for comparison) or "naive" (the partial word left in the prompt, no constraint; with a
     FIM model it ends the prefix, before the text after the cursor, as llama.vim, Continue and
     Tabby send it).
     `candidates` (document words beginning with the typed word) go with "exact" and `lexicon` only.
@@ -100,7 +100,7 @@ def suggestion_for(
     constraint) would not finish the user's word, so it is not shown. With `naive`, the
     completion continues the text at the cursor (the required prefix was left in the prompt).
     Without `block` the suggestion is one line; with it, lines cut by `lsp_server.block.shape`.
-    With `min_confidence` > 0 the confidence gate (lsp_server.gate) cuts it at the last word it
+    With `min_confidence` > 0 the confidence gate (lsp_server.confidence_gate) cuts it at the last word it
     trusts (`calibration`: another fit, for the bench), and a multi-line one after the last whole
     line it trusts; a completion without signals is not gated.
     """

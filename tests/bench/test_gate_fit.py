@@ -16,7 +16,7 @@ from bench.gate_fit import (
     weights_of,
     word_done,
 )
-from lsp_server.gate import CURSOR_CLASSES
+from lsp_server.confidence_gate import CURSOR_CLASSES
 
 
 def test_newton_recovers_the_coefficients_of_a_known_logistic_model():

@@ -1,6 +1,6 @@
 """The shipped confidence gate (lsp_server/calibrations.json) is reviewed data: `python -m
 bench.gate_fit fit` prints a candidate and a person copies it here. This checks what was copied:
-its shape (what lsp_server.gate reads, nothing missing or extra), and that it is plausible (every
+its shape (what lsp_server.confidence_gate reads, nothing missing or extra), and that it is plausible (every
 catalogue model fitted, confidence rising with the probability, defaults inside (0, 1), the
 unfitted default stricter than any fitted one, and the check ratios that docs/gate.md promises)."""
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from engine.catalogue import CATALOGUE
-from lsp_server.gate import CURSOR_CLASSES, Calibration, calibrations, gate_for
+from lsp_server.confidence_gate import CURSOR_CLASSES, Calibration, calibrations, gate_for
 
 SHIPPED = Path(__file__).resolve().parents[2] / "lsp_server" / "calibrations.json"
 DATA = json.loads(SHIPPED.read_text(encoding="utf-8"))

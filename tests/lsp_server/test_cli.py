@@ -60,3 +60,41 @@ def test_settings_options_are_checked_by_the_schema(args, says):
     for command in (("complete", "--text", "hello wor"), ()):
         done = run(*command, *args)
         assert done.returncode == 2 and says in done.stderr and done.stdout == ""
+
+
+# The same text through `complete` and through the server (one open document, no workspace folder):
+# prose and code, the cursor inside a word (the gate, the alternatives), at the end of a line that
+# opens a block (a multi-line suggestion) and before text on the same line (the text after the cursor).
+SAME_CASES = [
+    ("plaintext", DRAFT, ""),
+    ("python", "def total(values):\n    result = 0\n    for value in val", ""),
+    ("python", "import os\n\ndef read_config(path):\n", ""),
+    ("python", "def area(width, height):\n    return wid", " * height\n"),
+]
+
+
+def cli_items(text: str, suffix: str, language: str) -> list[str]:
+    done = run("complete", "--text", text, "--suffix", suffix, "--language", language, "--json",
+               "--max-tokens", "4", "--threads", "1")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    return [out["insertText"], *out["alternatives"]] if out["added"] else []
+
+
+@pytest.mark.model
+def test_complete_shows_what_the_server_shows(model_server):
+    """`complete` and the editor go through one pipeline (lsp_server.pipeline): the same items,
+    in the same order, for the same text (the server with the CLI's `--max-tokens 4 --threads 1`)."""
+    from tests.support.lsp_client import Editor, insert_texts
+
+    editor = Editor(model_server)
+    compared = []
+    for n, (language, text, suffix) in enumerate(SAME_CASES):
+        uri = f"untitled:cpc-lsp-same-{n}"
+        editor.open(uri, text + suffix, language)
+        line, column = text.count("\n"), len(text) - (text.rfind("\n") + 1)
+        served = insert_texts(editor.inline(uri, (line, column)))
+        editor.close(uri)
+        compared.append((served, cli_items(text, suffix, language)))
+    assert all(served == cli for served, cli in compared), compared
+    assert sum(bool(served) for served, _ in compared) >= 2, compared  # not a comparison of nothings

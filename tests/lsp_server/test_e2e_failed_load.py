@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from lsp_server.scheduler import load_engine
+from lsp_server.routing import load_engine
 from lsp_server.settings import Settings
 from tests.fixtures import Editor, InProcessServer
 

@@ -3,7 +3,7 @@
 import math
 
 from engine import Completion, DecodeStats, Signals, WordEnd
-from lsp_server.gate import CURSOR_CLASSES, Calibration, confident_length, cursor_class
+from lsp_server.confidence_gate import CURSOR_CLASSES, Calibration, confident_length, cursor_class
 from lsp_server.split import split
 from lsp_server.suggestion import suggestion_for
 

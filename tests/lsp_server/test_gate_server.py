@@ -14,7 +14,7 @@ from tests.support.lsp_client import Editor
 from engine import Signals, WordEnd
 from engine.types import NO_RIVAL
 from engine.model_files import default_model_path
-from lsp_server.gate import CURSOR_CLASSES, confidences, gate_for
+from lsp_server.confidence_gate import CURSOR_CLASSES, confidences, gate_for
 
 pytestmark = pytest.mark.model
 

@@ -8,9 +8,9 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import lsp_server.lexicon as lexicon_module
+import lsp_server.document_words as lexicon_module
 from lsp_server.documents import Documents, Range, UTF16
-from lsp_server.lexicon import Lexicon
+from lsp_server.document_words import Lexicon
 
 TEXT = "def value(self):\n    return self.value_of(value)\n# values and valuables\n"
 

@@ -10,8 +10,9 @@ import pytest
 
 from engine import EngineConfig, ModelServerError
 from lsp_server import status
-from lsp_server.remote import clear_text_warning, is_loopback
-from lsp_server.scheduler import RETRY_FIRST_S, LoadResult, Scheduler, ServerHealth
+from lsp_server.loading import LoadResult, ServerHealth
+from lsp_server.model_messages import clear_text_warning, is_loopback
+from lsp_server.scheduler import RETRY_FIRST_S, Scheduler
 from lsp_server.settings import API_KEY_ENV, Settings, apply
 from tests.fixtures import DRAFT, WORDS, Editor, FakeEngine, InProcessServer
 

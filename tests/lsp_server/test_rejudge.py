@@ -14,7 +14,7 @@ import pytest
 
 from engine import Completion, CompletionRequest, DecodeStats
 from engine.core.signals import compute
-from lsp_server.gate import gate_for
+from lsp_server.confidence_gate import gate_for
 from lsp_server.rejudge import along
 from lsp_server.split import split
 from tests.fixtures import DRAFT, Editor, FakeEngine, InProcessServer

@@ -73,7 +73,7 @@ def test_each_first_use_load_is_reported_and_a_failed_one_is_not_tried_on_every_
     """The status bar hears "loading" and "loaded" around each model's first use (it said "ready"
     when only the files had been found), and a model that failed says why once, then fails fast."""
     from engine import ModelLoadError
-    from lsp_server.scheduler import LoadResult, ModelLoading
+    from lsp_server.loading import LoadResult, ModelLoading
 
     monkeypatch.setattr(routing, "resolve_model", lambda name: Path(f"/models/{name}.gguf"))
     tries: list[str] = []

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from engine import EngineConfig
 from lsp_server import status
-from lsp_server.scheduler import LoadResult
+from lsp_server.loading import LoadResult
 
 
 class _Protocol:

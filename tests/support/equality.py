@@ -1,6 +1,6 @@
 """Two engines asked the same requests, compared: the remote backend against the in-process one,
 on the seed examples and the mid-word cases (tests.support.cases) as the language server would ask
-them (`lsp_server.split`, `request_for`). Used by tests/engine/test_remote.py and bench.remote_engine.
+them (the pipeline, one line: tests.support.asking). Used by tests/engine/test_remote.py and bench.remote_engine.
 """
 
 from __future__ import annotations
@@ -9,8 +9,7 @@ import statistics
 
 from engine import CompletionRequest, Engine
 from lsp_server.settings import Settings
-from lsp_server.split import split
-from lsp_server.suggestion import request_for
+from tests.support.asking import alone, asked
 from tests.support.cases import build_cases
 
 SEEDS = (
@@ -27,12 +26,11 @@ def seed_requests(max_tokens: int = 8) -> list[CompletionRequest]:
 
 def case_requests(n: int, max_tokens: int) -> list[tuple[str, CompletionRequest, str, str]]:
     """(label, request, typed, word) for `n` mid-word cases, as the language server would ask."""
-    settings = Settings(max_tokens=max_tokens)
+    settings = alone(Settings(max_tokens=max_tokens))
     out = []
     for i, case in enumerate(build_cases(max(1, n // 4))[:n]):
         document = case.document()
-        parts = split(document, len(document))
-        out.append((f"{i}:{case.kind}:{case.word}", request_for(parts, settings), case.typed, case.word))
+        out.append((f"{i}:{case.kind}:{case.word}", asked(document, len(document), settings).request, case.typed, case.word))
     return out
 
 
