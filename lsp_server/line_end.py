@@ -94,3 +94,13 @@ def meet(line_before: str, added: str, suffix: str) -> str:
         if rank < best_rank:
             best, best_rank = at, rank
     return added[:best]
+
+
+def through_closers(added: str, kept: int, suffix: str) -> int:
+    """Where a cut of `added` at `kept` (the confidence gate's, by words) should end instead, in
+    the middle of a line: past what is left when that holds no word character (closers, quotes,
+    spaces: what the pairs and the rest of the line dictate), so the gate never leaves a line a
+    ``)`` or a space short of the text after the cursor; `kept` otherwise."""
+    if not suffix.strip() or any(is_word_char(ch) for ch in added[kept:]):
+        return kept
+    return len(added)

@@ -121,7 +121,7 @@ def suggestion_for(
             completion.text, offset, completion.signals, cursor_class(split),
             min_confidence, offset + len(added), calibration, at_line_start(split),
         )  # fmt: skip
-        kept = max(0, keep - offset)
+        kept = line_end.through_closers(added, max(0, keep - offset), split.suffix)
     if multi and block is not None:
         added = blocks.shape(added, block, kept)
     elif kept is not None:

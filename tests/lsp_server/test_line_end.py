@@ -7,7 +7,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from engine import Completion, DecodeStats
-from lsp_server.line_end import Pairs, meet
+from lsp_server.line_end import Pairs, meet, through_closers
 from lsp_server.split import split
 from lsp_server.suggestion import suggestion_for
 
@@ -116,3 +116,10 @@ def test_the_pairs_never_get_worse_and_only_the_end_is_cut(before, added, rest):
     assert Pairs().read(before + kept + rest).errors <= Pairs().read(before + added + rest).errors
     if not rest.strip():
         assert kept == added
+
+
+def test_a_gate_cut_mid_line_goes_through_the_closers_the_line_needs():
+    assert through_closers("ft(s)", 4, ")") == 5  # "ft(s" before ")" would leave the line short
+    assert through_closers("tring ", 5, "in x]") == 6  # and "tring" would glue "substringin"
+    assert through_closers("ft(s) + g(x)", 4, ")") == 4  # words left: the gate's cut stands
+    assert through_closers("ft(s)", 4, "") == 4  # at the line's end: nothing to meet
