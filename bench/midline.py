@@ -29,8 +29,8 @@ Who answers, on the same cases, on the same GGUF:
 
 Each answer is judged by the problem's tests (bench.humaneval.passes) and by its text against the
 cut span: exact, *stops short* (a proper prefix of the span: accepted, the line is unfinished;
-*at the rest* when what is left out is a space or begins with the first character of the text
-after the cursor), *runs past* (the span and more: a repeat of the text after the cursor, or
+*at the rest* when what is left out has no word character: spaces, closing brackets, quotes,
+which the text after the cursor dictates), *runs past* (the span and more: a repeat of the text after the cursor, or
 something else), other, or no suggestion.
 
 Results (merged, resumable): bench/results/midline.json. The page: docs/text-after-cursor.md.
@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import report
-from bench.functional import BASE, CONFIGS, _client, ask, configure, judged
+from bench.functional import BASE, CONFIGS, _client, ask, judged
 from bench.humaneval import IDENT, FunctionCase, cut_column, cut_line, load_problems
 from bench.infill import SEED_ARGS, InfillPeer
 from bench.llama_server import LlamaServer
@@ -61,6 +61,7 @@ RESTORED = "line restored"
 CLOSING = ")]}\"':;,"
 KINDS = ("closing bracket", "quote", "word", "space", "punctuation")
 SETTINGS = {**BASE, **CONFIGS["exact + suffix"]}
+GATED = {k: v for k, v in SETTINGS.items() if k != "minConfidence"}  # the confidence gate at its default
 
 
 def results_path() -> Path:
@@ -142,7 +143,7 @@ def outcome(inserted: str, span: str, rest: str) -> str:
         return "none"
     if span.startswith(inserted):
         left = span[len(inserted) :]
-        return "short at the rest" if left[0].isspace() or left[0] == rest[0] else "short"
+        return "short" if any(ch.isalnum() or ch == "_" for ch in left) else "short at the rest"
     if inserted.startswith(span):
         return "past, retyping the rest" if rest.startswith(inserted[len(span) :].rstrip()) or inserted[len(span) :].startswith(rest.rstrip()) else "past"
     return "other"
@@ -152,12 +153,10 @@ def run(args: argparse.Namespace, todo: list[tuple[str, FunctionCase]], out: dic
         say: Callable[[str], None]) -> None:  # fmt: skip
     part = out.setdefault("cases", {})
     model = {"model": args.model, "threads": args.threads}
-    clients = {OURS: _client({**SETTINGS, **model})}
+    settings = GATED if args.gate else SETTINGS
+    clients = {OURS: _client({**settings, **model})}
     if args.baseline:
-        client = _client_from(args.baseline, {**SETTINGS, **model})
-        clients[BEFORE] = client
-    for client in clients.values():
-        configure(client, SETTINGS)
+        clients[BEFORE] = _client_from(args.baseline, {**settings, **model})
     server = LlamaServer(slots=1, model=args.model, threads=args.threads, extra_args=SEED_ARGS).start(600)
     peer = InfillPeer(server, slot=0)
     out["llama_server"] = server.command()[1:]
@@ -215,11 +214,12 @@ def summary(cases: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
     for name in names:
         per: dict[str, dict[str, Any]] = {}
         for kind in (*KINDS, "all"):
-            got = [r[name] for r in rows if name in r and (kind == "all" or r["kind"] == kind)]
+            got = [r for r in rows if name in r and (kind == "all" or r["kind"] == kind)]
             if not got:
                 continue
-            entry = {"cases": len(got), "passed": sum(g["pass"] for g in got)}
-            entry.update({o: sum(g["outcome"] == o for g in got) for o in OUTCOMES})
+            seen = [outcome(r[name]["inserted"], r["span"], r["rest"]) for r in got]
+            entry = {"cases": len(got), "passed": sum(r[name]["pass"] for r in got)}
+            entry.update({o: seen.count(o) for o in OUTCOMES})
             per[kind] = entry
         out[name] = per
     return out
@@ -229,7 +229,7 @@ def tables(out: dict[str, Any]) -> list[report.Table]:
     s = summary(out.get("cases", {}))
     if not s:
         return []
-    model = Path(str(out.get("model", ""))).name
+    model = Path(str(out.get("model", ""))).name + (", ours with the gate at its default" if "minConfidence" not in out.get("settings", {}) else "")
     names = [n for n in (OURS, BEFORE, *PEERS, RESTORED) if n in s]
     by_kind = []
     for kind in (*KINDS, "all"):
@@ -238,8 +238,8 @@ def tables(out: dict[str, Any]) -> list[report.Table]:
             e = s[name].get(kind)
             row.append("-" if e is None else f"{report.pct(e['passed'] / e['cases'])} ({e['passed']})")
         by_kind.append(row)
-    first = (f"midline: HumanEval lines with a span cut out, cursor inside a word, the rest of the line after it; "
-             f"the function's tests pass ({model})",
+    first = ((f"midline: HumanEval lines with a span cut out, cursor inside a word, the rest of the line after it; "
+              f"the function's tests pass ({model})"),
              ["text after the cursor begins with", "cases", *names[:-1]], by_kind)  # fmt: skip
     outcome_rows = []
     for name in names[:-1]:
@@ -266,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=None, help="the first N HumanEval problems (default: all 164)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--baseline", type=Path, default=None, help="also ours with the server's code from this folder")
+    parser.add_argument("--gate", action="store_true", help="ours with the confidence gate at its default (else off)")
     parser.add_argument("--out", type=Path, default=None, help="results JSON (resumed; default bench/results/midline.json)")
     parser.add_argument("--fresh", action="store_true", help="start anew instead of resuming from the results file")
     parser.add_argument("--render", action="store_true", help="measure nothing: print the results file's tables")
@@ -288,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
 
     todo = midline_cases(args.limit)
-    out.update({"model": args.model, "threads": args.threads, "settings": SETTINGS, "cases_total": len(todo),
+    out.update({"model": args.model, "threads": args.threads, "settings": GATED if args.gate else SETTINGS, "cases_total": len(todo),
                 "command": "python -m bench.midline " + " ".join(sys.argv[1:] if argv is None else argv)})  # fmt: skip
     run(args, todo, out, save, say)
     save()
