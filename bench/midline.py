@@ -45,6 +45,7 @@ import re
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,7 @@ from bench.lsp_client import Editor
 OURS, BEFORE = "ours", "ours, baseline"
 PEERS = ("llama.vim /infill", "llama.vim /infill, greedy")
 RESTORED = "line restored"
+REPLACING = "llama.vim /infill, its line for the rest"  # the same answers, read another way
 CLOSING = ")]}\"':;,"
 KINDS = ("closing bracket", "quote", "word", "space", "punctuation")
 SETTINGS = {**BASE, **CONFIGS["exact + suffix"]}
@@ -177,6 +179,7 @@ def run(args: argparse.Namespace, todo: list[tuple[str, FunctionCase]], out: dic
             for name, greedy in zip(PEERS, (False, True)):
                 ms, line, answer = peer.llama_vim(case.document, case.cursor, greedy=greedy)
                 row[name] = _judge(case, {"inserted": line, "ms": ms, "content": answer.get("content")}, rest)
+            row[REPLACING] = replacing(case, row[PEERS[0]]["inserted"])
             part[key] = row
             save()
             say(f"{n + 1}/{len(todo)} {key} [{row['kind']}] " + " ".join(
@@ -195,6 +198,24 @@ def _client_from(path: Path, settings: dict[str, Any]) -> Any:
     client = LspClient(["--log-level", "warning"], env={"PYTHONPATH": str(Path(path).resolve())})
     client.initialize({"cpcLsp": settings}, encoding="utf-8", wait_loaded=True, timeout=600)
     return client
+
+
+def replacing(case: FunctionCase, line: str) -> dict[str, Any]:
+    """llama.vim's first line judged as if it replaced the rest of the line (what its accept
+    does when its answer has several lines; a one-line answer keeps the rest after it): a reading
+    kinder to a model that retypes the rest, for comparison."""
+    rest = case.after.split("\n")[0]
+    whole = replace(case, after=case.after[len(rest) :], rest=case.rest + rest)
+    return {**judged(whole, {"inserted": line}), "span": whole.rest, "rest": "\n",
+            "outcome": outcome(line, whole.rest, "\n")}  # fmt: skip
+
+
+def rejudge(out: dict[str, Any]) -> None:
+    """Add the derived rows to the cases already measured (no model work)."""
+    cases = dict(midline_cases())
+    for key, row in out.get("cases", {}).items():
+        if PEERS[0] in row and REPLACING not in row:
+            row[REPLACING] = replacing(cases[key], row[PEERS[0]]["inserted"])
 
 
 def _judge(case: FunctionCase, row: dict[str, Any], rest: str) -> dict[str, Any]:
@@ -217,7 +238,7 @@ def summary(cases: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
             got = [r for r in rows if name in r and (kind == "all" or r["kind"] == kind)]
             if not got:
                 continue
-            seen = [outcome(r[name]["inserted"], r["span"], r["rest"]) for r in got]
+            seen = [outcome(r[name]["inserted"], r[name].get("span", r["span"]), r[name].get("rest", r["rest"])) for r in got]
             entry = {"cases": len(got), "passed": sum(r[name]["pass"] for r in got)}
             entry.update({o: seen.count(o) for o in OUTCOMES})
             per[kind] = entry
@@ -230,7 +251,7 @@ def tables(out: dict[str, Any]) -> list[report.Table]:
     if not s:
         return []
     model = Path(str(out.get("model", ""))).name + (", ours with the gate at its default" if "minConfidence" not in out.get("settings", {}) else "")
-    names = [n for n in (OURS, BEFORE, *PEERS, RESTORED) if n in s]
+    names = [n for n in (OURS, BEFORE, *PEERS, REPLACING, RESTORED) if n in s]
     by_kind = []
     for kind in (*KINDS, "all"):
         row = [kind, report.num(s[names[0]].get(kind, {}).get("cases"))]
@@ -271,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fresh", action="store_true", help="start anew instead of resuming from the results file")
     parser.add_argument("--render", action="store_true", help="measure nothing: print the results file's tables")
     parser.add_argument("--markdown", action="store_true", help="with --render: the tables as markdown")
+    parser.add_argument("--rejudge", action="store_true", help="measure nothing: add the derived rows to the results file")
     args = parser.parse_args(argv)
     path = args.out or results_path()
     out: dict[str, Any] = json.loads(path.read_text()) if path.is_file() and not args.fresh else {}
@@ -278,6 +300,8 @@ def main(argv: list[str] | None = None) -> int:
         print_tables(out, args.markdown)
         return 0
     path.parent.mkdir(parents=True, exist_ok=True)
+    if args.rejudge:
+        rejudge(out)
 
     def save() -> None:
         out["summary"] = summary(out.get("cases", {}))
@@ -288,6 +312,10 @@ def main(argv: list[str] | None = None) -> int:
     def say(text: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
 
+    if args.rejudge:
+        save()
+        print_tables(out)
+        return 0
     todo = midline_cases(args.limit)
     out.update({"model": args.model, "threads": args.threads, "settings": GATED if args.gate else SETTINGS, "cases_total": len(todo),
                 "command": "python -m bench.midline " + " ".join(sys.argv[1:] if argv is None else argv)})  # fmt: skip
