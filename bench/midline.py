@@ -17,7 +17,9 @@ Who answers, on the same cases, on the same GGUF:
 
 - ours: the real language server over stdio, `textDocument/inlineCompletion` at the cursor, the
   settings of bench.functional's "exact + suffix" (one line, the gate off, `maxTokens` 64, the
-  text after the cursor in the FIM prompt); the item applied as an editor applies it (its range
+  text after the cursor in the FIM prompt), or another of its configurations (`--config`: "exact,
+  no suffix" is a model that does not see the rest of the line, as any model without FIM tokens),
+  or the gate at its default (`--gate`); the item applied as an editor applies it (its range
   replaced by its insertText, the rest of the line kept);
 - with `--baseline DIR`, ours again with the server's code from DIR (a checkout of an earlier
   commit: `git archive COMMIT lsp_server engine | tar -x -C DIR`), beside it in the same run;
@@ -62,8 +64,13 @@ RESTORED = "line restored"
 REPLACING = "llama.vim /infill, its line for the rest"  # the same answers, read another way
 CLOSING = ")]}\"':;,"
 KINDS = ("closing bracket", "quote", "word", "space", "punctuation")
-SETTINGS = {**BASE, **CONFIGS["exact + suffix"]}
-GATED = {k: v for k, v in SETTINGS.items() if k != "minConfidence"}  # the confidence gate at its default
+CONFIG = "exact + suffix"
+
+
+def settings_for(config: str, gate: bool) -> dict[str, Any]:
+    """Ours: bench.functional's configuration `config`, the confidence gate off or at its default."""
+    settings = {**BASE, **CONFIGS[config]}
+    return {k: v for k, v in settings.items() if k != "minConfidence"} if gate else settings
 
 
 def results_path() -> Path:
@@ -155,7 +162,7 @@ def run(args: argparse.Namespace, todo: list[tuple[str, FunctionCase]], out: dic
         say: Callable[[str], None]) -> None:  # fmt: skip
     part = out.setdefault("cases", {})
     model = {"model": args.model, "threads": args.threads}
-    settings = GATED if args.gate else SETTINGS
+    settings = settings_for(args.config, args.gate)
     clients = {OURS: _client({**settings, **model})}
     if args.baseline:
         clients[BEFORE] = _client_from(args.baseline, {**settings, **model})
@@ -250,7 +257,8 @@ def tables(out: dict[str, Any]) -> list[report.Table]:
     s = summary(out.get("cases", {}))
     if not s:
         return []
-    model = Path(str(out.get("model", ""))).name + (", ours with the gate at its default" if "minConfidence" not in out.get("settings", {}) else "")
+    model = Path(str(out.get("model", ""))).name + f", ours: {out.get('config', CONFIG)}"
+    model += ", the gate at its default" if "minConfidence" not in out.get("settings", {"minConfidence": 0}) else ", the gate off"
     names = [n for n in (OURS, BEFORE, *PEERS, REPLACING, RESTORED) if n in s]
     by_kind = []
     for kind in (*KINDS, "all"):
@@ -287,6 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=None, help="the first N HumanEval problems (default: all 164)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--baseline", type=Path, default=None, help="also ours with the server's code from this folder")
+    parser.add_argument("--config", default=CONFIG, choices=list(CONFIGS),
+                        help='ours: a configuration of bench.functional ("exact, no suffix": the model does not see the rest of the line)')
     parser.add_argument("--gate", action="store_true", help="ours with the confidence gate at its default (else off)")
     parser.add_argument("--out", type=Path, default=None, help="results JSON (resumed; default bench/results/midline.json)")
     parser.add_argument("--fresh", action="store_true", help="start anew instead of resuming from the results file")
@@ -317,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
         print_tables(out)
         return 0
     todo = midline_cases(args.limit)
-    out.update({"model": args.model, "threads": args.threads, "settings": GATED if args.gate else SETTINGS, "cases_total": len(todo),
+    out.update({"model": args.model, "threads": args.threads, "settings": settings_for(args.config, args.gate), "config": args.config, "cases_total": len(todo),
                 "command": "python -m bench.midline " + " ".join(sys.argv[1:] if argv is None else argv)})  # fmt: skip
     run(args, todo, out, save, say)
     save()
