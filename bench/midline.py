@@ -52,11 +52,11 @@ from pathlib import Path
 from typing import Any
 
 from bench import report
-from bench.functional import BASE, CONFIGS, _client, ask, judged
+from bench.functional import BASE, CONFIGS, ask, judged
 from bench.humaneval import IDENT, FunctionCase, cut_column, cut_line, load_problems
 from bench.infill import SEED_ARGS, InfillPeer
-from bench.llama_server import LlamaServer
-from bench.lsp_client import Editor
+from tests.support.llama_server import LlamaServer
+from tests.support.lsp_client import Editor, LspClient
 
 OURS, BEFORE = "ours", "ours, baseline"
 PEERS = ("llama.vim /infill", "llama.vim /infill, greedy")
@@ -163,9 +163,9 @@ def run(args: argparse.Namespace, todo: list[tuple[str, FunctionCase]], out: dic
     part = out.setdefault("cases", {})
     model = {"model": args.model, "threads": args.threads}
     settings = settings_for(args.config, args.gate)
-    clients = {OURS: _client({**settings, **model})}
+    clients = {OURS: start_server({**settings, **model})}
     if args.baseline:
-        clients[BEFORE] = _client_from(args.baseline, {**settings, **model})
+        clients[BEFORE] = start_server({**settings, **model}, args.baseline)
     server = LlamaServer(slots=1, model=args.model, threads=args.threads, extra_args=SEED_ARGS).start(600)
     peer = InfillPeer(server, slot=0)
     out["llama_server"] = server.command()[1:]
@@ -198,11 +198,11 @@ def run(args: argparse.Namespace, todo: list[tuple[str, FunctionCase]], out: dic
             client.shutdown()
 
 
-def _client_from(path: Path, settings: dict[str, Any]) -> Any:
-    """Our server with the code in `path` first on its import path."""
-    from bench.lsp_client import LspClient
-
-    client = LspClient(["--log-level", "warning"], env={"PYTHONPATH": str(Path(path).resolve())})
+def start_server(settings: dict[str, Any], code: Path | None = None) -> LspClient:
+    """Our server over stdio, initialized with `settings` and its model loaded; with `code`, the
+    server's code from that folder first on its import path (the baseline)."""
+    env = None if code is None else {"PYTHONPATH": str(Path(code).resolve())}
+    client = LspClient(["--log-level", "warning"], env=env)
     client.initialize({"cpcLsp": settings}, encoding="utf-8", wait_loaded=True, timeout=600)
     return client
 
