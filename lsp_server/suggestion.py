@@ -11,10 +11,11 @@ from dataclasses import dataclass, replace
 
 from engine import Completion, CompletionRequest, RepoContext
 from lsp_server import block as blocks
+from lsp_server import line_end
 from lsp_server.block import Block
 from lsp_server.confidence_gate import CALIBRATION, Calibration, at_line_start, confident_length, cursor_class
 from lsp_server.settings import Settings
-from lsp_server.split import LINE_BREAKS, Split, is_word_char
+from lsp_server.split import LINE_BREAKS, Split
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,7 @@ def suggestion_for(
         return None
     added = text[len(split.required) :]
     first = _first_line(added)
-    cut = stop_before_suffix(first, split.suffix)
+    cut = stop_before_suffix(first, split.suffix, _line_before(split))
     multi = block is not None and cut == first  # cut short on its first line: it ends there
     if not multi:
         added = cut
@@ -120,7 +121,7 @@ def suggestion_for(
             completion.text, offset, completion.signals, cursor_class(split),
             min_confidence, offset + len(added), calibration, at_line_start(split),
         )  # fmt: skip
-        kept = max(0, keep - offset)
+        kept = line_end.through_closers(added, max(0, keep - offset), split.suffix)
     if multi and block is not None:
         added = blocks.shape(added, block, kept)
     elif kept is not None:
@@ -165,21 +166,13 @@ def _first_line(text: str) -> str:
     return text
 
 
-def stop_before_suffix(added: str, suffix: str) -> str:
-    """Cut `added` where it starts to retype the rest of the line, so accepting it duplicates nothing.
+def stop_before_suffix(added: str, suffix: str, line_before: str = "") -> str:
+    """Cut `added` where it starts to retype the rest of the line, so accepting it duplicates
+    nothing and leaves out nothing the line needs (`lsp_server.line_end.meet`); `line_before`: the
+    line up to the cursor, for the pairs."""
+    return line_end.meet(line_before, added, suffix)
 
-    The cut is at the first place where the rest of the line (trimmed) appears, or where the added
-    text ends with its opening punctuation (``"hi")`` before ``);`` keeps ``"hi"``). A word
-    character never starts such a partial overlap: ``the`` before ``end`` is not cut to ``th``.
-    """
-    rest = suffix.strip()
-    if not rest:
-        return added
-    cut = added.find(rest)
-    if cut < 0:
-        for i, ch in enumerate(added):
-            tail = added[i:].rstrip()
-            if tail and not ch.isspace() and not is_word_char(ch) and rest.startswith(tail):
-                cut = i
-                break
-    return added if cut < 0 else added[:cut].rstrip()
+
+def _line_before(split: Split) -> str:
+    """The cursor's line up to the cursor (the prompt may be the whole document before it)."""
+    return split.prompt[split.prompt.rfind("\n") + 1 :] + split.required

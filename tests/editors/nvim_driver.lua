@@ -5,7 +5,8 @@
 -- accept key and read the line. Everything observed goes to a JSON file for the pytest test.
 --
 -- Run: CPC_NVIM_TEST=input.json nvim --headless --clean -u nvim_driver.lua
--- input.json: { rtp, cmd, settings, file, typed, out, timeout_ms, keystroke_ms, accept_key }
+-- input.json: { rtp, cmd, settings, file, typed, out, timeout_ms, keystroke_ms, accept_key, left }
+-- (left: characters to move left from the line's end before typing)
 --
 -- The waits, typing and deadline are nvim_harness.lua's (they never block the main loop).
 
@@ -86,6 +87,9 @@ local function type_word(bufnr, client)
   report.completeopt = vim.bo[bufnr].completeopt
   vim.api.nvim_win_set_cursor(0, { vim.api.nvim_buf_line_count(bufnr), 0 })
   vim.api.nvim_input('A') -- append at the end of the last line
+  for _ = 1, input.left or 0 do
+    vim.api.nvim_input('<Left>') -- inside the line: its rest stays after the cursor
+  end
   type_keys(input.typed, function()
     step('typed')
     -- What the completion menu received once the typed word is complete.

@@ -8,6 +8,7 @@ that the server counts bytes, not characters or UTF-16 units.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -67,9 +68,12 @@ def run_lua(nvim: str, script: str, spec: dict, tmp_path: Path) -> dict:
     return report
 
 
-def run_driver(nvim: str, server_command: list[str], tmp_path: Path, before: str, typed: str) -> dict:
-    """Open a file holding `before`, type `typed` at its end, accept; return what Neovim saw."""
-    note = tmp_path / "note.txt"
+def run_driver(
+    nvim: str, server_command: list[str], tmp_path: Path, before: str, typed: str, name: str = "note.txt", left: int = 0
+) -> dict:
+    """Open a file `name` holding `before`, type `typed` at its end (or `left` characters before
+    it), accept; return what Neovim saw."""
+    note = tmp_path / name
     note.write_text(before + "\n", encoding="utf-8")
     spec = {
         "cmd": server_command,
@@ -80,6 +84,7 @@ def run_driver(nvim: str, server_command: list[str], tmp_path: Path, before: str
         "timeout_ms": TIMEOUT_S * 1000,
         "keystroke_ms": 60,
         "lsp_log_level": os.environ.get("CPC_TEST_NVIM_LSP_LOG", "warn"),
+        "left": left,
     }
     return run_lua(nvim, "nvim_driver.lua", spec, tmp_path)
 
@@ -134,6 +139,38 @@ def test_typing_shows_and_accepts_the_word(nvim, server_command, tmp_path, befor
     assert accepted.startswith(before + " yesterday"), accepted
     assert accepted in {before + " " + w for w in words}, (accepted, words)
     assert report["after_accept"]["col"] == len(accepted.encode("utf-8"))
+
+
+MIDLINE = "\n".join([
+    "def shift(s: str) -> str:",
+    '    return "".join(chr(ord(ch) + 5) for ch in s)',
+    "",
+    "",
+    "def unshift(s: str) -> str:",
+    '    return "".join(chr(ord(ch) - 5) for ch in s)',
+    "",
+    "",
+    "def roundtrip(s: str) -> str:",
+    "    return unshift()",
+])  # fmt: skip
+
+
+def test_a_word_inside_a_line_meets_the_rest_of_it(nvim, server_command, tmp_path):
+    """Python, the cursor before the `)` that ends the line: the item inserts at the cursor (its
+    range ends there, the `)` stays) and the accepted line parses: one `)` for each `(`."""
+    report = run_driver(nvim, server_command, tmp_path, MIDLINE, "shi", name="midline.py", left=1)
+    assert report["filetype"] == "python"
+    head = "    return unshift(shi"
+    assert report["before_accept"]["line"] == head + ")", report["before_accept"]
+    cursor = len(head.encode("utf-8"))
+    items = sorted(report["request"]["result"]["items"], key=lambda item: item["sortText"])
+    assert items, report["request"]
+    for item in items:
+        assert item["textEdit"]["range"]["end"] == {"line": 9, "character": cursor}, item
+    accepted = report["after_accept"]["line"]
+    assert accepted.startswith(head) and accepted.endswith(")"), accepted
+    assert accepted == "    return unshift(" + items[0]["textEdit"]["newText"] + ")", (accepted, items[0])
+    ast.parse(MIDLINE.replace("    return unshift()", accepted))  # a SyntaxError fails the test
 
 
 def test_one_server_for_every_buffer_with_or_without_a_filetype(nvim, server_command, tmp_path):

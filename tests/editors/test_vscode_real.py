@@ -12,6 +12,7 @@ installs them. `CPC_SKIP_VSCODE=1` is the one, explicit, way to leave this test 
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -212,6 +213,18 @@ def test_cursor_inside_a_word_replaces_the_right_range(session):
     assert before == head + tail
     assert ghost.startswith("erday")
     assert after == head + ghost + tail, after  # "yest" completed in place, nothing doubled or lost
+
+
+def test_a_mid_line_suggestion_meets_the_rest_of_the_line(session):
+    """Code, the cursor inside a word with `)` after it: accepted, the line parses (one `)` for
+    each `(`, none doubled or left out) and reads as the ghost text put before the `)`."""
+    step = _step(session, "midline_code")
+    before, ghost, after = step["before"], step["ghost"], step["after"]
+    head = "    return unshift(shi"
+    assert _last_line(before) == head + ")"
+    assert ghost.strip() and not ghost.endswith("))"), ghost
+    assert _last_line(after) == head + ghost + ")", after
+    ast.parse(after)  # the accepted line compiles: a SyntaxError fails the test
 
 
 def test_emoji_before_the_cursor_places_the_suggestion_right(session):

@@ -36,6 +36,20 @@ const E = path.join(spec.work, 'extensions');
 const FILES = {
   'letter.txt': 'Hi Sam,\n\nThanks for sending over the draft',
   'mid.txt': 'Thanks for sending over the draft  and the notes for the meeting.',
+  // Code with the rest of the line after the cursor: `return unshift(shi|)`.
+  'midline.py': [
+    'def shift(s: str) -> str:',
+    '    return "".join(chr(ord(ch) + 5) for ch in s)',
+    '',
+    '',
+    'def unshift(s: str) -> str:',
+    '    return "".join(chr(ord(ch) - 5) for ch in s)',
+    '',
+    '',
+    'def roundtrip(s: str) -> str:',
+    '    """Shifted and back: the text as it was."""',
+    '    return unshift()',
+  ].join('\n'),
   'emoji.txt': '😀 Thanks for sending over the draft',
   'short.txt': 'Hi Sam,\n\nThanks for sending over the draft',
   'restart.txt': 'Hi Sam,\n\nThanks for sending over the draft',
@@ -581,6 +595,19 @@ async function main() {
       const rest = ' and the notes for the meeting.';
       for (let i = 0; i < rest.length; i += 1) await page.keyboard.press('ArrowLeft');
       return typeAndAccept('yest');
+    });
+
+    await step('midline_code', async () => {
+      // Inside a word with a closing bracket after it, in code (the code model, loaded on first
+      // use): the suggestion meets the `)` exactly, and Tab leaves one line that parses.
+      await openFile('midline.py');
+      await page.keyboard.press('End');
+      await page.keyboard.press('ArrowLeft');
+      await type('shi');
+      const { ghost } = await waitForGhost(TIMEOUT);
+      const before = await editorText();
+      await page.keyboard.press('Tab');
+      return { before, ghost, after: await textChangedFrom(before) };
     });
 
     await step('emoji', async () => {
