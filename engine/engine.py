@@ -32,6 +32,7 @@ from engine.signals import compute as compute_signals
 from engine.speculative import DraftConfig, PromptLookup
 from engine.stops import first_stop
 from engine.types import (  # BudgetError is defined with the types so callers need not import llama_cpp
+    COLD_EXTRA_TOKENS,
     COLD_SHARE,
     BudgetError,
     Completion,
@@ -75,12 +76,13 @@ class _Generated:
 
 def cold_cap(file_tokens: int, n_ctx: int) -> int | None:
     """The most tokens of other files' text beside `file_tokens` of the current file's text, so
-    that a cold request costs at most 1 + COLD_SHARE times what it costs without them: None (no
-    cap beyond CONTEXT_SHARE) once the file's tokens fill 1 / (1 + COLD_SHARE) of the window (the
-    prompt is then at most the window either way), else COLD_SHARE of them."""
+    that a cold request costs at most 1 + COLD_SHARE times what it costs without them, or
+    COLD_EXTRA_TOKENS more (a short file's bound is the wait, not a ratio of its few tokens): None
+    (no cap beyond CONTEXT_SHARE) once the file's tokens fill 1 / (1 + COLD_SHARE) of the window
+    (the prompt is then at most the window either way)."""
     if file_tokens * (1 + COLD_SHARE) >= n_ctx:
         return None
-    return int(file_tokens * COLD_SHARE)
+    return max(int(file_tokens * COLD_SHARE), COLD_EXTRA_TOKENS)
 
 
 @dataclass

@@ -157,6 +157,11 @@ NO_RIVAL = math.inf  # the margin when the search knows no other word
 # them. The engine holds it by its tokenizer's count (engine.engine.cold_cap); the server sizes its
 # choice by an estimate of the same bound (lsp_server.context.budget_for).
 COLD_SHARE = 0.5
+# ...or this many tokens, whatever the file's length: the bound is what the user waits for, and a
+# short or new file (the one that most needs another file's names) would get nothing from a share
+# of its few tokens. Measured: about +300 ms on a cold request, the default code model on 2 threads
+# (docs/context.md, bench.shortfile).
+COLD_EXTRA_TOKENS = 256
 
 
 @dataclass(frozen=True)
