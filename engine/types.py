@@ -159,8 +159,8 @@ NO_RIVAL = math.inf  # the margin when the search knows no other word
 COLD_SHARE = 0.5
 # ...or this many tokens, whatever the file's length: the bound is what the user waits for, and a
 # short or new file (the one that most needs another file's names) would get nothing from a share
-# of its few tokens. Measured: about +300 ms on a cold request, the default code model on 2 threads
-# (docs/context.md, bench.shortfile).
+# of its few tokens. Aimed at about +300 ms on a cold request (the default code model, 2 threads);
+# the time is still to be measured on a quiet machine (docs/context.md, bench.shortfile).
 COLD_EXTRA_TOKENS = 256
 
 

@@ -222,7 +222,7 @@ class Settings:
         "of the names this file calls and the prompt does not show, then whole chunks; at most half "
         "of `contextTokens`, and, until the file fills two thirds of the window, at most half of the "
         "current file's own tokens or 256, whichever is more (a cold request costs at most 1.5x, or "
-        "about 0.3 s more on a short file). They are chosen again "
+        "256 more prompt tokens on a short file). They are chosen again "
         "only at the start of a line, so typing inside a word still reuses the whole prompt.",
     )
     multi_line_tokens: int = setting(
