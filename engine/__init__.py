@@ -5,6 +5,7 @@ llama.cpp bindings load only when `Engine` is first touched.
 """
 
 from engine.types import (
+    COLD_EXTRA_TOKENS,
     COLD_SHARE,
     NO_RIVAL,
     Alternative,
@@ -25,6 +26,7 @@ from engine.types import (
 )
 
 __all__ = [
+    "COLD_EXTRA_TOKENS",
     "COLD_SHARE",
     "NO_RIVAL",
     "Alternative",

@@ -22,6 +22,7 @@ from engine.core.vocab import VocabIndex
 from engine.local.llama import LlamaModel
 from engine.local.load import MAX_REMEMBERED
 from engine.types import (
+    COLD_EXTRA_TOKENS,
     COLD_SHARE,
     MIN_PROMPT_TOKENS,
     BudgetError,
@@ -35,12 +36,13 @@ CONTEXT_SHARE = 2  # other files' text takes at most 1/CONTEXT_SHARE of the cont
 
 def cold_cap(file_tokens: int, n_ctx: int) -> int | None:
     """The most tokens of other files' text beside `file_tokens` of the current file's text, so
-    that a cold request costs at most 1 + COLD_SHARE times what it costs without them: None (no
-    cap beyond CONTEXT_SHARE) once the file's tokens fill 1 / (1 + COLD_SHARE) of the window (the
-    prompt is then at most the window either way), else COLD_SHARE of them."""
+    that a cold request costs at most 1 + COLD_SHARE times what it costs without them, or
+    COLD_EXTRA_TOKENS more (a short file's bound is the wait, not a ratio of its few tokens): None
+    (no cap beyond CONTEXT_SHARE) once the file's tokens fill 1 / (1 + COLD_SHARE) of the window
+    (the prompt is then at most the window either way)."""
     if file_tokens * (1 + COLD_SHARE) >= n_ctx:
         return None
-    return int(file_tokens * COLD_SHARE)
+    return max(int(file_tokens * COLD_SHARE), COLD_EXTRA_TOKENS)
 
 
 @dataclass

@@ -158,6 +158,11 @@ MIN_PROMPT_TOKENS = 64  # below this a context cannot hold a useful prompt besid
 # them. The engine holds it by its tokenizer's count (engine.prompt_window.cold_cap); the server sizes its
 # choice by an estimate of the same bound (lsp_server.context.budget_for).
 COLD_SHARE = 0.5
+# ...or this many tokens, whatever the file's length: the bound is what the user waits for, and a
+# short or new file (the one that most needs another file's names) would get nothing from a share
+# of its few tokens. Aimed at about +300 ms on a cold request (the default code model, 2 threads);
+# the time is still to be measured on a quiet machine (docs/context.md, bench.shortfile).
+COLD_EXTRA_TOKENS = 256
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from engine import COLD_SHARE, ContextFile, RepoContext
+from engine import COLD_EXTRA_TOKENS, COLD_SHARE, ContextFile, RepoContext
 from lsp_server.chunks import Chunk, Chunker, choose, definitions, identifiers, near_cursor, related
 from lsp_server.documents import Document
 from lsp_server.outline import Entry, Outliner, as_view, fill, popularity, rank, tokens_of, used_names
@@ -78,15 +78,17 @@ class Chosen:
 def budget_for(text: str, cursor: int, max_tokens: int, window_tokens: int) -> int:
     """The context's tokens at this cursor: `max_tokens` when the current file's text before the
     cursor fills 2/3 of the window (the prompt is then at most the window, at most 1.5x the
-    file's part), else at most half of that text's tokens (estimated at FILE_CHARS_PER_TOKEN):
-    either way a cold request costs at most 1.5x what it costs without context. In steps of
-    BUDGET_STEP, so the budget (and the choice) stays put while a line is typed. This sizes the
-    choice; the engine, which tokenizes, holds the bound exactly (engine.engine.cold_cap: where
-    the estimate runs over, on prose, it lays out fewer of the chosen lines)."""
+    file's part), else at most half of that text's tokens (estimated at FILE_CHARS_PER_TOKEN) or
+    COLD_EXTRA_TOKENS, whichever is more: a cold request costs at most 1.5x what it costs without
+    context, or a few hundred milliseconds more on a short file (which needs another file's names
+    most: a test, a script beside the module it imports). In steps of BUDGET_STEP, so the budget
+    (and the choice) stays put while a line is typed. This sizes the choice; the engine, which
+    tokenizes, holds the bound exactly (engine.prompt_window.cold_cap: where the estimate runs over, on
+    prose, it lays out fewer of the chosen lines)."""
     file_tokens = cursor / FILE_CHARS_PER_TOKEN
     if file_tokens * (1 + COLD_SHARE) >= window_tokens:  # the file alone fills 2/3 of the window: at most 1.5x either way
         return max_tokens
-    return min(max_tokens, int(file_tokens * COLD_SHARE) // BUDGET_STEP * BUDGET_STEP)
+    return min(max_tokens, max(COLD_EXTRA_TOKENS, int(file_tokens * COLD_SHARE) // BUDGET_STEP * BUDGET_STEP))
 
 
 def stale_chars(window_tokens: int) -> int:
@@ -163,8 +165,8 @@ class ContextChooser:
             return previous.context
         context = None
         if keys:
-            path, _ = self.workspace.describe(doc.uri)
-            context = RepoContext(chosen.files(), path=path, name=self.workspace.name, max_tokens=budget)
+            path, _ = self.workspace.describe(doc.uri, doc.uri)
+            context = RepoContext(chosen.files(), path=path, name=self.workspace.name_for(doc.uri), max_tokens=budget)
         self._chosen[key] = Choice(keys, context, budget, cursor, (max_tokens, window_tokens))
         self.choices += context is not None
         return context
@@ -203,12 +205,12 @@ class ContextChooser:
         found: list[Source] = []
         paths: set[str] = set()
         open_keys = set()
-        own_path, _ = ws.describe(doc.uri)
+        own_path, _ = ws.describe(doc.uri, doc.uri)
         for other_key, other in documents:
             open_keys.add(other_key)
             if other_key == key or other.stale:
                 continue
-            path, usable = ws.describe(other.uri)
+            path, usable = ws.describe(other.uri, doc.uri)  # with no workspace folder: under doc's own
             if usable and path not in paths:
                 paths.add(path)
                 found.append(Source(other_key, path, other.text, ws.edits(other_key)))

@@ -212,15 +212,17 @@ class Settings:
         "on held-out projects it lifted the first word at names other files define by 9 points on "
         "the code model, none on Gemma, about 1.4x a cold request; docs/context.md): the open documents, "
         "regions you edited lately, and the files this one imports (resolved under the workspace "
-        "folders only; binary, large and git-ignored files are skipped). With `modelServer` that "
-        "text is sent to the server too. Qwen2.5-Coder gets its repository layout (`<|file_sep|>`).",
+        "folders only; with no workspace folder, under the file's own folder; binary, large and "
+        "git-ignored files are skipped). With `modelServer` that text is sent to the server too. "
+        "Qwen2.5-Coder gets its repository layout (`<|file_sep|>`).",
     )
     extra_context_tokens: int = setting(
         1024, Int(0, 65_536),
         "Most prompt tokens the other files' text takes (with `extraContext`): the definition lines "
         "of the names this file calls and the prompt does not show, then whole chunks; at most half "
-        "of `contextTokens`, and at most half of the current file's own tokens until the file fills "
-        "two thirds of the window (so a cold request costs at most 1.5x). They are chosen again "
+        "of `contextTokens`, and, until the file fills two thirds of the window, at most half of the "
+        "current file's own tokens or 256, whichever is more (a cold request costs at most 1.5x, or "
+        "256 more prompt tokens on a short file). They are chosen again "
         "only at the start of a line, so typing inside a word still reuses the whole prompt.",
     )
     multi_line_tokens: int = setting(

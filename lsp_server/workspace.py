@@ -12,7 +12,13 @@ A file is read from disk only when its resolved path (symlinks followed) lies un
 workspace folder, it is a regular file of at most MAX_FILE_BYTES, it looks like text (no NUL byte,
 valid UTF-8), it is not inside ``.git`` and, when its folder is in a git work tree, git does not
 ignore it (``git check-ignore``, asked once per path). Open documents pass the same folder and
-ignore checks (an open ``.env`` stays out). With no workspace folder, no file is read.
+ignore checks (an open ``.env`` stays out).
+
+With no workspace folder (``rootUri`` null: one file opened outside a project), the folder of the
+document the context is for stands in for one, with every rule above: the open documents under it
+count, and its imports are read from under it (`scope`). The filesystem's root and the home
+folder never stand in (they hold everything the user has, not a project): a file there gets
+context from untitled buffers only.
 """
 
 from __future__ import annotations
@@ -115,12 +121,20 @@ class GitIgnore:
             return -1  # no git, or it hung: not a repo, nothing ignored by it (the other checks remain)
 
 
+def home() -> Path | None:
+    try:
+        return Path.home().resolve()
+    except (OSError, RuntimeError, KeyError):
+        return None
+
+
 class Workspace:
     """The workspace folders and the reading rules above; remembers what it read by mtime."""
 
     def __init__(self, ignore: GitIgnore | None = None) -> None:
         self.roots: tuple[Path, ...] = ()
-        self._subfolders: tuple[Path, ...] | None = None  # the roots' subfolders (_include_folders)
+        self._subfolders: dict[Path, tuple[Path, ...]] = {}  # a root's subfolders (_include_folders)
+        self._wide = frozenset(p for p in (Path("/").resolve(), home()) if p is not None)  # never a stand-in
         self.ignore = ignore or GitIgnore()
         self._files: dict[Path, tuple[int, int, str | None]] = {}  # path -> (mtime_ns, size, text)
         self._edits: dict[str, deque[int]] = {}  # document key -> lines edited lately
@@ -140,20 +154,41 @@ class Workspace:
             if resolved.is_dir() and resolved not in roots:
                 roots.append(resolved)
         self.roots = tuple(roots)
-        self._subfolders = None
+        self._subfolders.clear()
+
+    def scope(self, current: str | None = None) -> tuple[Path, ...]:
+        """The folders whose files may be used for the document at `current`: the workspace
+        folders; with none, that document's own folder (resolved; not the filesystem's root nor
+        the home folder); else none."""
+        if self.roots or current is None:
+            return self.roots
+        path = uri_path(current)
+        if path is None:
+            return ()
+        try:
+            folder = path.parent.resolve(strict=True)
+        except (OSError, RuntimeError):
+            return ()
+        return () if folder in self._wide or not folder.is_dir() else (folder,)
+
+    def name_for(self, current: str | None = None) -> str:
+        """The project's name as the model is shown it: the (first) folder's."""
+        roots = self.scope(current)
+        return roots[0].name if roots else ""
 
     @property
     def name(self) -> str:
-        return self.roots[0].name if self.roots else ""
+        return self.name_for()
 
-    def place(self, path: Path) -> tuple[Path, str] | None:
-        """(its workspace folder, its path relative to it, POSIX) for a path under one after
-        resolving symlinks; None outside every folder, inside ``.git``, or unresolvable (a symlink loop)."""
+    def place(self, path: Path, roots: tuple[Path, ...] | None = None) -> tuple[Path, str] | None:
+        """(its folder, its path relative to it, POSIX) for a path under one of `roots` (the
+        workspace folders by default) after resolving symlinks; None outside every folder, inside
+        ``.git``, or unresolvable (a symlink loop)."""
         try:
             resolved = path.resolve()  # symlinks followed; a file not saved yet keeps its name
         except (OSError, RuntimeError):
             return None
-        for root in self.roots:
+        for root in self.roots if roots is None else roots:
             if resolved == root or not resolved.is_relative_to(root):
                 continue
             rel = resolved.relative_to(root)
@@ -162,16 +197,17 @@ class Workspace:
             return root, rel.as_posix()
         return None
 
-    def allowed(self, path: Path) -> str | None:
+    def allowed(self, path: Path, roots: tuple[Path, ...] | None = None) -> str | None:
         """The relative path of `path` when its text may be used (under a folder, not ignored)."""
-        placed = self.place(path)
+        placed = self.place(path, roots)
         if placed is None or self.ignore.ignored(path.resolve(), placed[0]):
             return None
         return placed[1]
 
-    def read(self, path: Path) -> tuple[str, str] | None:
-        """(relative path, text) of a workspace file that passes every rule; None otherwise."""
-        rel = self.allowed(path)
+    def read(self, path: Path, roots: tuple[Path, ...] | None = None) -> tuple[str, str] | None:
+        """(relative path, text) of a file under `roots` (the workspace folders by default) that
+        passes every rule; None otherwise."""
+        rel = self.allowed(path, roots)
         if rel is None:
             return None
         resolved = path.resolve()
@@ -187,12 +223,14 @@ class Workspace:
             self._files[resolved] = cached
         return None if cached[2] is None else (rel, cached[2])
 
-    def describe(self, uri: str) -> tuple[str, bool]:
-        """(the path a document is shown as, whether its text may be used as context)."""
+    def describe(self, uri: str, current: str | None = None) -> tuple[str, bool]:
+        """(the path a document is shown as, whether its text may be used as context for the
+        document at `current`: under the folders of its `scope`)."""
         path = uri_path(uri)
         if path is None:
             return PurePosixPath(urlparse(uri).path or uri).name or "untitled", True
-        rel = self.allowed(path) if self.roots else None
+        roots = self.scope(current)
+        rel = self.allowed(path, roots) if roots else None
         return (rel, True) if rel is not None else (path.name, False)
 
     # --- edits ---------------------------------------------------------------------------------
@@ -231,18 +269,20 @@ class Workspace:
     # --- imports -------------------------------------------------------------------------------
 
     def imports(self, uri: str, text: str) -> list[Source]:
-        """The files `text` (the document at `uri`) imports, that pass the reading rules."""
+        """The files `text` (the document at `uri`) imports, that pass the reading rules, under
+        the folders of its `scope`."""
         path = uri_path(uri)
-        if path is None or not self.roots or self.place(path) is None:
+        roots = self.scope(uri)
+        if path is None or not roots or self.place(path, roots) is None:
             return []
         language = language_of(path.name)
         head = text[:IMPORT_SCAN_CHARS]
         if language == "python":
-            candidates = python_imports(head, path.parent, self._python_bases(path))
+            candidates = python_imports(head, path.parent, self._python_bases(path, roots))
         elif language == "javascript":
             candidates = [c for spec in _JS_SPEC.findall(head) for c in js_candidates(path.parent, spec)]
         elif language == "c":
-            folders = self._include_folders()
+            folders = self._include_folders(roots)
             candidates = [base / (quoted or angled) for quoted, angled in _C_INCLUDE.findall(head)
                           for base in ((path.parent,) if quoted else ()) + folders]  # fmt: skip
         else:
@@ -252,40 +292,40 @@ class Workspace:
         for candidate in candidates:
             if len(found) >= MAX_IMPORTS:
                 break
-            read = self.read(candidate)
+            read = self.read(candidate, roots)
             if read is None or read[0] in seen or candidate.resolve() == path.resolve():
                 continue
             seen.add(read[0])
             found.append(Source(read[0], read[0], read[1]))
         return found
 
-    def _include_folders(self) -> tuple[Path, ...]:
-        """Where a C header is looked for: the workspace folders, then their subfolders (listed
-        once, at most INCLUDE_SUBFOLDERS each, `.git` and other hidden ones left out)."""
-        if self._subfolders is None:
-            subs: list[Path] = []
-            for root in self.roots:
+    def _include_folders(self, roots: tuple[Path, ...]) -> tuple[Path, ...]:
+        """Where a C header is looked for: the folders, then their subfolders (listed once, at
+        most INCLUDE_SUBFOLDERS each, `.git` and other hidden ones left out)."""
+        subs: list[Path] = []
+        for root in roots:
+            if root not in self._subfolders:
                 try:
                     found = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
                 except OSError:
                     found = []
-                subs += found[:INCLUDE_SUBFOLDERS]
-            self._subfolders = tuple(subs)
-        return (*self.roots, *self._subfolders)
+                self._subfolders[root] = tuple(found[:INCLUDE_SUBFOLDERS])
+            subs += self._subfolders[root]
+        return (*roots, *subs)
 
-    def _python_bases(self, path: Path) -> list[Path]:
-        """Where an absolute import may start: the file's folder and its parents up to a
-        workspace folder, then the workspace folders."""
+    def _python_bases(self, path: Path, roots: tuple[Path, ...]) -> list[Path]:
+        """Where an absolute import may start: the file's folder and its parents up to its
+        folder of `roots`, then those folders."""
         bases = []
         here = path.parent
-        root = self.place(path)
+        root = self.place(path, roots)
         top = root[0] if root else None
         while top is not None and here.resolve().is_relative_to(top):
             bases.append(here)
             if here.resolve() == top:
                 break
             here = here.parent
-        return bases + [r for r in self.roots if r not in bases]
+        return bases + [r for r in roots if r not in bases]
 
 
 def python_imports(text: str, folder: Path, bases: list[Path]) -> list[Path]:

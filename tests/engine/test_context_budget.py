@@ -3,7 +3,8 @@
 The server sizes its choice by an estimate of the current file's tokens (lsp_server.context
 .budget_for, 4 characters a token); prose runs at more characters a token, so the estimate can
 run over. The engine counts the file's tokens before the cursor's line with the model's own
-tokenizer and caps the context at half of them (a cold request costs at most 1.5x), and keeps
+tokenizer and caps the context at half of them or COLD_EXTRA_TOKENS, whichever is more (a cold
+request costs at most 1.5x, or a short file's few hundred milliseconds more), and keeps
 the budget a context was laid out with while it stays within that bound (no new layout while
 the user types down the file)."""
 
@@ -13,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from engine import CompletionRequest, ContextFile, Engine, EngineConfig, RepoContext
+from engine import COLD_EXTRA_TOKENS, CompletionRequest, ContextFile, Engine, EngineConfig, RepoContext
 from engine.local.load import MAX_REMEMBERED
 from engine.prompt_window import cold_cap
 
@@ -27,9 +28,11 @@ def fake_engine(n_ctx: int = 2048, pieces: list[bytes] | None = None) -> Engine:
     return engine
 
 
-def test_the_cap_is_half_the_files_tokens_until_they_fill_two_thirds_of_the_window():
-    assert cold_cap(0, 2048) == 0
-    assert cold_cap(301, 2048) == 150
+def test_the_cap_is_half_the_files_tokens_or_the_short_files_floor_until_they_fill_two_thirds_of_the_window():
+    assert cold_cap(0, 2048) == COLD_EXTRA_TOKENS  # a new file: what a cold decode of that many costs, not 0
+    assert cold_cap(301, 2048) == COLD_EXTRA_TOKENS  # half of 301 is less than the floor
+    assert cold_cap(2 * COLD_EXTRA_TOKENS + 1, 2048) == COLD_EXTRA_TOKENS
+    assert cold_cap(2 * COLD_EXTRA_TOKENS + 2, 2048) == COLD_EXTRA_TOKENS + 1  # from here, half the file's tokens
     assert cold_cap(1365, 2048) == 682
     assert cold_cap(1366, 2048) is None  # 1.5 x 1366 >= 2048: the prompt is at most the window either way
 
@@ -46,10 +49,11 @@ def test_the_files_tokens_are_counted_to_the_start_of_the_cursors_line():
 def test_a_context_keeps_its_budget_while_the_file_grows_and_gets_a_new_one_when_the_bound_falls():
     engine = fake_engine()
     context = RepoContext((ContextFile("a.py", "x = 1\n"),), path="b.py", max_tokens=512)
-    assert engine.context_budget(context, 300) == 150
-    assert engine.context_budget(context, 420) == 150  # more lines typed: the layout stays (no whole decode per line)
-    assert engine.context_budget(context, 250) == 125  # the cursor moved up: the bound is kept
-    assert engine.context_budget(context, 2000) == 125
+    assert engine.context_budget(context, 700) == 350
+    assert engine.context_budget(context, 820) == 350  # more lines typed: the layout stays (no whole decode per line)
+    assert engine.context_budget(context, 600) == 300  # the cursor moved up: the bound is kept
+    assert engine.context_budget(context, 2000) == 300
+    assert engine.context_budget(context, 100) == COLD_EXTRA_TOKENS  # up to the first lines: the short file's floor
     other = RepoContext(context.files, path="b.py", max_tokens=576)  # the server's next choice, at its own step
     assert engine.context_budget(other, 2000) == 576
     assert engine.context_budget(RepoContext(context.files, max_tokens=4096), 2000) == 1024  # half the window at most
@@ -61,7 +65,7 @@ def test_a_context_keeps_its_budget_while_the_file_grows_and_gets_a_new_one_when
 
 LICENCE = "/*\n" + "".join(
     f" * Permission is hereby granted, free of charge, to any person obtaining a copy of this software {n}\n"
-    for n in range(21)
+    for n in range(41)
 ) + " */\n\n#include \"helpers.h\"\n\nint main(void)\n{\n    "
 HELPERS = "".join(f"int helper_number_{n}(int value, const char *name);\n" for n in range(80))
 
@@ -83,7 +87,7 @@ def test_a_cold_request_costs_at_most_one_and_a_half_times_on_a_licence_that_run
         off, on = prompt(LICENCE, None), prompt(LICENCE, context)
         # the server's estimate (4 characters a token) runs over on this prose: uncapped, the context
         # would take its whole budget, more than half the file's tokens
-        assert budget > (engine.count_tokens(LICENCE) - 1) / 2
+        assert budget > (engine.count_tokens(LICENCE) - 1) / 2 > COLD_EXTRA_TOKENS  # (long enough for the share to bind)
         assert len(on) <= 1.5 * len(off), (len(on), len(off), budget)
         # the words typed on the line keep the context's tokens (the prompt's start) as they are
         typed = LICENCE + "int total = helper_number_3(1, "

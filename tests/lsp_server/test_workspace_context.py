@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from lsp_server.chunks import CHUNK_CHARS, CHUNK_LINES, Chunker, choose, identifiers, related, split_lines
+from engine import COLD_EXTRA_TOKENS
 from lsp_server.context import FILE_CHARS_PER_TOKEN, ContextChooser, at_line_start, budget_for, stale_chars, substantial
 from lsp_server.documents import Document
 from lsp_server.workspace import MAX_FILE_BYTES, Source, Workspace
@@ -38,9 +39,8 @@ def project(tmp_path: Path) -> Path:
     return root
 
 
-# A module's opening prose: the context takes at most half the tokens of the file's text before the
-# cursor (lsp_server.context.budget_for: a cold request costs at most 1.5x), so a file of one line
-# gets none; this one is long enough for 128 tokens of it.
+# A module's opening prose, about 270 tokens (lsp_server.context.budget_for: half of them, or the
+# short file's floor, whichever is more).
 PREAMBLE = '"""' + "This module is part of the project and does what its name says.\n" * 16 + '"""\n\n'
 
 
@@ -144,17 +144,20 @@ def test_the_choice_is_kept_inside_a_line_and_replaced_only_when_it_changes_subs
     assert at_line_start("x\n   ", 5) and not at_line_start("x\n  y", 5)
 
 
-def test_the_context_takes_at_most_half_the_files_tokens_until_the_file_fills_the_window():
+def test_the_context_takes_at_most_half_the_files_tokens_or_the_short_files_floor_until_the_file_fills_the_window():
     def budget(chars: int) -> int:
         return budget_for("x" * chars, chars, 1024, 2048)
 
-    assert budget(0) == 0 and budget(500) == 0  # 125 tokens of file: not 64 of context yet
-    assert budget(2_000) == 192  # 500 tokens of file: at most 250, in steps of 64
+    assert budget(0) == budget(500) == COLD_EXTRA_TOKENS  # a new or short file: the floor, not a share of nothing
+    assert budget(2_000) == COLD_EXTRA_TOKENS  # 500 tokens of file: half is 250, under the floor
+    assert budget(3_000) == 320  # 750 tokens of file: at most 375, in steps of 64
     assert budget(10_000) == 1024  # the file fills the window either way: the whole budget
-    for chars in range(0, 12_000, 97):  # a cold prompt is at most 1.5x the file's own (counted low)
+    for chars in range(0, 12_000, 97):  # a cold prompt is at most 1.5x the file's own (counted low), or the floor more
         file_tokens = min(chars / FILE_CHARS_PER_TOKEN, 2048 - budget(chars))
-        assert (file_tokens + budget(chars)) <= 1.5 * min(chars / FILE_CHARS_PER_TOKEN, 2048) + 1e-9
+        own = min(chars / FILE_CHARS_PER_TOKEN, 2048)
+        assert (file_tokens + budget(chars)) <= max(1.5 * own, own + COLD_EXTRA_TOKENS) + 1e-9
     assert budget_for("x" * 10_000, 10_000, 256, 2048) == 256  # never more than asked
+    assert budget_for("", 0, 128, 2048) == 128
 
 
 def test_a_choice_is_replaced_when_the_cursor_has_moved_a_quarter_window_away(project: Path):
@@ -170,7 +173,7 @@ def test_a_choice_is_replaced_when_the_cursor_has_moved_a_quarter_window_away(pr
     assert chooser.context_for("me", Document(doc.uri, close), len(close), docs, 512) is first
     step = close + "w" * (4 * 64 * 2)  # mid-line, past the next step of the budget's: the same value
     assert budget_for(step, len(step), 512, 2048) == budget_for(close, len(close), 512, 2048)  # (512 reached already)
-    short = PREAMBLE + "x = frobnicate_widget(1) + 1"
+    short = PREAMBLE * 2 + "x = frobnicate_widget(1) + 1"  # past the short file's floor: the budget grows with the file
     small = chooser.context_for("s", Document(doc.uri, short), len(short), docs, 512)
     longer = short + "0" * 600  # 150 more tokens of file, one line: the budget would be a step larger
     assert budget_for(longer, len(longer), 512, 2048) > small.max_tokens
@@ -228,7 +231,7 @@ def test_the_server_sends_the_chosen_chunks_with_each_request_and_none_when_off(
         assert first.context is not None and first.context is second.context
         assert [f.path for f in first.context.files] == ["pkg/helpers.py"]
         assert first.context.path == "pkg/new.py" and first.context.name == "proj"
-        assert first.context.max_tokens == 128  # extraContextTokens, capped at half of contextTokens, at most half the file's tokens
+        assert first.context.max_tokens == 256  # extraContextTokens, capped at half of contextTokens (a short file: the floor)
         client.notify("workspace/didChangeConfiguration", {"settings": {"cpcLsp": {"extraContext": False}}})
         editor.type(current, "i")
         editor.suggestion(current)
