@@ -433,17 +433,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="2 cases per kind")
     parser.add_argument("--threads", type=int, default=2, help="llama-server -t (the README's command: 2)")
     parser.add_argument("--model", default="gemma-3-270m", help="the model of the server and of both language servers")
-    parser.add_argument("--out", type=Path, default=None, help="default: bench/results/remote_headline-MODEL.json")
+    parser.add_argument("--unseen", action="store_true",
+                        help="the check on unseen cursors instead (bench.remote_same: 1,500 characters before, 400 after, maxTokens 8)")
+    parser.add_argument("--max-tokens", type=int, default=8, help="with --unseen: maxTokens")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="default: bench/results/remote_headline-MODEL.json (--unseen: remote_unseen-MODEL.json)")
     args = parser.parse_args(argv)
-    args.out = args.out or Path(__file__).parent / "results" / f"remote_headline-{args.model}.json"
+    name = "remote_unseen" if args.unseen else "remote_headline"
+    args.out = args.out or Path(__file__).parent / "results" / f"{name}-{args.model}.json"
     started = time.time()
     def save(partial: dict) -> None:
         args.out.write_text(json.dumps(partial, indent=1) + "\n")
 
-    result = through_server(headline_cases(args.quick), lambda m: print(m, flush=True), args.threads, save, args.model)
+    say = lambda m: print(m, flush=True)  # noqa: E731
+    if args.unseen:
+        from bench import remote_same
+
+        cases = remote_same.unseen_cases(2 if args.quick else 25)
+        result = remote_same.check(cases, say, args.threads, args.model, args.max_tokens, save)
+        tables = [remote_same.table(result), remote_same.differ_table(result)]
+    else:
+        result = through_server(headline_cases(args.quick), say, args.threads, save, args.model)
+        tables = [headline_table(result)]
     result["seconds"] = round(time.time() - started)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
-    print(render(headline_table(result)))
+    for table in tables:
+        print(render(table))
     return 0
 
 
