@@ -78,6 +78,7 @@ class EngineCall:
     ms: float
     alternative_decodes: int | None = None  # from cpcLsp/stats, when it was asked after the call
     lexicon_decodes: int | None = None
+    client_ms: float | None = None  # the request's round trip as the client timed it
 
     def decode_steps(self) -> int | None:
         """llama_decode calls the call made: its generated tokens but the first (read from the
@@ -146,19 +147,20 @@ def latency_rows(ours: Sequence[float], peer: Sequence[float]) -> list[dict[str,
     return rows
 
 
-def call_summary(calls: Sequence[EngineCall], client_ms: dict[int, float], floor_ms: float | None) -> dict[str, Any]:
-    """The fits and shares of the module docstring. `client_ms`: request number -> the request's
-    round trip as the client timed it; `floor_ms`: a bare one-token decode."""
+def call_summary(calls: Sequence[EngineCall], floor_ms: float | None) -> dict[str, Any]:
+    """The fits and shares of the module docstring; `floor_ms`: a bare one-token decode."""
     remembered = [c for c in calls if c.decoded == 0 and c.ms < REMEMBERED_MS]
     warm = [c for c in calls if c.decoded <= WARM_DECODED and c not in remembered]
     still = [c for c in warm if c.decoded == 0 and c.cover == 0]
     fit = theil_sen([c.generated for c in warm], [c.ms for c in warm])
     fit_still = theil_sen([c.generated for c in still], [c.ms for c in still])
-    seen = [c for c in warm if c.number in client_ms]
-    fit_client = theil_sen([c.generated for c in seen], [client_ms[c.number] for c in seen])
+    seen = [c for c in warm if c.client_ms is not None]
+    fit_client = theil_sen([c.generated for c in seen], [c.client_ms or 0.0 for c in seen])
+    outside = [(c.client_ms or 0.0) - c.ms for c in seen]
     stepped = [(c.decode_steps(), c.ms) for c in warm if c.decode_steps() is not None]
     fit_steps = theil_sen([x for x, _ in stepped], [y for _, y in stepped])
     hidden = [c for c in calls if not c.shown]
+    max_alt = max((c.alternative_decodes or 0 for c in warm), default=0)
     return {
         "engine_calls": len(calls),
         "warm_calls": len(warm),
@@ -168,11 +170,14 @@ def call_summary(calls: Sequence[EngineCall], client_ms: dict[int, float], floor
         "fit_client_ms": _fit_json(fit_client),
         "fit_engine_ms_by_decode_steps": _fit_json(fit_steps),
         "warm_means": _means(warm),
-        "outside_engine_ms_median": _median([client_ms[c.number] - c.ms for c in seen]),
+        "outside_engine_ms": {f"p{round(share * 100)}": percentile(outside, share) for share in (0.25, 0.5, 0.75, 0.9)},
+        "outside_engine_ms_median": _median(outside),
         "floor_ms_per_token": floor_ms,
         "slope_over_floor": _ratio(fit.slope if fit else None, floor_ms),
         "intercept_in_floor_tokens": _ratio(fit.intercept if fit else None, floor_ms),
         "two_tokens_ms_median": _median([c.ms for c in warm if c.generated == 2]),
+        "stopped_at_budget_share": _share([c.stop == "length" for c in warm], bool),
+        "alternative_decodes_at_budget_share": _share([c.alternative_decodes == max_alt for c in warm], bool),
         "nothing_shown_share": len(hidden) / len(calls) if calls else None,
         "nothing_shown_calls": len(hidden),
         "nothing_shown_generated_median": _median([c.generated for c in hidden]),
@@ -360,7 +365,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from bench.lsp_client import Editor
     from bench.machine import CpuWatch, process_cpu_seconds
     from bench.prompts import documents
-    from bench.quality import LANGUAGES
     from bench.replay import interleaved, passages, ready_editor, replay_infill, replay_server, used_files
     from engine.model_files import resolve_model
 
@@ -408,11 +412,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if llama_server is not None:
             llama_server.stop()
         floor.close()
+    calls = [replace(c, client_ms=client_ms.get(c.number)) for c in parse_calls(server.text)]
     calls = [replace(c, alternative_decodes=stats.decodes[c.number][0], lexicon_decodes=stats.decodes[c.number][1])
-             if c.number in stats.decodes else c for c in parse_calls(server.text)]
+             if c.number in stats.decodes else c for c in calls]
     floor_median = _median(floor_ms)
     return {
-        "calls": call_summary(calls, client_ms, floor_median),
+        "calls": call_summary(calls, floor_median),
         "latency": latency_rows(ours, theirs),
         "keystrokes": {"ours": len(ours), "peer": len(theirs)},
         "cold": cold,
@@ -516,8 +521,12 @@ def print_tables(found: dict[str, Any]) -> None:
          ["engine ms by llama_decode calls (x: decode steps, not tokens)", *fit(c["fit_engine_ms_by_decode_steps"])],
          ["bare llama_decode of one token (floor)", "-", num(c["floor_ms_per_token"]), num(found["floor_ms_samples"])]],
     )))  # fmt: skip
+    out = c["outside_engine_ms"]
     print(f"slope / floor: {times(c['slope_over_floor'])}; fixed cost = {num(c['intercept_in_floor_tokens'])} "
-          f"tokens' worth; outside the engine (client - engine, median): {num(c['outside_engine_ms_median'])} ms")
+          f"tokens' worth; outside the engine (client - engine ms) p25/p50/p75/p90: "
+          f"{' / '.join(num(out[k], 0) for k in ('p25', 'p50', 'p75', 'p90'))}")
+    print(f"warm calls that generated to the token budget: {pct(c['stopped_at_budget_share'])}; that spent the "
+          f"most alternatives' decodes seen: {pct(c['alternative_decodes_at_budget_share'])}")
     m = c["warm_means"]
     print(f"a warm call on average: {num(m['generated'])} tokens generated, {num(m['prompt_decoded'])} prompt tokens "
           f"decoded, {num(m['cover_decodes'])} covering + {num(m['alternative_decodes'])} alternatives' + "

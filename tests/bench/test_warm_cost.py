@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 import pytest
 
-from bench.warm_cost import EngineCall, call_summary, latency_rows, parse_calls, percentile, theil_sen
+from bench.warm_cost import (
+    EngineCall,
+    call_summary,
+    latency_rows,
+    parse_calls,
+    percentile,
+    theil_sen,
+)
 
 
 def _log_line(number: int, shown: bool, decoded: int, generated: int, ms: float, cover: int = 0) -> str:
@@ -72,21 +80,36 @@ def test_latency_rows_with_no_peer() -> None:
 
 
 def test_call_summary_fits_warm_calls_and_counts_what_showed_nothing() -> None:
-    calls = [EngineCall(n, n % 2 == 0, "line", 0, 900, 900, 0, 0, g, 0, 150 + 25 * g) for n, g in enumerate(range(1, 9), start=2)]
-    calls.append(EngineCall(20, False, "line", 0, 900, 0, 900, 0, 4, 0, 5000.0))  # cold: not warm, not fitted
-    client = {c.number: c.ms + 10 for c in calls}
-    found = call_summary(calls, client, floor_ms=25.0)
-    assert found["engine_calls"] == 9 and found["warm_calls"] == 8
+    calls = [
+        EngineCall(n, n % 2 == 0, "line", 0, 900, 900, 0, 0, g, 0, 150 + 25 * g, 8 if g > 2 else 0, 0, 160 + 25 * g)
+        for n, g in enumerate(range(1, 9), start=2)
+    ]
+    calls.append(EngineCall(20, False, "length", 0, 900, 0, 900, 0, 4, 0, 5000.0))  # cold: not warm, not fitted
+    calls.append(EngineCall(21, True, "line", 0, 900, 900, 0, 0, 3, 0, 4.0))  # every row remembered: not fitted
+    found = call_summary(calls, floor_ms=25.0)
+    assert found["engine_calls"] == 10 and found["warm_calls"] == 8 and found["remembered_calls"] == 1
     assert found["fit_engine_ms"]["intercept"] == pytest.approx(150) and found["fit_engine_ms"]["slope"] == pytest.approx(25)
     assert found["fit_client_ms"]["intercept"] == pytest.approx(160)
-    assert found["outside_engine_ms_median"] == pytest.approx(10)
+    assert found["outside_engine_ms_median"] == pytest.approx(10) and found["outside_engine_ms"]["p90"] == 10
+    assert found["fit_engine_ms_by_decode_steps"]["points"] == 8
+    assert found["warm_means"]["alternative_decodes"] == pytest.approx(6)  # 8 on six calls of eight
+    assert found["alternative_decodes_at_budget_share"] == pytest.approx(6 / 8)
+    assert found["stopped_at_budget_share"] == 0
     assert found["slope_over_floor"] == pytest.approx(1.0)
     assert found["intercept_in_floor_tokens"] == pytest.approx(6.0)
     assert found["two_tokens_ms_median"] == pytest.approx(200)
     hidden = [c for c in calls if not c.shown]
     assert found["nothing_shown_calls"] == len(hidden) == 5
     assert found["nothing_shown_generated_total"] == sum(c.generated for c in hidden)
-    assert found["nothing_shown_share"] == pytest.approx(5 / 9)
+    assert found["nothing_shown_share"] == pytest.approx(5 / 10)
+
+
+def test_decode_steps_count_every_llama_decode_of_a_call() -> None:
+    call = EngineCall(5, True, "line", 2, 700, 697, 3, 1, 6, 2, 900.0, 8, 0)
+    assert call.decode_steps() == 5 + 1 + 8 + 0 + 2  # generated but the first, covering, alternatives, prompt run + last
+    assert replace(call, decoded=1).decode_steps() == 5 + 1 + 8 + 1
+    assert replace(call, decoded=0, generated=0).decode_steps() == 1 + 8
+    assert replace(call, alternative_decodes=None).decode_steps() is None
 
 
 def test_percentile_is_the_nearest_rank() -> None:
