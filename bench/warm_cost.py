@@ -6,11 +6,13 @@ passages and its simulated user), with the server's defaults except the model an
 llama.vim's own request to a llama-server on the same GGUF (bench.infill), passage by passage.
 Reported, from one run:
 
-- per engine call, from the server's own log line (`#N shown: ... generated=G ... ms=M`): the
+- per engine call, from the server's own log line (`#N shown: ... generated=G ... ms=M`) and its
+  stats (`cpcLsp/stats` after each request: the alternatives' and the lexicon's decodes): the
   fixed cost and the cost per generated token, the intercept and slope of a robust line (Theil-Sen)
   through (G, M) over the warm calls (at most WARM_DECODED prompt tokens decoded), also over the
-  calls that decoded nothing before generating; and beside it the *floor*, a bare `llama_decode` of
-  one token through the same llama-cpp-python build, in this process, between the passages;
+  calls that decoded nothing before generating, and through (llama_decode calls, M); and beside it
+  the *floor*, a bare `llama_decode` of one token through the same llama-cpp-python build, in this
+  process, once after every engine call (so under the same load);
 - the same calls' time seen by the client (the request's round trip), so what lies outside the
   engine (pygls, the scheduler's hand-offs, shaping) shows as the difference;
 - the share of engine calls that showed nothing, and the tokens they generated;
@@ -48,7 +50,6 @@ WARM_DECODED = 5  # an engine call that decoded at most this many prompt tokens 
 REMEMBERED_MS = 20.0  # a call this fast decoded nothing: every row was remembered (left out of the fits)
 PERCENTILES = (0.50, 0.75, 0.90, 0.95)
 SLOW_MS = 300.0
-FLOOR_STEPS = 8  # single-token decodes timed per floor sample
 CHUNK_TOKENS = 64  # the floor evaluates a prompt in the engine's (and llama-server's) chunks
 
 LOG_LINE = re.compile(
@@ -174,6 +175,7 @@ def call_summary(calls: Sequence[EngineCall], floor_ms: float | None) -> dict[st
         "outside_engine_ms_median": _median(outside),
         "floor_ms_per_token": floor_ms,
         "slope_over_floor": _ratio(fit.slope if fit else None, floor_ms),
+        "decode_slope_over_floor": _ratio(fit_steps.slope if fit_steps else None, floor_ms),
         "intercept_in_floor_tokens": _ratio(fit.intercept if fit else None, floor_ms),
         "two_tokens_ms_median": _median([c.ms for c in warm if c.generated == 2]),
         "stopped_at_budget_share": _share([c.stop == "length" for c in warm], bool),
@@ -246,6 +248,7 @@ class Floor:
         self._ctx = llama_cpp.llama_init_from_model(self._model, ctx)
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         self.n_ctx = n_ctx
+        self._next = (0, 0)  # (position, token) `one_ms` decodes (`hold`)
 
     def tokenize(self, text: str) -> list[int]:
         raw = text.encode("utf-8", "replace")
@@ -266,17 +269,20 @@ class Floor:
             self._decode(tokens[at : at + CHUNK_TOKENS])
         return (time.perf_counter() - started) * 1000
 
-    def token_ms(self, context: Sequence[int], steps: int = FLOOR_STEPS) -> list[float]:
-        """After `context`, one token at a time (the context's own next tokens, `steps` of them):
-        the time of each single-token llama_decode."""
-        head, tail = list(context[: -steps]), list(context[-steps:])
-        self.evaluate_ms(head)
-        times = []
-        for token in tail:
-            started = time.perf_counter()
-            self._decode([token])
-            times.append((time.perf_counter() - started) * 1000)
-        return times
+    def hold(self, context: Sequence[int]) -> None:
+        """Evaluate `context` (cold), so that `one_ms` decodes after it."""
+        self.evaluate_ms(context[:-1])
+        self._next = (len(context) - 1, context[-1])
+
+    def one_ms(self) -> float:
+        """One single-token llama_decode after the held context, then its cell removed again, so
+        every sample decodes the same token at the same position."""
+        position, token = self._next
+        started = time.perf_counter()
+        self._decode([token])
+        ms = (time.perf_counter() - started) * 1000
+        self._llama.llama_memory_seq_rm(self._memory, 0, position, -1)
+        return ms
 
     def close(self) -> None:
         self._llama.llama_free(self._ctx)
@@ -321,12 +327,14 @@ class Server:
 class StatsAfterEachRequest:
     """The client as bench.replay drives it, asking `cpcLsp/stats` right after each answered
     inline request (after its time was taken): the decodes of the call the server made for it
-    (`engineAnswers` grew), by the server's request number."""
+    (`engineAnswers` grew), by the server's request number. After each engine call, the floor
+    decodes one token, so the floor is sampled under the load the calls ran in."""
 
-    def __init__(self, client) -> None:
-        self.client = client
+    def __init__(self, client, floor: Floor) -> None:
+        self.client, self.floor = client, floor
         self.notify = client.notify
         self.decodes: dict[int, tuple[int, int]] = {}  # request number -> (alternative, lexicon decodes)
+        self.floor_ms: list[float] = []
         self._answers = 0
 
     def request(self, method: str, params: Any = None, timeout: float = 300.0):
@@ -336,6 +344,7 @@ class StatsAfterEachRequest:
             if stats.get("engineAnswers", 0) > self._answers:
                 self._answers = stats["engineAnswers"]
                 self.decodes[stats["requests"]] = (stats.get("alternativeDecodes", 0), stats.get("lexiconDecodes", 0))
+                self.floor_ms.append(self.floor.one_ms())
         return reply
 
 
@@ -381,11 +390,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     number = 1  # the server numbers its requests from 1: the warm-up is #1
     ours: list[float] = []
     theirs: list[float] = []
-    floor_ms: list[float] = []
     cold = []
     try:
         editor: Editor = ready_editor(server.client, server.settings)
-        stats = StatsAfterEachRequest(server.client)
+        stats = StatsAfterEachRequest(server.client, floor)
         recorder = Editor(stats)  # type: ignore[arg-type]
         for i, doc in enumerate(documents(lambda t: len(floor.tokenize(t)), 838, args.cold, first_line=400)):
             cold.append(cold_request(editor, floor, f"file:///bench/warm_cost/cold-{i}.py", doc.base, "python"))
@@ -393,13 +401,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             client_ms[number] = cold[-1]["request_ms"]
             say(f"cold {i + 1}/{args.cold}: {cold[-1]['request_ms']:.0f} ms for {cold[-1]['prompt_tokens']} tokens, "
                 f"bare {cold[-1]['bare_ms']:.0f} ms")  # fmt: skip
+        floor.hold(floor.tokenize(items[0].before)[-400:])
         for n, passage in enumerate(items):
             result = replay_server(recorder, passage, f"file:///bench/warm_cost/{n}{Path(passage.file).suffix}", True)
             for ms in result["ms"]:
                 number += 1
                 client_ms[number] = ms
             ours += result["ms"]
-            floor_ms += floor.token_ms(floor.tokenize(passage.before + passage.text)[-400:])
             if peer is not None:
                 theirs += replay_infill(peer, passage, True)["ms"]
             say(f"passage {n + 1}/{len(items)} ({passage.kind}): {len(result['ms'])} keystrokes")
@@ -415,6 +423,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     calls = [replace(c, client_ms=client_ms.get(c.number)) for c in parse_calls(server.text)]
     calls = [replace(c, alternative_decodes=stats.decodes[c.number][0], lexicon_decodes=stats.decodes[c.number][1])
              if c.number in stats.decodes else c for c in calls]
+    floor_ms = stats.floor_ms
     floor_median = _median(floor_ms)
     return {
         "calls": call_summary(calls, floor_median),
@@ -522,7 +531,8 @@ def print_tables(found: dict[str, Any]) -> None:
          ["bare llama_decode of one token (floor)", "-", num(c["floor_ms_per_token"]), num(found["floor_ms_samples"])]],
     )))  # fmt: skip
     out = c["outside_engine_ms"]
-    print(f"slope / floor: {times(c['slope_over_floor'])}; fixed cost = {num(c['intercept_in_floor_tokens'])} "
+    print(f"per llama_decode call / floor: {times(c['decode_slope_over_floor'])}; per generated token / floor: "
+          f"{times(c['slope_over_floor'])}; fixed cost = {num(c['intercept_in_floor_tokens'])} "
           f"tokens' worth; outside the engine (client - engine ms) p25/p50/p75/p90: "
           f"{' / '.join(num(out[k], 0) for k in ('p25', 'p50', 'p75', 'p90'))}")
     print(f"warm calls that generated to the token budget: {pct(c['stopped_at_budget_share'])}; that spent the "
