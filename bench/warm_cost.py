@@ -296,7 +296,7 @@ class Server:
     """`python -m lsp_server` (or bench.profiled_server) over stdio, its stderr in a file."""
 
     def __init__(self, threads: int, profile: Path | None) -> None:
-        from bench.lsp_client import LspClient
+        from tests.support.lsp_client import LspClient
 
         module = "bench.profiled_server" if profile else "lsp_server"
         env = {**os.environ, **({"CPC_BENCH_PROFILE": str(profile)} if profile else {})}
@@ -368,12 +368,12 @@ def cold_request(editor, floor: Floor, uri: str, text: str, language: str) -> di
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from bench.cases import build_cases, check_cases
+    from tests.support.cases import build_cases, check_cases
     from bench.infill import SEED_ARGS, InfillPeer
-    from bench.llama_server import LlamaServer
-    from bench.lsp_client import Editor
+    from tests.support.llama_server import LlamaServer
+    from tests.support.lsp_client import Editor
     from bench.machine import CpuWatch, process_cpu_seconds
-    from bench.prompts import documents
+    from tests.support.prompts import documents
     from bench.replay import interleaved, passages, ready_editor, replay_infill, replay_server, used_files
     from engine.model_files import resolve_model
 
