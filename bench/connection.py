@@ -19,8 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.support.llama_server import start_llama_server
 from engine.remote.http import ModelServerClient
+from tests.support.llama_server import start_llama_server
 
 BODY = {"content": "Thanks for sending over the draft"}  # /tokenize: a POST with little server work
 

@@ -21,8 +21,8 @@ from typing import Any
 
 from bench import report
 from bench.quality import LANGUAGES, first_word
-from engine.core.word_choice import WordScorer
 from engine.core.sequence import PathRows
+from engine.core.word_choice import WordScorer
 from lsp_server.document_words import Lexicon
 from lsp_server.settings import Settings
 from tests.support.asking import alone, asked, shown

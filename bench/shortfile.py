@@ -35,8 +35,8 @@ from typing import Any
 
 from bench import report
 from bench.crossfile import Doc, ask, judge
-from tests.support.lsp_client import LspClient, insert_text
 from bench.stats import median
+from tests.support.lsp_client import LspClient
 
 WORK = Path("/tmp/cpc-lsp-bench-shortfile")
 STATES = ("open", "closed", "absent")

@@ -368,14 +368,14 @@ def cold_request(editor, floor: Floor, uri: str, text: str, language: str) -> di
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from tests.support.cases import build_cases, check_cases
     from bench.infill import SEED_ARGS, InfillPeer
-    from tests.support.llama_server import LlamaServer
-    from tests.support.lsp_client import Editor
     from bench.machine import CpuWatch, process_cpu_seconds
-    from tests.support.prompts import documents
     from bench.replay import interleaved, passages, ready_editor, replay_infill, replay_server, used_files
     from engine.model_files import resolve_model
+    from tests.support.cases import build_cases, check_cases
+    from tests.support.llama_server import LlamaServer
+    from tests.support.lsp_client import Editor
+    from tests.support.prompts import documents
 
     say = lambda m: print(f"[warm_cost] {m}", file=sys.stderr, flush=True)  # noqa: E731
     tuning = build_cases(50, 0)

@@ -15,8 +15,8 @@ document as in a small one (no per-keystroke pass over the text in Python).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
 from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 from urllib.parse import unquote
 

@@ -24,7 +24,20 @@ from typing import Any
 from engine import CompletionRequest, EngineConfig, SamplingConfig, catalogue
 from lsp_server import schema
 from lsp_server.schema import (
-    SECTION, Bool, Choice, Int, Invalid, Number, OptionalNumber, OptionalPath, Secret, Spec, Strings, Urls, setting, specs,
+    SECTION,
+    Bool,
+    Choice,
+    Int,
+    Invalid,
+    Number,
+    OptionalNumber,
+    OptionalPath,
+    Secret,
+    Spec,
+    Strings,
+    Urls,
+    setting,
+    specs,
 )  # fmt: skip
 
 _SAMPLING, _REQUEST, _ENGINE = SamplingConfig(), CompletionRequest(""), EngineConfig()

@@ -26,11 +26,19 @@ from typing import Any
 
 import pytest
 
+from engine import (
+    Alternative,
+    Completion,
+    CompletionRequest,
+    DecodeStats,
+    EngineConfig,
+    ModelLoadError,
+    Prefetched,
+    Signals,
+    WordEnd,
+)
 from tests.support.llama_server import LlamaServer, start_llama_server  # noqa: F401  (re-exported)
 from tests.support.lsp_client import Editor, LspClient, Reply, end_position, frame  # noqa: F401  (re-exported)
-from engine import (
-    Alternative, Completion, CompletionRequest, DecodeStats, EngineConfig, ModelLoadError, Prefetched, Signals, WordEnd,
-)
 
 DRAFT = "Thanks for sending over the draft yest"
 FAST = {"maxTokens": 4, "threads": 1}  # real-model settings that keep a completion short

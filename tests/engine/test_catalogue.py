@@ -6,11 +6,11 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
-import tomllib
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from engine import ModelLoadError, catalogue, model_files
 from engine.catalogue import CATALOGUE, QWEN_CODER_15B, CatalogueModel, Chunk

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from engine import CompletionRequest, Engine, EngineConfig
-from engine.local.load import available_memory_bytes, remembered_sequences
 from engine.local.llama import allocated_tokens
+from engine.local.load import available_memory_bytes, remembered_sequences
 from tests.lsp_server.test_huge import prose
 
 pytestmark = pytest.mark.model

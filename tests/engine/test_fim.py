@@ -3,12 +3,11 @@ the suffix bound, the KV reuse across keystrokes, and a model without FIM tokens
 
 from __future__ import annotations
 
-
 import pytest
 
 from engine import CompletionRequest, Engine
-from engine.local.llama import LlamaContext
 from engine.core.prompt import PSM, SPM, FimTokens, fim_prompt
+from engine.local.llama import LlamaContext
 from tests.support.tiny_gguf import load
 
 PREFIX = "def value(self):\n    return the"

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from engine import CompletionRequest, Engine
-from engine.core.word_choice import WordScorer, first_word, word_end_tokens
 from engine.core.sampler import log_sum_exp
 from engine.core.sequence import PathRows
+from engine.core.word_choice import WordScorer, first_word, word_end_tokens
 from tests.support.tiny_gguf import load
 
 PROMPT = "def value(self):\n    return the"

@@ -8,11 +8,11 @@ import threading
 import numpy as np
 import pytest
 
+from engine import CompletionRequest, SamplingConfig
 from engine.core.covering import CoveringSearch
 from engine.core.prefix import RequiredPrefix
 from engine.core.sampler import log_sum_exp
 from engine.core.sequence import PathRows
-from engine import CompletionRequest, SamplingConfig
 
 
 @pytest.fixture

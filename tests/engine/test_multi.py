@@ -11,12 +11,12 @@ import time
 
 import pytest
 
+from engine.backend import Cancelled
+from engine.core.sequence import Sequence
 from engine.remote import servers as multi
 from engine.remote.http import AFFINITY_HEADER, ModelServerClient, UpstreamChanged
-from engine.backend import Cancelled
-from engine.remote.servers import ServerSet, affinity_key, rendezvous
 from engine.remote.rows import RemoteRows
-from engine.core.sequence import Sequence
+from engine.remote.servers import ServerSet, affinity_key, rendezvous
 from engine.types import ModelServerError, SamplingConfig, server_urls
 from tests.engine.fake_llama_server import FakeLlamaServer
 from tests.engine.test_remote_search import AB, PROMPT, TABLE, VOCAB, A, B, C, X
@@ -259,8 +259,8 @@ def test_behind_debian_s_nginx_documents_stick_and_follow_a_failover(two, monkey
     front of two fakes: the hash keeps each key on one server, X-Cpc-Upstream names it, and a
     server that stops listening sends its keys on, which the engine follows with that server's
     own rows."""
-    from tests.support.balancer import Balancer, install_nginx
     from engine.remote.servers import BalancedSet
+    from tests.support.balancer import Balancer, install_nginx
 
     install_nginx()  # the project's script (make install-test runs it); a failed install fails the test
     for s in two:

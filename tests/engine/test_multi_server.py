@@ -171,8 +171,8 @@ def test_behind_nginx_documents_stick_to_one_server_and_a_move_is_checked_and_fo
 
 def test_behind_nginx_a_server_running_another_model_is_refused_when_a_document_reaches_it(servers, tiny_models):
     _nginx()
-    from tests.support.balancer import Balancer
     from tests.fixtures import start_llama_server
+    from tests.support.balancer import Balancer
 
     other = start_llama_server(slots=1, model=tiny_models["plain"])
     try:

@@ -9,15 +9,15 @@ import math
 import numpy as np
 import pytest
 
-from tests.support.fault_proxy import FaultProxy
 from engine.core.covering import CoveringSearch
+from engine.core.sequence import Sequence
+from engine.remote.batch import BOOST, asks
 from engine.remote.http import ModelServerClient
 from engine.remote.rows import RemoteRows
-from engine.remote.batch import BOOST, asks
-from engine.core.sequence import Sequence
 from engine.types import SamplingConfig
 from tests.engine.fake_llama_server import FakeLlamaServer
 from tests.engine.toy import EOG, toy_vocab
+from tests.support.fault_proxy import FaultProxy
 
 # Two tokens spell " " (as Gemma has two "m"): the required "  ab" has the spellings " " " ab"
 # (either space), "  " "ab", and longer ones. Listing one token per step, the first request (the
@@ -206,8 +206,8 @@ def test_a_groups_cap_is_its_boosted_pick_with_slack_and_many_tokens_go_under_th
 def test_rows_asked_ahead_stop_where_the_descent_estimated_with_the_coverings_values_cannot_win():
     """The descent from " " reads the row after " " " " only while its value, estimated with the
     known covering's value for the token ending at the same byte ("  ": 0.4), beats the floor."""
-    from engine.remote.rows import BoundedRows
     from engine.remote.batch import _likely, continuation
+    from engine.remote.rows import BoundedRows
 
     rows = RemoteRows(ModelServerClient("http://127.0.0.1:9", None, 1.0), VOCAB, 2048, 1, None, n_probs=2)
     rows._record(PROMPT, S2, math.log(0.4), [(S2, math.log(0.4)), (S1, math.log(0.3))], None)

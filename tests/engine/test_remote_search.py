@@ -10,10 +10,10 @@ import time
 
 import pytest
 
+from engine.backend import Cancelled
+from engine.core.sequence import Sequence
 from engine.remote.http import ModelServerClient
 from engine.remote.rows import RemoteRows
-from engine.core.sequence import Sequence
-from engine.backend import Cancelled
 from engine.types import SamplingConfig
 from tests.engine.fake_llama_server import FakeLlamaServer
 from tests.engine.toy import EOG, toy_vocab

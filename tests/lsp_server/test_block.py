@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lsp_server import block as blocks
 from lsp_server.block import CLOSE, OPEN, at, context, shape

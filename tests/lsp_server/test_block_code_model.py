@@ -15,8 +15,8 @@ import re
 
 import pytest
 
-from tests.support.lsp_client import Editor
 from lsp_server.block import opens_block
+from tests.support.lsp_client import Editor
 
 pytestmark = pytest.mark.model
 

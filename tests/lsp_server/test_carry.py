@@ -11,7 +11,6 @@ from dataclasses import replace
 import pytest
 
 from engine import Completion, DecodeStats, Signals, WordEnd
-
 from lsp_server.carry import Carry, Computed
 from tests.fixtures import DRAFT, WORDS, Editor, FakeEngine, FakeLoader, InProcessServer
 

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.lsp_client import Editor, LspClient
 from engine.catalogue import QWEN_CODER_05B
 from engine.model_files import CACHE_ENV
 from tests.fixtures import FAST
+from tests.support.lsp_client import Editor, LspClient
 
 pytestmark = pytest.mark.model
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.lsp_client import Editor, LspClient
 from tests.fixtures import FAST
+from tests.support.lsp_client import Editor, LspClient
 
 pytestmark = pytest.mark.model
 

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.lsp_client import Editor, LspClient
 from lsp_server.routing import CODE_MODEL, PROSE_MODEL
 from tests.fixtures import DRAFT, FAST
+from tests.support.lsp_client import Editor, LspClient
 
 pytestmark = pytest.mark.model
 

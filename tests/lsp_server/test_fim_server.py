@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.lsp_client import Editor, insert_text
 from lsp_server.routing import load_engine
 from lsp_server.settings import Settings
 from lsp_server.split import text_after
-from tests.support.tiny_gguf import load
 from tests.fixtures import InProcessServer
+from tests.support.lsp_client import Editor, insert_text
+from tests.support.tiny_gguf import load
 
 BEFORE = "def value(self):\n    return the"
 TYPED = " yest"

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.lsp_client import Editor
 from engine import Signals, WordEnd
-from engine.types import NO_RIVAL
 from engine.model_files import default_model_path
+from engine.types import NO_RIVAL
 from lsp_server.confidence_gate import CURSOR_CLASSES, confidences, gate_for
+from tests.support.lsp_client import Editor
 
 pytestmark = pytest.mark.model
 

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lsp_server.document_words as lexicon_module
-from lsp_server.documents import Documents, Range, UTF16
 from lsp_server.document_words import Lexicon
+from lsp_server.documents import UTF16, Documents, Range
 
 TEXT = "def value(self):\n    return self.value_of(value)\n# values and valuables\n"
 

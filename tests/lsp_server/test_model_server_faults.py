@@ -16,8 +16,8 @@ import pytest
 
 from lsp_server.scheduler import RETRY_MAX_S
 from lsp_server.settings import API_KEY_ENV
-from tests.support.fault_proxy import FaultProxy
 from tests.fixtures import DRAFT, Editor, LlamaServer, LspClient, start_llama_server
+from tests.support.fault_proxy import FaultProxy
 
 pytestmark = pytest.mark.model
 

@@ -18,8 +18,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.fault_proxy import FaultProxy
 from tests.fixtures import Editor, LspClient
+from tests.support.fault_proxy import FaultProxy
 
 pytestmark = pytest.mark.model
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.tls_proxy import Authority, TlsProxy
 from engine.remote.http import ModelServerClient
 from tests.fixtures import DRAFT, Editor, LspClient
+from tests.support.tls_proxy import Authority, TlsProxy
 
 pytestmark = pytest.mark.model
 

@@ -6,7 +6,17 @@ from pathlib import Path
 
 from lsp_server.context import ContextChooser
 from lsp_server.documents import Document
-from lsp_server.outline import Entry, as_view, outline, pick, popularity, previous_lines, private, unnamed_fields, used_names
+from lsp_server.outline import (
+    Entry,
+    as_view,
+    outline,
+    pick,
+    popularity,
+    previous_lines,
+    private,
+    unnamed_fields,
+    used_names,
+)
 
 PY = '''"""A module.
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.lsp_client import Editor
 from engine.model_files import default_model_path
 from lsp_server.split import split
+from tests.support.lsp_client import Editor
 
 pytestmark = pytest.mark.model
 

@@ -7,9 +7,9 @@ the real model can make (it really writes a block, and an accept really costs no
 
 from __future__ import annotations
 
+from lsp_server import block as blocks
 from tests.fixtures import DRAFT, Editor
 from tests.lsp_server.test_block import balance
-from lsp_server import block as blocks
 
 # the confidence gate off: these claims are about the shape of a suggestion (its own are in test_gate_server.py)
 SERVER_SETTINGS = {"maxTokens": 16, "threads": 1, "multiLineTokens": 48, "minConfidence": 0}

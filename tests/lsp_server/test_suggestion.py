@@ -1,9 +1,9 @@
 """From the engine's completion to what is shown: required prefix, one line, no repeated suffix."""
 
 from engine import Completion, DecodeStats
+from lsp_server import block as blocks
 from lsp_server.settings import Settings
 from lsp_server.split import split
-from lsp_server import block as blocks
 from lsp_server.suggestion import request_for, stop_before_suffix, suggestion_for
 
 

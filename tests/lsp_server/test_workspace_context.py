@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from lsp_server.chunks import CHUNK_CHARS, CHUNK_LINES, Chunker, choose, identifiers, related, split_lines
 from engine import COLD_EXTRA_TOKENS
+from lsp_server.chunks import CHUNK_CHARS, CHUNK_LINES, Chunker, choose, identifiers, related, split_lines
 from lsp_server.context import FILE_CHARS_PER_TOKEN, ContextChooser, at_line_start, budget_for, stale_chars, substantial
 from lsp_server.documents import Document
 from lsp_server.workspace import MAX_FILE_BYTES, Source, Workspace
@@ -204,8 +204,8 @@ def test_the_server_sends_the_chosen_chunks_with_each_request_and_none_when_off(
     """Through the real server (fake engine): the sibling's chunk rides on the request, the same
     value on a keystroke inside the line, capped at half the context and at half the file's own
     tokens; the setting turns it off."""
-    from tests.support.lsp_client import Editor
     from tests.fixtures import InProcessServer
+    from tests.support.lsp_client import Editor
 
     server = InProcessServer()
     try:
