@@ -42,33 +42,61 @@ PARTS = ("engine", "keystrokes", "cancel", "quality", "replay", "remote", "multi
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small samples, about a minute on 2 idle cores")
-    parser.add_argument("--only", default=",".join(PARTS),
-                        help=f"comma-separated parts to run, of {','.join(PARTS)}; or busy alone (bench.busy); "
-                        "or models alone (bench.models: every catalogue model side by side, bench/results/models.json); "
-                        "or team alone (bench.team, then bench.tail: users sharing one llama-server, bench/results/team.json and tail.json); "
-                        "or tail alone")
+    parser.add_argument(
+        "--only",
+        default=",".join(PARTS),
+        help=f"comma-separated parts to run, of {','.join(PARTS)}; or busy alone (bench.busy); "
+        "or models alone (bench.models: every catalogue model side by side, bench/results/models.json); "
+        "or team alone (bench.team, then bench.tail: users sharing one llama-server, bench/results/team.json and tail.json); "
+        "or tail alone",
+    )
     parser.add_argument("--no-latency", action="store_true", help="with --only models: no latency")
     parser.add_argument("--no-quality", action="store_true", help="with --only models: no first-word quality")
     parser.add_argument("--no-replay", action="store_true", help="with --only models: no typing replay")
-    parser.add_argument("--replay-per-kind", type=int, default=2,
-                        help="with --only models: replay passages per kind of text (python, javascript, c, prose)")
-    parser.add_argument("--replay-chars", type=int, default=240, help="with --only models: about this many characters a passage")
-    parser.add_argument("--model", default=None,
-                        help="the model: a catalogue name (engine.catalogue) or a GGUF path, for the server and the "
-                        "in-process engine (default: the server's default); with --only models, a comma-separated "
-                        "list of names (default: the whole catalogue)")
-    parser.add_argument("--per-kind", type=int, default=None, help="quality cases per kind of text (default 50, quick 1)")
+    parser.add_argument(
+        "--replay-per-kind",
+        type=int,
+        default=2,
+        help="with --only models: replay passages per kind of text (python, javascript, c, prose)",
+    )
+    parser.add_argument(
+        "--replay-chars", type=int, default=240, help="with --only models: about this many characters a passage"
+    )
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="the model: a catalogue name (engine.catalogue) or a GGUF path, for the server and the "
+        "in-process engine (default: the server's default); with --only models, a comma-separated "
+        "list of names (default: the whole catalogue)",
+    )
+    parser.add_argument(
+        "--per-kind", type=int, default=None, help="quality cases per kind of text (default 50, quick 1)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="case selection seed")
     parser.add_argument("--quality-max-tokens", type=int, default=8, help="token budget of quality requests")
-    parser.add_argument("--max-tokens", type=int, default=16, help="token budget of keystroke requests (ours and the peer's)")
-    parser.add_argument("--threads", type=int, default=0,
-                        help="CPU threads for the server, the peer and the in-process engine alike (0: all cores)")
+    parser.add_argument(
+        "--max-tokens", type=int, default=16, help="token budget of keystroke requests (ours and the peer's)"
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="CPU threads for the server, the peer and the in-process engine alike (0: all cores)",
+    )
     parser.add_argument("--no-peer", action="store_true", help="skip llama-cpp-python's create_completion")
-    parser.add_argument("--out", type=Path, default=None, help="JSON file (default bench/results/latest.json, quick.json)")
-    parser.add_argument("--update", action="store_true",
-                        help="re-measure only the --only parts and merge them into the results file (a full run's)")
-    parser.add_argument("--render", action="store_true",
-                        help="measure nothing: print the tables of the results file and rewrite its plots and snippet")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="JSON file (default bench/results/latest.json, quick.json)"
+    )
+    parser.add_argument(
+        "--update",
+        action="store_true",
+        help="re-measure only the --only parts and merge them into the results file (a full run's)",
+    )
+    parser.add_argument(
+        "--render",
+        action="store_true",
+        help="measure nothing: print the tables of the results file and rewrite its plots and snippet",
+    )
     parser.add_argument("--plots", action=argparse.BooleanOptionalAction, default=None,
                         help="write docs/*.png and docs/results.md (default: on for a full run of every part)")  # fmt: skip
     return parser
@@ -205,14 +233,29 @@ def _targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
             r = rows[(who, where)]
             name = f"replay, {who}, {where}:"
             off = rows.get(("server gate off", where))
-            if who == "server gate default" and off is not None and precision.get((who, where)) and precision.get(("server gate off", where)):
+            if (
+                who == "server gate default"
+                and off is not None
+                and precision.get((who, where))
+                and precision.get(("server gate off", where))
+            ):
                 gain = precision[(who, where)] / precision[("server gate off", where)]
                 checks.append((f"{name} precision >= 1.5x the gate off's", report.times(gain), gain >= 1.5))
                 kept = r["not_typed"] / off["not_typed"] if off["not_typed"] else None
-                checks.append((f"{name} not typed >= 0.8x the gate off's", report.times(kept), kept is not None and kept >= 0.8))
+                checks.append(
+                    (f"{name} not typed >= 0.8x the gate off's", report.times(kept), kept is not None and kept >= 0.8)
+                )
             if r["saved_over_peer"] is not None:
-                checks.append((f"{name} not typed >= 1.5x peer's", report.times(r["saved_over_peer"]), r["saved_over_peer"] >= 1.5))
-                checks.append((f"{name} median latency <= 0.5x peer's", report.times(r["ms_over_peer"]), r["ms_over_peer"] <= 0.5))
+                checks.append(
+                    (
+                        f"{name} not typed >= 1.5x peer's",
+                        report.times(r["saved_over_peer"]),
+                        r["saved_over_peer"] >= 1.5,
+                    )
+                )
+                checks.append(
+                    (f"{name} median latency <= 0.5x peer's", report.times(r["ms_over_peer"]), r["ms_over_peer"] <= 0.5)
+                )
     if "remote" in results:
         from bench import remote_vs_local as remote
 
@@ -366,7 +409,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench import busy
 
         return busy.main(["--no-peer"] if args.no_peer else [])
-    if args.only in ("team", "tail"):  # a team on one llama-server (bench.team), the tail of warm keystrokes (bench.tail)
+    if args.only in (
+        "team",
+        "tail",
+    ):  # a team on one llama-server (bench.team), the tail of warm keystrokes (bench.tail)
         from bench import tail, team
 
         code = team.main([]) if args.only == "team" else 0
@@ -374,8 +420,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.only == "models":  # every catalogue model through its own server (not part of a full run)
         from bench import models
 
-        return models.main(args, build_cases(args.per_kind or (1 if args.quick else 50), args.seed), _say,
-                           args.out or RESULTS / ("models-quick.json" if args.quick else "models.json"))
+        return models.main(
+            args,
+            build_cases(args.per_kind or (1 if args.quick else 50), args.seed),
+            _say,
+            args.out or RESULTS / ("models-quick.json" if args.quick else "models.json"),
+        )
     parts = tuple(p for p in PARTS if p in args.only.split(","))
     per_kind = args.per_kind or (1 if args.quick else 50)
     full = not args.quick and (parts == PARTS or args.update or args.render)
@@ -406,8 +456,13 @@ def main(argv: list[str] | None = None) -> int:
         results = {
             "command": command,
             "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
-            "cases": {"count": len(cases), "per_kind": per_kind, "seed": args.seed, "fingerprint": fingerprint(cases),
-                      "list": [asdict(c) for c in cases]},  # fmt: skip
+            "cases": {
+                "count": len(cases),
+                "per_kind": per_kind,
+                "seed": args.seed,
+                "fingerprint": fingerprint(cases),
+                "list": [asdict(c) for c in cases],
+            },  # fmt: skip
         }
     if not args.render:
         _say(f"{len(cases)} quality cases (fingerprint {results['cases']['fingerprint']}); parts: {', '.join(parts)}")

@@ -192,7 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", default="0,2", help="comma-separated threads settings (0: the default)")
     parser.add_argument("--trials", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=16)
-    parser.add_argument("--tokens", type=int, default=1900, help="size of each fresh document (1,900: ~7,000 characters)")
+    parser.add_argument(
+        "--tokens", type=int, default=1900, help="size of each fresh document (1,900: ~7,000 characters)"
+    )
     parser.add_argument("--no-peer", action="store_true")
     args = parser.parse_args(argv)
     variants = [int(v) for v in args.variants.split(",")]

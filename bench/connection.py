@@ -63,7 +63,9 @@ def pooled(url: str):
         json.loads(answer.data)
 
     def post():
-        answer = pool.request("POST", url + "/tokenize", body=json.dumps(BODY), headers={"Content-Type": "application/json"})
+        answer = pool.request(
+            "POST", url + "/tokenize", body=json.dumps(BODY), headers={"Content-Type": "application/json"}
+        )
         assert answer.status == 200
         json.loads(answer.data)
 
@@ -90,7 +92,10 @@ def main(argv: list[str] | None = None) -> int:
             ]
             for name, get, post in clients:
                 rows.append({"client": name, "get_health": _time(get, args.n), "post_tokenize": _time(post, args.n)})
-                print(f"{name:55s} GET /health {rows[-1]['get_health']['median_ms']:7.3f} ms   POST /tokenize {rows[-1]['post_tokenize']['median_ms']:7.3f} ms (medians)", flush=True)
+                print(
+                    f"{name:55s} GET /health {rows[-1]['get_health']['median_ms']:7.3f} ms   POST /tokenize {rows[-1]['post_tokenize']['median_ms']:7.3f} ms (medians)",
+                    flush=True,
+                )
     args.out.write_text(json.dumps({"n": args.n, "rows": rows}, indent=1) + "\n")
     return 0
 

@@ -71,7 +71,10 @@ def start_server(model: str | None, root: Path, threads: int, settings: dict[str
     """The real server over stdio with `root` as its workspace folder, loaded."""
     client = LspClient(["--log-level", "warning"])
     options = {"cpcLsp": {**settings, "threads": threads, **({"model": model} if model else {})}}
-    capabilities = {"general": {"positionEncodings": ["utf-16"]}, "textDocument": {"inlineCompletion": {}, "synchronization": {}}}
+    capabilities = {
+        "general": {"positionEncodings": ["utf-16"]},
+        "textDocument": {"inlineCompletion": {}, "synchronization": {}},
+    }
     client.call("initialize", {"processId": None, "rootUri": root.as_uri(), "capabilities": capabilities,
                                "workspaceFolders": [{"uri": root.as_uri(), "name": root.name}],
                                "initializationOptions": options})  # fmt: skip
@@ -176,20 +179,53 @@ def projects(work: Path, say) -> list[Project]:
     argon2 = ("include/argon2.h", "src/argon2.c", "src/core.h", "src/core.c", "src/encoding.h", "src/encoding.c",
               "src/ref.c", "src/thread.h", "src/thread.c", "src/blake2/blake2.h", "src/blake2/blake2b.c")  # fmt: skip
     return [
-        Project("logging", "python", "tune2", _stdlib(work, "logging"), logging_, ("logging/handlers.py", "logging/config.py")),
-        Project("concurrent", "python", "tune2", _stdlib(work, "concurrent"), futures,
-                ("concurrent/futures/process.py", "concurrent/futures/thread.py")),  # fmt: skip
+        Project(
+            "logging",
+            "python",
+            "tune2",
+            _stdlib(work, "logging"),
+            logging_,
+            ("logging/handlers.py", "logging/config.py"),
+        ),
+        Project(
+            "concurrent",
+            "python",
+            "tune2",
+            _stdlib(work, "concurrent"),
+            futures,
+            ("concurrent/futures/process.py", "concurrent/futures/thread.py"),
+        ),  # fmt: skip
         Project("pacote", "javascript", "tune2", _npm(work, "pacote"), pacote, ("lib/git.js", "lib/remote.js")),
         Project("argon2", "c", "tune2", _argon2(work, say), argon2, ("src/argon2.c", "src/core.c")),
         Project("email", "python", "tune", _stdlib(work, "email"), email, ("email/message.py", "email/generator.py")),
-        Project("semver", "javascript", "tune", _npm(work, "semver"), semver, ("classes/range.js", "classes/comparator.js")),
-        Project("ujson", "c", "tune", _sdist(work, "ujson", "5.10.0", say), ujson, ("python/objToJSON.c", "python/JSONtoObj.c")),
-        Project("asyncio", "python", "held", _stdlib(work, "asyncio"), asyncio, ("asyncio/base_events.py", "asyncio/tasks.py")),
+        Project(
+            "semver", "javascript", "tune", _npm(work, "semver"), semver, ("classes/range.js", "classes/comparator.js")
+        ),
+        Project(
+            "ujson",
+            "c",
+            "tune",
+            _sdist(work, "ujson", "5.10.0", say),
+            ujson,
+            ("python/objToJSON.c", "python/JSONtoObj.c"),
+        ),
+        Project(
+            "asyncio",
+            "python",
+            "held",
+            _stdlib(work, "asyncio"),
+            asyncio,
+            ("asyncio/base_events.py", "asyncio/tasks.py"),
+        ),
         Project("http", "python", "held", _stdlib(work, "http"), http, ("http/client.py", "http/server.py")),
         Project("json", "python", "held", _stdlib(work, "json"), json_, ("json/__init__.py", "json/decoder.py")),
         Project("cacache", "javascript", "held", _npm(work, "cacache"), cacache, ("lib/get.js", "lib/entry-index.js")),
-        Project("minipass-fetch", "javascript", "held", _npm(work, "minipass-fetch"), fetch, ("lib/index.js", "lib/body.js")),
-        Project("lz4", "c", "held", _sdist(work, "lz4", "4.3.3", say), lz4, ("lz4libs/lz4frame.c", "lz4/frame/_frame.c")),
+        Project(
+            "minipass-fetch", "javascript", "held", _npm(work, "minipass-fetch"), fetch, ("lib/index.js", "lib/body.js")
+        ),
+        Project(
+            "lz4", "c", "held", _sdist(work, "lz4", "4.3.3", say), lz4, ("lz4libs/lz4frame.c", "lz4/frame/_frame.c")
+        ),
         Project("nettle", "c", "held", _nettle(work), nettle, ("rsa-encrypt.c", "rsa-decrypt.c", "rsa-keygen.c")),
     ]
 
@@ -228,12 +264,21 @@ def comment_lines(text: str, kind: str) -> frozenset[int]:
 
 _DEFINED = {
     "python": (r"^[ \t]*(?:async[ \t]+)?def[ \t]+(\w+)", r"^[ \t]*class[ \t]+(\w+)", r"^(\w+)[ \t]*(?::[^=\n]+)?=[^=]"),
-    "javascript": (r"\bfunction[ \t]*\*?[ \t]*(\w+)", r"\bclass[ \t]+(\w+)", r"^(?:const|let|var)[ \t]+(\w+)[ \t]*=",
-                   r"\bexports\.(\w+)[ \t]*=",
-                   r"^[ \t]+(?:static[ \t]+|async[ \t]+|get[ \t]+|set[ \t]+)*(?!if\b|for\b|while\b|switch\b|catch\b|return\b)(\w+)[ \t]*\([^)\n]*\)[ \t]*\{"),
-    "c": (r"^[ \t]*#[ \t]*define[ \t]+(\w+)", r"\b(?:struct|enum|union)[ \t]+(\w+)[ \t]*\{", r"\}[ \t]*(\w+)[ \t]*;",
-          r"^[ \t]*typedef[^;{(]*?\b(\w+)[ \t]*;", r"^(?:[A-Za-z_]\w*[ \t\*]+)+\**(\w+)[ \t]*\(",
-          r"^[ \t]+(\w+)[ \t]*(?:=[^,;\n]*)?,?[ \t]*$"),  # the last: an enum's members, one a line (never a `x = y;` statement)
+    "javascript": (
+        r"\bfunction[ \t]*\*?[ \t]*(\w+)",
+        r"\bclass[ \t]+(\w+)",
+        r"^(?:const|let|var)[ \t]+(\w+)[ \t]*=",
+        r"\bexports\.(\w+)[ \t]*=",
+        r"^[ \t]+(?:static[ \t]+|async[ \t]+|get[ \t]+|set[ \t]+)*(?!if\b|for\b|while\b|switch\b|catch\b|return\b)(\w+)[ \t]*\([^)\n]*\)[ \t]*\{",
+    ),
+    "c": (
+        r"^[ \t]*#[ \t]*define[ \t]+(\w+)",
+        r"\b(?:struct|enum|union)[ \t]+(\w+)[ \t]*\{",
+        r"\}[ \t]*(\w+)[ \t]*;",
+        r"^[ \t]*typedef[^;{(]*?\b(\w+)[ \t]*;",
+        r"^(?:[A-Za-z_]\w*[ \t\*]+)+\**(\w+)[ \t]*\(",
+        r"^[ \t]+(\w+)[ \t]*(?:=[^,;\n]*)?,?[ \t]*$",
+    ),  # the last: an enum's members, one a line (never a `x = y;` statement)
 }
 # Where a file binds a name for itself (a local variable, a parameter, a field it assigns): a name
 # the target binds is the target's own even when another file defines the same word (`value`,
@@ -243,17 +288,40 @@ _C_TYPE_WORDS = r"(?:(?:const|static|unsigned|signed|struct|enum|union|volatile|
 _C_NOT_TYPE = r"(?!(?:return|else|case|goto|sizeof|do|typedef)\b)"
 # (pattern, which words of its group: "all", the "first" or the "last" of each comma-separated piece)
 _BOUND: dict[str, tuple[tuple[str, str], ...]] = {
-    "python": ((r"^[ \t]*((?:[\w.\[\]*]+[ \t]*,[ \t]*)*\w+(?:[ \t]*,[ \t]*[\w.\[\]*]+)*)[ \t]*(?::[^=\n]+)?=(?!=)", "first"),
-               (r"\bfor[ \t]+([\w, \t()]+?)[ \t]+in\b", "all"), (r"\b(?:with|except)\b[^\n]*?\bas[ \t]+(\w+)", "all"),
-               (r"^[ \t]*(?:async[ \t]+)?def[ \t]+\w+[ \t]*\(([^)]*)", "first"), (r"\blambda\b([^:\n]*):", "first"),
-               (r"\bself\.(\w+)[ \t]*(?::[^=\n]+)?=(?!=)", "all"), (r"^[ \t]*(?:global|nonlocal)[ \t]+([\w, \t]+)", "all")),
-    "javascript": ((r"\b(?:const|let|var)[ \t]+(\w+)", "all"), (r"\b(?:const|let|var)[ \t]*\{([^}]*)\}[ \t]*=[ \t]*(?!require\b)", "last"),
-                   (r"\bfunction\b[^(\n]*\(([^)]*)\)", "first"), (r"\(([^()\n]*)\)[ \t]*=>", "first"), (r"\b(\w+)[ \t]*=>", "all"),
-                   (r"^[ \t]+(?:async[ \t]+|static[ \t]+|get[ \t]+|set[ \t]+)*(?!if\b|for\b|while\b|switch\b|catch\b)\w+[ \t]*\(([^)\n]*)\)[ \t]*\{", "first"),
-                   (r"\bthis\.(\w+)[ \t]*=(?!=)", "all"), (r"\bcatch[ \t]*\(([^)]*)\)", "all"), (r"^[ \t]*(\w+)[ \t]*=(?!=)", "all")),
-    "c": ((r"^[ \t]*" + _C_TYPE_WORDS + _C_NOT_TYPE + r"[A-Za-z_]\w*(?:[ \t]*\*+[ \t]*|[ \t]+)(\**[A-Za-z_]\w*(?:[ \t]*\[[^\]]*\])?(?:[ \t]*=[^,;]*)?(?:[ \t]*,[ \t]*\**[A-Za-z_]\w*(?:[ \t]*\[[^\]]*\])?(?:[ \t]*=[^,;]*)?)*)[ \t]*[;=\[]", "first"),
-          (r"^" + _C_NOT_TYPE + r"[A-Za-z_][\w \t*]*\(([^;]*)$", "last"),  # a function definition's parameters
-          (r"^[ \t]*(\w+)[ \t]*=(?!=)", "all")),
+    "python": (
+        (r"^[ \t]*((?:[\w.\[\]*]+[ \t]*,[ \t]*)*\w+(?:[ \t]*,[ \t]*[\w.\[\]*]+)*)[ \t]*(?::[^=\n]+)?=(?!=)", "first"),
+        (r"\bfor[ \t]+([\w, \t()]+?)[ \t]+in\b", "all"),
+        (r"\b(?:with|except)\b[^\n]*?\bas[ \t]+(\w+)", "all"),
+        (r"^[ \t]*(?:async[ \t]+)?def[ \t]+\w+[ \t]*\(([^)]*)", "first"),
+        (r"\blambda\b([^:\n]*):", "first"),
+        (r"\bself\.(\w+)[ \t]*(?::[^=\n]+)?=(?!=)", "all"),
+        (r"^[ \t]*(?:global|nonlocal)[ \t]+([\w, \t]+)", "all"),
+    ),
+    "javascript": (
+        (r"\b(?:const|let|var)[ \t]+(\w+)", "all"),
+        (r"\b(?:const|let|var)[ \t]*\{([^}]*)\}[ \t]*=[ \t]*(?!require\b)", "last"),
+        (r"\bfunction\b[^(\n]*\(([^)]*)\)", "first"),
+        (r"\(([^()\n]*)\)[ \t]*=>", "first"),
+        (r"\b(\w+)[ \t]*=>", "all"),
+        (
+            r"^[ \t]+(?:async[ \t]+|static[ \t]+|get[ \t]+|set[ \t]+)*(?!if\b|for\b|while\b|switch\b|catch\b)\w+[ \t]*\(([^)\n]*)\)[ \t]*\{",
+            "first",
+        ),
+        (r"\bthis\.(\w+)[ \t]*=(?!=)", "all"),
+        (r"\bcatch[ \t]*\(([^)]*)\)", "all"),
+        (r"^[ \t]*(\w+)[ \t]*=(?!=)", "all"),
+    ),
+    "c": (
+        (
+            r"^[ \t]*"
+            + _C_TYPE_WORDS
+            + _C_NOT_TYPE
+            + r"[A-Za-z_]\w*(?:[ \t]*\*+[ \t]*|[ \t]+)(\**[A-Za-z_]\w*(?:[ \t]*\[[^\]]*\])?(?:[ \t]*=[^,;]*)?(?:[ \t]*,[ \t]*\**[A-Za-z_]\w*(?:[ \t]*\[[^\]]*\])?(?:[ \t]*=[^,;]*)?)*)[ \t]*[;=\[]",
+            "first",
+        ),
+        (r"^" + _C_NOT_TYPE + r"[A-Za-z_][\w \t*]*\(([^;]*)$", "last"),  # a function definition's parameters
+        (r"^[ \t]*(\w+)[ \t]*=(?!=)", "all"),
+    ),
 }
 
 
@@ -290,11 +358,16 @@ def cross_identifiers(project: Project, target: str) -> frozenset[str]:
     for name in project.files:
         if name != target:
             others |= defined_in((project.root / name).read_text(), project.kind)
-    return frozenset(n for n in others - own if len(n) >= 4 and n not in STOP and n not in NOT_PROJECT
-                     and not (n.startswith("__") and n.endswith("__")))
+    return frozenset(
+        n
+        for n in others - own
+        if len(n) >= 4 and n not in STOP and n not in NOT_PROJECT and not (n.startswith("__") and n.endswith("__"))
+    )
 
 
-def probes(project: Project, target: str, per_target: int, local_share: float = 0.4, first_use: bool = False) -> list[Probe]:
+def probes(
+    project: Project, target: str, per_target: int, local_share: float = 0.4, first_use: bool = False
+) -> list[Probe]:
     """`per_target` cross probes (one a line, spread evenly over the REGION_LINES lines of the
     file, after its first 10, that hold the most) and about `local_share` as many local ones, in
     file order. `first_use` (CrossCodeEval's question: a name the current file cannot tell):
@@ -348,7 +421,9 @@ def probes(project: Project, target: str, per_target: int, local_share: float = 
     # probes a few lines apart decode a few lines each, where probes spread over a file would each
     # move the window and decode it whole (a shared 2-core machine cannot afford that)
     crosses = [full.count("\n", 0, q.start) for q in found["cross"]]
-    first = max(range(len(crosses)), key=lambda i: sum(1 for n in crosses[i:] if n < crosses[i] + REGION_LINES), default=0)
+    first = max(
+        range(len(crosses)), key=lambda i: sum(1 for n in crosses[i:] if n < crosses[i] + REGION_LINES), default=0
+    )
     top = crosses[first] + REGION_LINES if crosses else 0
     within = lambda q: (crosses[first] if crosses else 0) <= full.count("\n", 0, q.start) < top  # noqa: E731
     picked = _spread([q for q in found["cross"] if within(q)], per_target)
@@ -374,7 +449,9 @@ class Doc:
 
     def __init__(self, client: LspClient, uri: str, text: str, language: str) -> None:
         self.client, self.uri, self.text, self.version = client, uri, text, 1
-        client.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": language, "version": 1, "text": text}})
+        client.notify(
+            "textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": language, "version": 1, "text": text}}
+        )
 
     def set(self, text: str) -> None:
         if text == self.text:
@@ -393,7 +470,9 @@ class Doc:
         self.client.notify("textDocument/didClose", {"textDocument": {"uri": self.uri}})
 
 
-def ask(client: LspClient, doc: Doc, offset: int, prompt: list[int] | None = None) -> tuple[str | None, float, int | None]:
+def ask(
+    client: LspClient, doc: Doc, offset: int, prompt: list[int] | None = None
+) -> tuple[str | None, float, int | None]:
     """(insertText, ms, prompt tokens decoded: None when the engine was not called, e.g. a letter
     typed along the suggestion shown, answered from it). `prompt`: gets the prompt's whole length
     appended (whatever the KV cache held of it) when the engine was called."""
@@ -433,7 +512,12 @@ def run_target(client: LspClient, project: Project, target: str, items: list[Pro
     """Every probe of a target, in file order, on one server with the siblings open (`cold_only`:
     the first request alone, the cold one)."""
     full = (project.root / target).read_text()
-    unrelated = Doc(client, "untitled:unrelated", "Nothing in this sentence is like the project's files, so the cache is", "plaintext")
+    unrelated = Doc(
+        client,
+        "untitled:unrelated",
+        "Nothing in this sentence is like the project's files, so the cache is",
+        "plaintext",
+    )
     ask(client, unrelated, len(unrelated.text))
     unrelated.close()
     doc = Doc(client, (project.root / target).as_uri(), full, LANGUAGE_IDS.get(Path(target).suffix, "plaintext"))
@@ -464,7 +548,9 @@ def run_target(client: LspClient, project: Project, target: str, items: list[Pro
     return {"cold": cold, "probes": out}
 
 
-def coverage(project: Project, target: str, items: list[Probe], budget: int, typing: bool = False) -> list[dict[str, Any]]:
+def coverage(
+    project: Project, target: str, items: list[Probe], budget: int, typing: bool = False
+) -> list[dict[str, Any]]:
     """Offline, with the server's own chooser: at each probe's line start, the chunks chosen (as
     the server chooses them at that keystroke), whether one defines the probe's identifier, and
     whether any chunk of the open files does (so could have been chosen)."""
@@ -516,7 +602,9 @@ class RingPeer:
 
     def entered(self, name: str, text: str) -> None:
         chunk = "".join(text.splitlines(keepends=True)[:RING_LINES])
-        self.ring = [c for c in self.ring if c["filename"] != name][-(RING_CHUNKS - 1) :] + [{"filename": name, "text": chunk}]
+        self.ring = [c for c in self.ring if c["filename"] != name][-(RING_CHUNKS - 1) :] + [
+            {"filename": name, "text": chunk}
+        ]
 
     def ask(self, text: str, cursor: int, extra: bool) -> tuple[str, float, dict[str, Any]]:
         from bench.infill import llama_vim_request, local_context
@@ -585,7 +673,11 @@ def mark_unseen(runs: list[dict[str, Any]], work: Path = WORK) -> None:
             if probe["cls"] != "cross":
                 continue
             before = "".join(lines[: probe["line"] - 1])[-UNSEEN_BEFORE_CHARS:]
-            after = "" if run.get("place") == "typing" else "".join(lines[probe["line"] : probe["line"] + UNSEEN_AFTER_LINES])
+            after = (
+                ""
+                if run.get("place") == "typing"
+                else "".join(lines[probe["line"] : probe["line"] + UNSEEN_AFTER_LINES])
+            )
             probe["unseen"] = re.search(rf"\b{re.escape(probe['word'])}\b", before + after) is None
 
 
@@ -623,8 +715,13 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         all_, n_all = share(None, False)
         # a warm keystroke: a letter of a word whose prompt the engine has already seen (an earlier
         # letter of it answered by the engine; in runs before the engine flag was kept, k >= 2)
-        warm = [q for p in probes_ for i, q in enumerate(p["requests"]) if q["k"] >= 2
-                and (any(x["decoded"] is not None for x in p["requests"][:i]) if p.get("engine_flag") else True)]
+        warm = [
+            q
+            for p in probes_
+            for i, q in enumerate(p["requests"])
+            if q["k"] >= 2
+            and (any(x["decoded"] is not None for x in p["requests"][:i]) if p.get("engine_flag") else True)
+        ]
         colds = [r["cold"] for r in rs if r.get("cold")]
         rows.append({
             "model": model, "split": split, "variant": variant, "kind": kind, "targets": len(rs),
@@ -645,6 +742,7 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         b = base.get((r["model"], r["split"], r["kind"], place(r)))
         for key in ("cold_ms", "cold_tokens", "line_ms"):
             r[f"{key}_over_off"] = ratio(r[key], b[key]) if b and r is not b else None
+
     # the largest cold request over its target's without the context: the bound is per request, a median hides it
     def cold_of(run: dict[str, Any]) -> int | None:  # the prompt's length where recorded (older runs: decoded)
         return run["cold"].get("prompt") or run["cold"]["decoded"] if run.get("cold") else None
@@ -686,18 +784,39 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--projects", default=None, help="comma-separated project names (default: the split's)")
     parser.add_argument("--targets", type=int, default=None, help="the first N targets of each project (default: all)")
     parser.add_argument("--per-target", type=int, default=8, help="cross probes per target file")
-    parser.add_argument("--variants", default="off,on", help="off, on (extraContext), lexicon (words of the open documents), both, peer (llama.vim's /infill with and without its ring)")
+    parser.add_argument(
+        "--variants",
+        default="off,on",
+        help="off, on (extraContext), lexicon (words of the open documents), both, peer (llama.vim's /infill with and without its ring)",
+    )
     parser.add_argument("--window", type=int, default=2048, help="contextTokens")
-    parser.add_argument("--context-tokens", type=int, default=Settings().extra_context_tokens, help="extraContextTokens of the 'on' variant (the server default)")
+    parser.add_argument(
+        "--context-tokens",
+        type=int,
+        default=Settings().extra_context_tokens,
+        help="extraContextTokens of the 'on' variant (the server default)",
+    )
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--max-tokens", type=int, default=16)
-    parser.add_argument("--place", default="in place", choices=("in place", "typing"),
-                        help="in place: the rest of the file after the line; typing: the file being written, nothing after the cursor")
-    parser.add_argument("--first-use", action="store_true",
-                        help="cross probes at names the file has not used yet (CrossCodeEval's kind), then repeats and local ones")
-    parser.add_argument("--cold-only", action="store_true",
-                        help="each target's first request alone (the cold one): its tokens with the context on and off, quickly")
-    parser.add_argument("--label", default="", help="appended to the 'context on' variant's name (e.g. the chooser's version)")
+    parser.add_argument(
+        "--place",
+        default="in place",
+        choices=("in place", "typing"),
+        help="in place: the rest of the file after the line; typing: the file being written, nothing after the cursor",
+    )
+    parser.add_argument(
+        "--first-use",
+        action="store_true",
+        help="cross probes at names the file has not used yet (CrossCodeEval's kind), then repeats and local ones",
+    )
+    parser.add_argument(
+        "--cold-only",
+        action="store_true",
+        help="each target's first request alone (the cold one): its tokens with the context on and off, quickly",
+    )
+    parser.add_argument(
+        "--label", default="", help="appended to the 'context on' variant's name (e.g. the chooser's version)"
+    )
     parser.add_argument("--merge", type=Path, nargs="*", default=[], help="earlier results whose runs join this table")
     parser.add_argument("--paired", action="store_true", help="the table over the targets every variant of a model has")
     parser.add_argument("--work", type=Path, default=WORK)
@@ -706,7 +825,11 @@ def main(argv: list[str] | None = None) -> int:
     say = lambda m: print(f"[crossfile] {m}", file=sys.stderr, flush=True)  # noqa: E731
     chosen = [p for p in projects(args.work, say) if (args.split == "all" or p.split == args.split)
               and (args.projects is None or p.name in args.projects.split(","))]  # fmt: skip
-    plan = [(p, t, probes(p, t, args.per_target, first_use=args.first_use)) for p in chosen for t in p.targets[: args.targets]]
+    plan = [
+        (p, t, probes(p, t, args.per_target, first_use=args.first_use))
+        for p in chosen
+        for t in p.targets[: args.targets]
+    ]
     say(f"{sum(len(i) for _, _, i in plan)} probes ({sum(x.cls == 'cross' for _, _, i in plan for x in i)} cross) "
         f"in {len(plan)} targets of {len(chosen)} projects")  # fmt: skip
     base = {"maxTokens": args.max_tokens, "minConfidence": 0, "alternatives": 0, "memoryBudgetMib": 0,

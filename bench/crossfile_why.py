@@ -59,13 +59,17 @@ class Replay:
     def context(self, text: str, cursor: int):
         from lsp_server.documents import Document
 
-        return self.chooser.context_for(self.uri, Document(self.uri, text), cursor, self.docs.items(), self.budget, self.window)
+        return self.chooser.context_for(
+            self.uri, Document(self.uri, text), cursor, self.docs.items(), self.budget, self.window
+        )
 
 
 def request(text: str, cursor: int, settings, context):
     from tests.support.asking import asked, one_line
 
-    return asked(text, cursor, one_line(settings), context=context).request  # the server's request, one line (as measured)
+    return asked(
+        text, cursor, one_line(settings), context=context
+    ).request  # the server's request, one line (as measured)
 
 
 def word_logprob(engine, prompt: tuple[int, ...], rest: str) -> tuple[float, int]:
@@ -103,15 +107,21 @@ def contexts(replay: Replay, text: str, cursor: int, line_text: str, line_cursor
         chosen = chooser.choose(uri, Document(uri, t), c, replay.docs.items(), budget_for(t, c, budget, replay.window))
         if extra:
             chosen = Chosen(tuple(sorted({*chosen.entries, *extra}, key=lambda e: (e.path, e.line))), chosen.chunks)
-        return RepoContext(chosen.files(), path=path, name=chooser.workspace.name, max_tokens=budget_for(t, c, budget, replay.window))
+        return RepoContext(
+            chosen.files(), path=path, name=chooser.workspace.name, max_tokens=budget_for(t, c, budget, replay.window)
+        )
 
     doc = Document(uri, text)
-    defining = tuple(e for s in chooser.sources(uri, doc, replay.docs.items()) for e in chooser.outliner.entries(s) if e.name == word)
+    defining = tuple(
+        e for s in chooser.sources(uri, doc, replay.docs.items()) for e in chooser.outliner.entries(s) if e.name == word
+    )
     return {"off": None, "server": server_context, "line": fresh(line_text, line_cursor), "typed": fresh(text, cursor),
             "oracle": fresh(line_text, line_cursor, defining[:2])}  # fmt: skip
 
 
-def diagnose(project: Project, target: str, items: list[Probe], args, engine=None, dump: Path | None = None) -> list[dict[str, Any]]:
+def diagnose(
+    project: Project, target: str, items: list[Probe], args, engine=None, dump: Path | None = None
+) -> list[dict[str, Any]]:
     """One row per request (probe, letters typed) with the replayed context."""
     full = (project.root / target).read_text()
     replay = Replay(project, target, args.context_tokens, args.window)
@@ -157,7 +167,9 @@ def diagnose(project: Project, target: str, items: list[Probe], args, engine=Non
                 said = (answer.text or "")[len(req.required) - k :]  # from the word's start
                 row[f"logp_{name}"], row[f"rank_{name}"] = round(lp, 2), rank
                 row[f"said_{name}"] = said[:30]
-                row[f"right_{name}"] = said.startswith(probe.word) and re.match(r"\w", said[len(probe.word):len(probe.word) + 1]) is None
+                row[f"right_{name}"] = (
+                    said.startswith(probe.word) and re.match(r"\w", said[len(probe.word) : len(probe.word) + 1]) is None
+                )
                 row[f"prompt_tokens_{name}"] = len(prompt)
                 if dump is not None:
                     dump.mkdir(parents=True, exist_ok=True)
@@ -169,7 +181,12 @@ def diagnose(project: Project, target: str, items: list[Probe], args, engine=Non
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.crossfile_why", description=__doc__.split("\n")[0])
-    parser.add_argument("--split", default="tune", choices=("tune", "tune2"), help="the tune splits only: never look into the held-out projects")
+    parser.add_argument(
+        "--split",
+        default="tune",
+        choices=("tune", "tune2"),
+        help="the tune splits only: never look into the held-out projects",
+    )
     parser.add_argument("--projects", default=None)
     parser.add_argument("--targets", type=int, default=1)
     parser.add_argument("--per-target", type=int, default=6)
@@ -178,11 +195,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window", type=int, default=2048)
     parser.add_argument("--context-tokens", type=int, default=1024, help="extraContextTokens (the server default)")
     parser.add_argument("--cross-only", action="store_true", help="only the cross probes")
-    parser.add_argument("--unseen-only", action="store_true", help="only the cross probes at a name's first use (not in the UNSEEN_BEFORE_CHARS before)")
+    parser.add_argument(
+        "--unseen-only",
+        action="store_true",
+        help="only the cross probes at a name's first use (not in the UNSEEN_BEFORE_CHARS before)",
+    )
     parser.add_argument("--model", default=None, help="with a model: the prompt tokens, log-probabilities and answers")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--dump", type=Path, default=None)
-    parser.add_argument("--variants", default=",".join(VARIANTS), help="off, server (the server's kept choice), line (chosen afresh at the line start), typed (at the request), oracle")
+    parser.add_argument(
+        "--variants",
+        default=",".join(VARIANTS),
+        help="off, server (the server's kept choice), line (chosen afresh at the line start), typed (at the request), oracle",
+    )
     parser.add_argument("--letters", type=int, default=3, help="requests after 1..N letters")
     parser.add_argument("--out", type=Path, default=report.output_root() / "bench" / "results" / "crossfile-why.json")
     args = parser.parse_args(argv)
@@ -192,7 +217,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.model:
         from engine import Engine, EngineConfig
 
-        engine = Engine.load(EngineConfig(model_path=args.model, context_tokens=args.window, threads=args.threads, memory_budget_mib=0))
+        engine = Engine.load(
+            EngineConfig(model_path=args.model, context_tokens=args.window, threads=args.threads, memory_budget_mib=0)
+        )
     rows = []
     for project in chosen:
         for target in project.targets[: args.targets]:
@@ -201,7 +228,11 @@ def main(argv: list[str] | None = None) -> int:
                 items = [p for p in items if p.cls == "cross"]
             if args.unseen_only:
                 text = (project.root / target).read_text()
-                items = [p for p in items if not re.search(rf"\b{re.escape(p.word)}\b", text[: p.line_start][-UNSEEN_BEFORE_CHARS:])]
+                items = [
+                    p
+                    for p in items
+                    if not re.search(rf"\b{re.escape(p.word)}\b", text[: p.line_start][-UNSEEN_BEFORE_CHARS:])
+                ]
             rows += diagnose(project, target, items, args, engine, args.dump)
     report.write_json(args.out, {"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows})
     print(report.render(summary(rows, args.variants.split(","))))

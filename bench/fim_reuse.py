@@ -27,10 +27,14 @@ def measure(items: list[Passage], suffix_tokens: int = 64) -> list[dict[str, Any
 
     rows = []
     with tempfile.TemporaryDirectory() as folder:
-        engine = Engine.load(EngineConfig(model_path=write_model(Path(folder) / "fim.gguf", True), context_tokens=2048, threads=1))
+        engine = Engine.load(
+            EngineConfig(model_path=write_model(Path(folder) / "fim.gguf", True), context_tokens=2048, threads=1)
+        )
         try:
             for name, (lines, order) in LAYOUTS.items():
-                settings = alone(Settings(max_tokens=8, fim_suffix_tokens=suffix_tokens, fim_order=order), fim_suffix_lines=lines)
+                settings = alone(
+                    Settings(max_tokens=8, fim_suffix_tokens=suffix_tokens, fim_order=order), fim_suffix_lines=lines
+                )
                 decoded, prompts = [], []
                 for passage in items:
                     engine.kv.forget()
@@ -53,7 +57,15 @@ def measure(items: list[Passage], suffix_tokens: int = 64) -> list[dict[str, Any
 def table(rows: list[dict[str, Any]]):
     from bench.report import num, pct
 
-    header = ["layout", "keystrokes", "prompt tokens med", "decoded med", "decoded mean", "decoded max", "no prompt decode"]
+    header = [
+        "layout",
+        "keystrokes",
+        "prompt tokens med",
+        "decoded med",
+        "decoded mean",
+        "decoded max",
+        "no prompt decode",
+    ]
     body = [[r["layout"], num(r["keystrokes"]), num(r["prompt_tokens_median"], 0), num(r["decoded_median"], 0),
              num(r["decoded_mean"]), num(r["decoded_max"]), pct(r["zero_share"])] for r in rows]  # fmt: skip
     return "FIM KV reuse: prompt tokens decoded per keystroke, typing in place (tiny generated FIM model)", header, body

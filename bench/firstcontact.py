@@ -286,7 +286,10 @@ print(json.dumps({"tokens": len(tokens), "ms": sorted(times)[len(times) // 2], "
 
 def _baseline_wheel() -> Path | None:
     """The newest AVX2-only wheel in the cache (scripts/llama-wheel.sh's wheelhouses)."""
-    cache = Path(os.environ.get("CPC_LSP_CACHE_DIR") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cpc-lsp")
+    cache = Path(
+        os.environ.get("CPC_LSP_CACHE_DIR")
+        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cpc-lsp"
+    )
     found = [w for w in (cache / "wheels").glob("*/llama_cpp_python-*.whl") if not w.parent.name.startswith("avx512")]
     return max(found, key=lambda w: w.stat().st_mtime) if found else None
 
@@ -316,7 +319,9 @@ def build(threads: int, rounds: int, wheel: Path | None) -> dict[str, Any]:
                 runs[name].append(got["ms"])
                 _say(f"cold decode, {name}: {got['ms']:.0f} ms ({got['where']})")
     ours, base = median(runs["this build"]), median(runs["AVX2-only"])
-    flags = subprocess.run([str(ROOT / "scripts" / "llama-wheel.sh"), "--flags"], capture_output=True, text=True).stdout.split()
+    flags = subprocess.run(
+        [str(ROOT / "scripts" / "llama-wheel.sh"), "--flags"], capture_output=True, text=True
+    ).stdout.split()
     return {"tokens": tokens, "this_build_ms": ours, "avx2_ms": base, "speedup": ratio(base, ours),
             "rounds": rounds, "level": flags[0] if flags else None, "baseline_wheel": str(wheel)}  # fmt: skip
 

@@ -116,7 +116,11 @@ def run_main(args: argparse.Namespace, todo: list[FunctionCase], out: dict[str, 
             redo = [name for name in args.redo if done is not None and name in CONFIGS]
             if done is not None and not redo:
                 continue
-            row: dict[str, Any] = done or {"word": case.word, "typed": case.before[case.before.rfind("\n") + 1 :], "rest": case.rest}
+            row: dict[str, Any] = done or {
+                "word": case.word,
+                "typed": case.before[case.before.rfind("\n") + 1 :],
+                "rest": case.rest,
+            }
             row["line restored"] = judged(case, {"inserted": case.rest})
             uri = f"file:///bench/functional/{case.task_id.replace('/', '_')}.py"
             editor.open(uri, case.document, "python")
@@ -158,7 +162,11 @@ def run_shared(args: argparse.Namespace, todo: list[FunctionCase], out: dict[str
         for n, case in enumerate(todo):
             if case.task_id in part["cases"]:
                 continue
-            row: dict[str, Any] = {"word": case.word, "typed": case.before[case.before.rfind("\n") + 1 :], "rest": case.rest}
+            row: dict[str, Any] = {
+                "word": case.word,
+                "typed": case.before[case.before.rfind("\n") + 1 :],
+                "rest": case.rest,
+            }
             uri = f"file:///bench/shared/{case.task_id.replace('/', '_')}.py"
             for name, editor in editors.items():
                 editor.open(uri, case.document, "python")
@@ -243,14 +251,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=None, help="the first N HumanEval problems (default: all 164)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--only", default="main", help="parts: main, shared (comma-separated)")
-    parser.add_argument("--shared", default="qwen2.5-coder-1.5b", help="the model llama-server runs for the shared part")
+    parser.add_argument(
+        "--shared", default="qwen2.5-coder-1.5b", help="the model llama-server runs for the shared part"
+    )
     parser.add_argument("--shared-limit", type=int, default=None, help="the first N problems for the shared part")
-    parser.add_argument("--out", type=Path, default=None, help="results JSON (merged per part; default bench/results/functional.json)")
-    parser.add_argument("--redo", type=lambda v: [x.strip() for x in v.split(",") if x.strip()], default=[],
-                        help='configurations to measure again for cases already in the file (e.g. "naive + suffix")')
-    parser.add_argument("--fresh", action="store_true", help="start the parts anew instead of resuming from the results file")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="results JSON (merged per part; default bench/results/functional.json)"
+    )
+    parser.add_argument(
+        "--redo",
+        type=lambda v: [x.strip() for x in v.split(",") if x.strip()],
+        default=[],
+        help='configurations to measure again for cases already in the file (e.g. "naive + suffix")',
+    )
+    parser.add_argument(
+        "--fresh", action="store_true", help="start the parts anew instead of resuming from the results file"
+    )
     parser.add_argument("--render", action="store_true", help="measure nothing: print the results file's tables")
-    parser.add_argument("--markdown", action="store_true", help="with --render: the tables as markdown (docs/functional.md)")
+    parser.add_argument(
+        "--markdown", action="store_true", help="with --render: the tables as markdown (docs/functional.md)"
+    )
     args = parser.parse_args(argv)
     path = args.out or results_path()
     out: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}

@@ -120,7 +120,9 @@ def record_server(editor, passage: Passage, uri: str, in_place: bool, say=None) 
                         "judged": stats.get("judgedAgain")})  # fmt: skip
             cursor.insert(passage.text[pos])
             if say is not None and pos % 60 == 59:
-                say(f"  {pos + 1}/{len(passage.text)} positions, {sum(r['ms'] for r in out[-60:]) / 60:.0f} ms a request")
+                say(
+                    f"  {pos + 1}/{len(passage.text)} positions, {sum(r['ms'] for r in out[-60:]) / 60:.0f} ms a request"
+                )
     finally:
         cursor.close()
     return out
@@ -223,10 +225,20 @@ def record(args) -> int:
                         continue
                     for in_place in [w == "in place" for w in args.places.split(",")]:
                         where = "in place" if in_place else "end"
-                        uri = f"file:///bench/gate/{name}-{n}-{'place' if in_place else 'end'}{Path(passage.file).suffix}"
-                        runs.append({"passage": n, "where": where, "positions": record_server(editor, passage, uri, in_place, say)})
+                        uri = (
+                            f"file:///bench/gate/{name}-{n}-{'place' if in_place else 'end'}{Path(passage.file).suffix}"
+                        )
+                        runs.append(
+                            {
+                                "passage": n,
+                                "where": where,
+                                "positions": record_server(editor, passage, uri, in_place, say),
+                            }
+                        )
                     if peer is not None:
-                        runs.append({"passage": n, "where": "peer", "steps": record_peer(peer, passage, args.max_tokens)})
+                        runs.append(
+                            {"passage": n, "where": "peer", "steps": record_peer(peer, passage, args.max_tokens)}
+                        )
                     say(f"{name}: passage {n + 1}/{len(items)} ({passage.kind}) recorded")
                     server_cpu = process_cpu_seconds(client.pid) or 0.0
                     saved = {"model": ident, "settings": base, "passages": [_passage_json(p) for p in items[: n + 1]],
@@ -300,7 +312,9 @@ def alternatives_of(rec: dict[str, Any], parts: Any) -> tuple[Alternative, ...]:
 def shaping(parts: Any, document: str, at: int, completion: Completion, mode: str) -> Any:
     """The block that shapes `completion` at `at` of `document`, as the server picks it
     (lsp_server.block.at, next_line_at, suggestion.shaping_block)."""
-    return shaping_block(blocks.at(document, at, mode), blocks.next_line_at(document, at, mode), document, at, parts, completion)
+    return shaping_block(
+        blocks.at(document, at, mode), blocks.next_line_at(document, at, mode), document, at, parts, completion
+    )
 
 
 def points(passage: dict[str, Any], run: dict[str, Any], mode: str = "block") -> list[Point]:
@@ -353,11 +367,15 @@ def shown_at(point: Point, threshold: float, calibration: Calibration, pts: list
         return None
     if point.origin is not None and pts is not None and shown_at(pts[point.origin], threshold, calibration) is None:
         return None
-    found = suggestion_for(point.split, point.completion, block=point.block, min_confidence=threshold, calibration=calibration)
+    found = suggestion_for(
+        point.split, point.completion, block=point.block, min_confidence=threshold, calibration=calibration
+    )
     return None if found is None else found.insert_text[len(point.split.word) :]
 
 
-def walk(kind: str, passage: dict[str, Any], pts: list[Point], threshold: float, calibration: Calibration) -> dict[str, Any]:
+def walk(
+    kind: str, passage: dict[str, Any], pts: list[Point], threshold: float, calibration: Calibration
+) -> dict[str, Any]:
     """bench.replay's user over the records: accept the next word when exactly right, else type."""
     tally, pos, text = _Tally(), 0, passage["text"]
     while pos < len(pts):
@@ -384,7 +402,9 @@ def replays(data: dict[str, Any]) -> list[tuple[dict[str, Any], list[Point], str
     return out
 
 
-def simulate(reps, threshold: float, calibration: Calibration = CALIBRATION, who: str = "server") -> list[dict[str, Any]]:
+def simulate(
+    reps, threshold: float, calibration: Calibration = CALIBRATION, who: str = "server"
+) -> list[dict[str, Any]]:
     """One bench.replay run per recorded replay, under the gate at `threshold`."""
     return [{"who": who, "where": where, **walk(p["kind"], p, pts, threshold, calibration)} for p, pts, where in reps]
 
@@ -414,8 +434,19 @@ def overall(runs: list[dict[str, Any]]) -> dict[str, Any]:
 # --- the calibration --------------------------------------------------------------------------
 
 
-FEATURES = ("inside a word", "word start", "after punctuation", "log_prob", "margin", "first", "word", "typed", "line_start",
-            "min_step", "length")
+FEATURES = (
+    "inside a word",
+    "word start",
+    "after punctuation",
+    "log_prob",
+    "margin",
+    "first",
+    "word",
+    "typed",
+    "line_start",
+    "min_step",
+    "length",
+)
 
 
 def samples(reps, margin_cap: float) -> tuple[np.ndarray, np.ndarray]:
@@ -471,7 +502,19 @@ def calibration_of(w: np.ndarray, margin_cap: float) -> Calibration:
 
 
 def weights_of(c: Calibration) -> np.ndarray:
-    return np.asarray([*c.intercepts, c.w_log_prob, c.w_margin, c.w_first, c.w_word, c.w_typed, c.w_line_start, c.w_min_step, c.w_length])
+    return np.asarray(
+        [
+            *c.intercepts,
+            c.w_log_prob,
+            c.w_margin,
+            c.w_first,
+            c.w_word,
+            c.w_typed,
+            c.w_line_start,
+            c.w_min_step,
+            c.w_length,
+        ]
+    )
 
 
 def fit(reps, margin_cap: float = 10.0) -> tuple[Calibration, dict[str, Any]]:
@@ -537,23 +580,35 @@ def tables(data: dict[str, Any], reps, threshold: float, calibration: Calibratio
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.gate_fit", description=__doc__.split("\n\n")[0])
     parser.add_argument("what", choices=("record", "fit", "check", "render", "hidden", "refit"))
-    parser.add_argument("--before", type=Path, help="hidden: the replay results (bench.replay --out) of the code before")
+    parser.add_argument(
+        "--before", type=Path, help="hidden: the replay results (bench.replay --out) of the code before"
+    )
     parser.add_argument("--after", type=Path, help="hidden: ... and after")
-    parser.add_argument("--own", type=Path, help="hidden: ... and after, with the model's own gate (--gate off,default)")
+    parser.add_argument(
+        "--own", type=Path, help="hidden: ... and after, with the model's own gate (--gate off,default)"
+    )
     parser.add_argument("--per-kind", type=int, default=4, help="passages per kind of text in each set")
-    parser.add_argument("--check-per-kind", type=int, default=2, help="passages per kind in the check set (0: as --per-kind)")
+    parser.add_argument(
+        "--check-per-kind", type=int, default=2, help="passages per kind in the check set (0: as --per-kind)"
+    )
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--no-peer", action="store_true")
     parser.add_argument("--resume", action="store_true", help="record: keep the passages a cut-short run already saved")
     parser.add_argument("--kinds", default="python,javascript,c,prose")
-    parser.add_argument("--places", default="in place", help="where the passage is typed: end, in place or both (end,in place)")
+    parser.add_argument(
+        "--places", default="in place", help="where the passage is typed: end, in place or both (end,in place)"
+    )
     parser.add_argument("--sets", default="tune,check", help="which sets to record")
     parser.add_argument("--model", default=None, help="a catalogue name or a GGUF path (default: gemma-3-270m)")
-    parser.add_argument("--model-id", default=None, help="the identity to store the calibration under (default: from --model)")
+    parser.add_argument(
+        "--model-id", default=None, help="the identity to store the calibration under (default: from --model)"
+    )
     parser.add_argument("--records", default=None, help="record files ({set} is the set's name; default: per model)")
     parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--calibration", type=Path, default=None, help="check: a candidate `fit` wrote, not the shipped one")
+    parser.add_argument(
+        "--calibration", type=Path, default=None, help="check: a candidate `fit` wrote, not the shipped one"
+    )
     args = parser.parse_args(argv)
     if args.what == "refit":  # the whole sequence: record, fit (a candidate), check that candidate
         for step in ("record", "fit", "check"):
@@ -640,7 +695,10 @@ def write_candidate(ident: str, calibration: Calibration, default: float, result
         "calibration": {**calibration.__dict__, "intercepts": list(calibration.intercepts)},
         "min_confidence": default,
         "fitted_on": {name: {"passages": r["passages"], "chars": r["chars"]} for name, r in results["records"].items()},
-        "check": {"saved_ratio": round(t["check"]["saved_ratio"], 3), "precision_ratio": round(t["check"]["precision_ratio"], 3)},
+        "check": {
+            "saved_ratio": round(t["check"]["saved_ratio"], 3),
+            "precision_ratio": round(t["check"]["precision_ratio"], 3),
+        },
     }
     path = candidate_path(ident)
     text = json.dumps({"models": {ident: entry}}, indent=1) + "\n"
@@ -655,7 +713,9 @@ def read_candidate(path: Path, ident: str) -> ModelGate:
     """The gate a candidate file (`write_candidate`) gives the model `ident`."""
     entry = json.loads(path.read_text(encoding="utf-8"))["models"][ident]
     raw = entry["calibration"]
-    return ModelGate(ident, Calibration(**{**raw, "intercepts": tuple(raw["intercepts"])}), float(entry["min_confidence"]))
+    return ModelGate(
+        ident, Calibration(**{**raw, "intercepts": tuple(raw["intercepts"])}), float(entry["min_confidence"])
+    )
 
 
 HIDDEN = RESULTS / "gate_hidden_replay.json"
@@ -684,7 +744,13 @@ def hidden(before: Path, after: Path, out: Path = HIDDEN, own: Path | None = Non
     off = {r["version"]: r["median_ms"] for r in rows if r["who"].endswith("gate off")}
     for r in rows:
         r["median_over_gate_off"] = r["median_ms"] / off[r["version"]] if off.get(r["version"]) else None
-    result = {"before": str(before), "after": str(after), "own": str(own) if own else None, "passages": sorted(common), "rows": rows}
+    result = {
+        "before": str(before),
+        "after": str(after),
+        "own": str(own) if own else None,
+        "passages": sorted(common),
+        "rows": rows,
+    }
     out.write_text(json.dumps(result, indent=1) + "\n")
     return result
 
@@ -695,7 +761,11 @@ def _hidden_table(result: dict[str, Any]):
     header = ["code", "server", "requests", "median ms", "mean ms", "median / gate off (target <= 1.5x)", "chars saved"]
     body = [[r["version"], r["who"], num(r["requests"]), f"{r['median_ms']:.1f}", f"{r['mean_ms']:.0f}",
              times(r["median_over_gate_off"]), pct(r["saved"])] for r in result["rows"]]  # fmt: skip
-    return "typing replay on qwen2.5-coder-0.5b, before and after hidden suggestions are judged again (side by side, one machine)", header, body
+    return (
+        "typing replay on qwen2.5-coder-0.5b, before and after hidden suggestions are judged again (side by side, one machine)",
+        header,
+        body,
+    )
 
 
 def render(results: dict[str, Any], plot: Path = PLOT) -> int:
@@ -705,7 +775,9 @@ def render(results: dict[str, Any], plot: Path = PLOT) -> int:
 
     c = results["calibration"]
     ident = results.get("model", DEFAULT_MODEL)
-    print(f"{ident}: calibration ({results.get('mode', 'fit')}, fitted on the tune set): {json.dumps({k: v for k, v in c.items() if k != 'fit'})}  fit {c['fit']}")
+    print(
+        f"{ident}: calibration ({results.get('mode', 'fit')}, fitted on the tune set): {json.dumps({k: v for k, v in c.items() if k != 'fit'})}  fit {c['fit']}"
+    )
     print(f"default minConfidence (chosen on tune): {results['default']}")
     tabs = _tabs(results)
     for t in tabs:
@@ -829,6 +901,8 @@ sets; star: the default), then the tables (`python -m bench.gate_fit render` als
 thresholds that the curve draws).
 
 """
+
+
 def constants(c: dict[str, Any]) -> str:
     """The fitted calibration as the line that goes in lsp_server/confidence_gate.py."""
     intercepts = ", ".join(f"{x:.3f}" for x in c["intercepts"])
@@ -872,7 +946,10 @@ def _curve_table(name: str, curve: list[dict[str, Any]]):
     from bench.report import num, pct
 
     header = ["minConfidence", "shown", "accepted", "precision", "chars saved"]
-    body = [[f"{r['threshold']:g}", num(r["shown"]), num(r["accepted"]), pct(r["precision"]), pct(r["saved"])] for r in curve[::2]]
+    body = [
+        [f"{r['threshold']:g}", num(r["shown"]), num(r["accepted"]), pct(r["precision"]), pct(r["saved"])]
+        for r in curve[::2]
+    ]
     return f"confidence gate, {name} set: threshold sweep", header, body
 
 

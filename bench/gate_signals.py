@@ -68,7 +68,9 @@ def main(argv: list[str] | None = None) -> int:
             "in-process": Engine.load(EngineConfig(model_path=model, threads=2)),
             "remote": Engine.load(EngineConfig(model_path=model, model_server=server.url, model_server_timeout_s=120)),
         }
-        settings = alone(Settings(model=model), min_confidence=None, fim_suffix_lines=Settings().fim_suffix_lines)  # the model's gate
+        settings = alone(
+            Settings(model=model), min_confidence=None, fim_suffix_lines=Settings().fim_suffix_lines
+        )  # the model's gate
         gate = gates.gate_for(model)
         for i in wanted:
             case = cases[i]

@@ -83,7 +83,9 @@ def local_context(text: str, cursor: int) -> LocalContext:
     )  # fmt: skip
 
 
-def llama_vim_request(ctx: LocalContext, id_slot: int = 0, first: bool = True, indent: int | None = None) -> dict[str, Any]:
+def llama_vim_request(
+    ctx: LocalContext, id_slot: int = 0, first: bool = True, indent: int | None = None
+) -> dict[str, Any]:
     """The JSON body llama.vim posts to /infill for that context (`first`: not a request ahead
     for an accepted suggestion, which gets more time and the last request's `indent`)."""
     return {
@@ -181,7 +183,9 @@ class InfillPeer:
         status, body = self._post({"input_prefix": "", "input_suffix": "", "prompt": "x", "n_predict": 1})
         if status != 200:  # no FIM tokens: the same raw text to /completion
             self.endpoint = "/completion"
-            self.refused = str(body.get("error", {}).get("message", body))[:120] if isinstance(body, dict) else str(body)
+            self.refused = (
+                str(body.get("error", {}).get("message", body))[:120] if isinstance(body, dict) else str(body)
+            )
 
     def _post(self, body: dict[str, Any]) -> tuple[int, Any]:
         for attempt in (1, 2):  # the server closes the connection after an error answer: reconnect once
@@ -206,7 +210,12 @@ class InfillPeer:
                   "temperature": 0.0, "stop": ["\n"]}  # fmt: skip
         if self.endpoint == "/infill":
             line_start = text.rfind("\n") + 1
-            body = {"input_prefix": text[:line_start], "prompt": text[line_start:], "input_suffix": "\n", "input_extra": []}
+            body = {
+                "input_prefix": text[:line_start],
+                "prompt": text[line_start:],
+                "input_suffix": "\n",
+                "input_extra": [],
+            }
         else:
             body = {"prompt": text}
         started = time.perf_counter()
@@ -332,7 +341,9 @@ class LlamaVimSession:
     showing a suggestion is asked when the user reaches that context (it is the same request;
     until then it changes nothing shown)."""
 
-    def __init__(self, ask: Callable[[str, int, bool, int | None], tuple[float, str | None]], from_cursor: bool = False) -> None:
+    def __init__(
+        self, ask: Callable[[str, int, bool, int | None], tuple[float, str | None]], from_cursor: bool = False
+    ) -> None:
         self.ask, self.from_cursor = ask, from_cursor
         self.cache = AnswerCache()
         self.ahead: dict[bytes, int] = {}  # contexts asked ahead for -> the indent sent with them

@@ -158,7 +158,9 @@ def cancellation(editor: Editor, count_tokens, quick: bool, delay_s: float = 0.1
     cancelled completion), and the same request sent again right after."""
     runs, size = (1, SIZES[1]) if quick else (5, SIZES[-1])
     docs = documents(count_tokens, size, runs, min_word=5, first_line=1500)
-    found: dict[str, dict[str, list]] = {p: {"answer": [], "code": [], "idle": [], "next": []} for p in ("cold", "warm")}
+    found: dict[str, dict[str, list]] = {
+        p: {"answer": [], "code": [], "idle": [], "next": []} for p in ("cold", "warm")
+    }
     for d, doc in enumerate(docs):
         uri = f"file:///bench/cancel/{d}.py"
         editor.open(uri, doc.base + doc.word[0])
@@ -198,4 +200,3 @@ def cancellation(editor: Editor, count_tokens, quick: bool, delay_s: float = 0.1
         "document_tokens": median([d.tokens for d in docs]),
         "delay_before_cancel_ms": {"cold": delay_s * 1000, "warm": 20.0},
     }
-

@@ -111,7 +111,9 @@ def sweep(scored: list[Scored], priors=PRIORS) -> list[dict[str, Any]]:
     return rows
 
 
-def server_quality(editor: Editor, cases: list[Case], prior: float, decodes: int, set_name: str) -> list[dict[str, Any]]:
+def server_quality(
+    editor: Editor, cases: list[Case], prior: float, decodes: int, set_name: str
+) -> list[dict[str, Any]]:
     """Each case through the real server: lexicon off, then on. One row per case and setting."""
     out = []
     for i, case in enumerate(cases):
@@ -120,7 +122,11 @@ def server_quality(editor: Editor, cases: list[Case], prior: float, decodes: int
         editor.open(uri, text, LANGUAGES[case.kind])
         line = text.count("\n", 0, cursor)
         column = len(text[text.rfind("\n", 0, cursor) + 1 : cursor].encode("utf-16-le")) // 2
-        params = {"textDocument": {"uri": uri}, "position": {"line": line, "character": column}, "context": {"triggerKind": 2}}
+        params = {
+            "textDocument": {"uri": uri},
+            "position": {"line": line, "character": column},
+            "context": {"triggerKind": 2},
+        }
         typed = case.typed
         for on in (False, True):
             settings = {"lexicon": on, "lexiconPrior": prior, "lexiconDecodes": decodes}

@@ -173,7 +173,9 @@ def replay_peer(peer, passage: Passage, max_tokens: int, multi_line: bool, words
             added = last_output[len(typed) :]
         else:
             started = time.perf_counter()
-            out = peer.llm.create_completion(prompt, max_tokens=max_tokens, temperature=0.0, stop=[] if multi_line else ["\n"])
+            out = peer.llm.create_completion(
+                prompt, max_tokens=max_tokens, temperature=0.0, stop=[] if multi_line else ["\n"]
+            )
             ms = (time.perf_counter() - started) * 1000
             tally.ms.append(ms)
             if after_accept:
@@ -194,17 +196,37 @@ def run(
     default `multiLine` and the one-line peer only (the keystroke after accept-next-word)."""
     runs = []
     variants = ("block",) if words else ("off", "block", "always")
-    peers = ((False, settings["maxTokens"]),) if words else ((False, settings["maxTokens"]), (True, settings["multiLineTokens"]))
+    peers = (
+        ((False, settings["maxTokens"]),)
+        if words
+        else ((False, settings["maxTokens"]), (True, settings["multiLineTokens"]))
+    )
     for n, passage in enumerate(items):
         for mode in variants:
-            editor.client.notify("workspace/didChangeConfiguration", {"settings": {"cpcLsp": {**settings, "multiLine": mode}}})
+            editor.client.notify(
+                "workspace/didChangeConfiguration", {"settings": {"cpcLsp": {**settings, "multiLine": mode}}}
+            )
             uri = f"file:///bench/lines/{n}-{mode}{Path(passage.file).suffix}"
-            runs.append({"passage": n, "kind": passage.kind, "who": f"server {mode}", **replay_server(editor, passage, uri, words)})
+            runs.append(
+                {
+                    "passage": n,
+                    "kind": passage.kind,
+                    "who": f"server {mode}",
+                    **replay_server(editor, passage, uri, words),
+                }
+            )
             say(_brief(runs[-1]))
         if peer is not None:
             for multi, budget in peers:
                 result = replay_peer(peer, passage, budget, multi, words)
-                runs.append({"passage": n, "kind": passage.kind, "who": f"peer {'multi-line' if multi else 'one line'}", **result})
+                runs.append(
+                    {
+                        "passage": n,
+                        "kind": passage.kind,
+                        "who": f"peer {'multi-line' if multi else 'one line'}",
+                        **result,
+                    }
+                )
                 say(_brief(runs[-1]))
         say(f"lines: passage {n + 1}/{len(items)} ({passage.kind}) done")
         if save is not None:
@@ -261,8 +283,14 @@ def table(rows: list[dict[str, Any]]):
              num(r["multi_line"]), num(r["unbalanced"]), num(r["retyped"]), num(r["median_ms"]),
              f"{num(r['after_accept_median_ms'])} ({r['after_accept']}, {r['after_accept_carried']})"]
             for r in rows]  # fmt: skip
-    return ("line replay (code typed in place, a line accepted when exactly right): server multiLine "
-            "variants vs peer (llama-cpp-python create_completion)"), header, body
+    return (
+        (
+            "line replay (code typed in place, a line accepted when exactly right): server multiLine "
+            "variants vs peer (llama-cpp-python create_completion)"
+        ),
+        header,
+        body,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -288,7 +316,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1, help="which passages (the word replay uses 0)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--no-peer", action="store_true")
-    parser.add_argument("--words", action="store_true", help="accept the next word (not lines): the keystroke after accept-next-word")
+    parser.add_argument(
+        "--words", action="store_true", help="accept the next word (not lines): the keystroke after accept-next-word"
+    )
     parser.add_argument("--out", type=Path, default=report.output_root() / "bench" / "results" / "lines.json")
     args = parser.parse_args(argv)
 
@@ -304,7 +334,10 @@ def main(argv: list[str] | None = None) -> int:
         with LspClient(["--log-level", "warning"]) as client:
             editor = ready_editor(client, settings)
             args.out.parent.mkdir(parents=True, exist_ok=True)
-            save = lambda partial: args.out.write_text(json.dumps({**partial, "settings": settings, "partial": True}, indent=1) + "\n")  # noqa: E731
+
+            def save(partial: dict) -> None:
+                args.out.write_text(json.dumps({**partial, "settings": settings, "partial": True}, indent=1) + "\n")
+
             results = run(editor, peer, items, settings, say, save, args.words)
             server_cpu = process_cpu_seconds(client.pid) or 0.0
     finally:

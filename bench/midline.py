@@ -154,7 +154,11 @@ def outcome(inserted: str, span: str, rest: str) -> str:
         left = span[len(inserted) :]
         return "short" if any(ch.isalnum() or ch == "_" for ch in left) else "short at the rest"
     if inserted.startswith(span):
-        return "past, retyping the rest" if rest.startswith(inserted[len(span) :].rstrip()) or inserted[len(span) :].startswith(rest.rstrip()) else "past"
+        return (
+            "past, retyping the rest"
+            if rest.startswith(inserted[len(span) :].rstrip()) or inserted[len(span) :].startswith(rest.rstrip())
+            else "past"
+        )
     return "other"
 
 
@@ -245,7 +249,10 @@ def summary(cases: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
             got = [r for r in rows if name in r and (kind == "all" or r["kind"] == kind)]
             if not got:
                 continue
-            seen = [outcome(r[name]["inserted"], r[name].get("span", r["span"]), r[name].get("rest", r["rest"])) for r in got]
+            seen = [
+                outcome(r[name]["inserted"], r[name].get("span", r["span"]), r[name].get("rest", r["rest"]))
+                for r in got
+            ]
             entry = {"cases": len(got), "passed": sum(r[name]["pass"] for r in got)}
             entry.update({o: seen.count(o) for o in OUTCOMES})
             per[kind] = entry
@@ -258,7 +265,11 @@ def tables(out: dict[str, Any]) -> list[report.Table]:
     if not s:
         return []
     model = Path(str(out.get("model", ""))).name + f", ours: {out.get('config', CONFIG)}"
-    model += ", the gate at its default" if "minConfidence" not in out.get("settings", {"minConfidence": 0}) else ", the gate off"
+    model += (
+        ", the gate at its default"
+        if "minConfidence" not in out.get("settings", {"minConfidence": 0})
+        else ", the gate off"
+    )
     names = [n for n in (OURS, BEFORE, *PEERS, REPLACING, RESTORED) if n in s]
     by_kind = []
     for kind in (*KINDS, "all"):
@@ -276,11 +287,17 @@ def tables(out: dict[str, Any]) -> list[report.Table]:
             e = s[name].get(kind)
             if e is not None:
                 outcome_rows.append([name, kind, report.num(e["cases"]), *(report.num(e[o]) for o in OUTCOMES)])
-    second = ("midline: the suggestion against the cut span (short: a proper prefix of it; past: it and more)",
-              ["who", "kind", "cases", *OUTCOMES], outcome_rows)
+    second = (
+        "midline: the suggestion against the cut span (short: a proper prefix of it; past: it and more)",
+        ["who", "kind", "cases", *OUTCOMES],
+        outcome_rows,
+    )
     restored = s[RESTORED]["all"]
-    third = ("midline: the harness (the cut span put back)", ["cases", "passed"],
-             [[report.num(restored["cases"]), report.num(restored["passed"])]])
+    third = (
+        "midline: the harness (the cut span put back)",
+        ["cases", "passed"],
+        [[report.num(restored["cases"]), report.num(restored["passed"])]],
+    )
     return [first, second, third]
 
 
@@ -295,14 +312,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=None, help="the first N HumanEval problems (default: all 164)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--baseline", type=Path, default=None, help="also ours with the server's code from this folder")
-    parser.add_argument("--config", default=CONFIG, choices=list(CONFIGS),
-                        help='ours: a configuration of bench.functional ("exact, no suffix": the model does not see the rest of the line)')
+    parser.add_argument(
+        "--config",
+        default=CONFIG,
+        choices=list(CONFIGS),
+        help='ours: a configuration of bench.functional ("exact, no suffix": the model does not see the rest of the line)',
+    )
     parser.add_argument("--gate", action="store_true", help="ours with the confidence gate at its default (else off)")
-    parser.add_argument("--out", type=Path, default=None, help="results JSON (resumed; default bench/results/midline.json)")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="results JSON (resumed; default bench/results/midline.json)"
+    )
     parser.add_argument("--fresh", action="store_true", help="start anew instead of resuming from the results file")
     parser.add_argument("--render", action="store_true", help="measure nothing: print the results file's tables")
     parser.add_argument("--markdown", action="store_true", help="with --render: the tables as markdown")
-    parser.add_argument("--rejudge", action="store_true", help="measure nothing: add the derived rows to the results file")
+    parser.add_argument(
+        "--rejudge", action="store_true", help="measure nothing: add the derived rows to the results file"
+    )
     args = parser.parse_args(argv)
     path = args.out or results_path()
     out: dict[str, Any] = json.loads(path.read_text()) if path.is_file() and not args.fresh else {}

@@ -79,13 +79,23 @@ def quality(editor: Editor, cases: list[Case], max_tokens: int) -> dict[str, Any
     started = time.perf_counter()
     outcomes = run_server(editor, cases, timeout=REQUEST_TIMEOUT_S)
     model = (editor.stats() or {}).get("model")
-    groups = {"code": [o for o in outcomes if o.kind in CODE_KINDS], "prose": [o for o in outcomes if o.kind == "prose"]}
+    groups = {
+        "code": [o for o in outcomes if o.kind in CODE_KINDS],
+        "prose": [o for o in outcomes if o.kind == "prose"],
+    }
     found: dict[str, Any] = {"served_as": model, "seconds": time.perf_counter() - started}
-    for group, chosen in [*groups.items(), *((k, [o for o in outcomes if o.kind == k]) for k in (*CODE_KINDS, "prose"))]:
+    for group, chosen in [
+        *groups.items(),
+        *((k, [o for o in outcomes if o.kind == k]) for k in (*CODE_KINDS, "prose")),
+    ]:
         right = sum(o.correct for o in chosen)
-        found.setdefault(group, {"right": right, "cases": len(chosen), "share": right / len(chosen) if chosen else None})
+        found.setdefault(
+            group, {"right": right, "cases": len(chosen), "share": right / len(chosen) if chosen else None}
+        )
     found["begins_with_typed"] = sum(bool(o.begins_with_typed) for o in outcomes) / len(outcomes) if outcomes else None
-    found["outcomes"] = [{"case": o.case, "kind": o.kind, "suggestion": o.suggestion, "correct": o.correct} for o in outcomes]
+    found["outcomes"] = [
+        {"case": o.case, "kind": o.kind, "suggestion": o.suggestion, "correct": o.correct} for o in outcomes
+    ]
     return found
 
 
@@ -129,7 +139,10 @@ def _typed_keystrokes(editor: Editor, uri: str, base: str, word: str, keys: int)
 
 
 def latency(
-    editors: dict[str, Editor], count_tokens: Callable[[str], int], docs_per_size: int, keys: int,
+    editors: dict[str, Editor],
+    count_tokens: Callable[[str], int],
+    docs_per_size: int,
+    keys: int,
     save: Callable[[dict[str, Any]], None] = lambda found: None,
 ) -> dict[str, Any]:
     """Per document: its word typed letter by letter (the first keystroke cold, the rest warm: as
@@ -142,7 +155,7 @@ def latency(
     for size in LATENCY_SIZES:
         docs = documents(count_tokens, size, docs_per_size, min_word=7, first_line=40 + size // 4)
         for d, doc in enumerate(docs):
-            for name in names[d % len(names):] + names[: d % len(names)]:
+            for name in names[d % len(names) :] + names[: d % len(names)]:
                 uri = f"file:///bench/models/{size}-{d}.py"
                 editor = editors[name]
                 typed = _typed_keystrokes(editor, uri, doc.base, doc.word, keys)
@@ -179,8 +192,16 @@ def _summary(steps: dict[str, dict[int, list[dict[str, Any]]]]) -> dict[str, Any
     return found
 
 
-def replay(name: str, editor: Editor, threads: int, max_tokens: int, per_kind: int, chars: int,
-           say: Callable[[str], None], save: Callable[[dict[str, Any]], None] = lambda found: None) -> dict[str, Any]:
+def replay(
+    name: str,
+    editor: Editor,
+    threads: int,
+    max_tokens: int,
+    per_kind: int,
+    chars: int,
+    say: Callable[[str], None],
+    save: Callable[[dict[str, Any]], None] = lambda found: None,
+) -> dict[str, Any]:
     """The typing replay of `name` (see the module docstring): in place, the gate off and at its
     default, beside llama.vim's request on a llama-server with the same model and threads."""
     from bench import replay as replays
@@ -195,7 +216,9 @@ def replay(name: str, editor: Editor, threads: int, max_tokens: int, per_kind: i
     variants = {f"gate {k.split()[-1]}": {**base, **v} for k, v in replays.gate_variants("off,default").items()}
     server = LlamaServer(slots=1, model=name, threads=threads, extra_args=SEED_ARGS).start(600)
     peer = InfillPeer(server, slot=0)
-    say(f"models: replay of {name}: {len(items)} passages, {sum(len(p.text) for p in items)} characters, peer {peer.endpoint}")
+    say(
+        f"models: replay of {name}: {len(items)} passages, {sum(len(p.text) for p in items)} characters, peer {peer.endpoint}"
+    )
 
     def partial(found: dict[str, Any]) -> None:
         save({**found, "table": replays.summarize(found["runs"]), "peer_endpoint": peer.endpoint})
@@ -213,6 +236,7 @@ def replay(name: str, editor: Editor, threads: int, max_tokens: int, per_kind: i
 
 def replay_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
     """Per model and who (gate off, gate default, peer): the replay's figures over all kinds."""
+
     def side(who: str) -> str:  # bench.replay names its variants "server lexicon off, gate off"
         return who if who == "peer" else "server " + who.split(", ")[-1].removeprefix("server ")
 
@@ -255,8 +279,18 @@ def replay_table(results: dict[str, Any]) -> report.Table:
                      f"{r['keys_per_char']:.2f}", report.num(r["median_ms"]), report.times(r["saved_over_peer"]),
                      report.times(r["precision_over_gate_off"]) if r["who"] == "server gate default" else "",
                      report.times(r["saved_over_gate_off"]) if r["who"] == "server gate default" else ""])  # fmt: skip
-    header = ["model", "who", "passages / chars", "chars saved", "precision", "keys/char", "median ms",
-              "saved / peer's (target >= 1.25x)", "precision / gate off (>= 1.5x)", "saved / gate off (>= 0.9x)"]
+    header = [
+        "model",
+        "who",
+        "passages / chars",
+        "chars saved",
+        "precision",
+        "keys/char",
+        "median ms",
+        "saved / peer's (target >= 1.25x)",
+        "precision / gate off (>= 1.5x)",
+        "saved / gate off (>= 0.9x)",
+    ]
     return ("Typing replay per model, in place, beside llama.vim's request on the same model", header, rows)
 
 
@@ -271,7 +305,11 @@ def table(results: dict[str, Any]) -> report.Table:
             g = q.get(group)
             cells.append(f"{g['right']}/{g['cases']} ({100 * g['share']:.0f}%)" if g and g["cases"] else "-")
         for row in lat.values():
-            cells += [report.num(row["cold_ms"], 0), report.num(row["warm_off_median_ms"], 0), report.num(row["warm_typed_median_ms"], 0)]
+            cells += [
+                report.num(row["cold_ms"], 0),
+                report.num(row["warm_off_median_ms"], 0),
+                report.num(row["warm_typed_median_ms"], 0),
+            ]
         rows.append(cells)
     sizes = [f"{row['tokens']:.0f}" for row in next(iter(results.get("latency", {}).values()), [])]
     header = ["model", "file", "first word right, code", "first word right, prose"]
@@ -291,9 +329,15 @@ def run(args, cases: list[Case], say: Callable[[str], None], out: Path) -> dict[
         "models": names,
         "threads": threads or os.cpu_count(),
         "machine": {"cpus": os.cpu_count(), "note": "shared with other processes: compare the models side by side"},
-        "cases": {"count": len(cases), "code": sum(c.kind in CODE_KINDS for c in cases),
-                  "prose": sum(c.kind == "prose" for c in cases), "seed": args.seed, "per_kind": args.per_kind,
-                  "fingerprint": fingerprint(cases), "files": [c.file for c in cases]},  # fmt: skip
+        "cases": {
+            "count": len(cases),
+            "code": sum(c.kind in CODE_KINDS for c in cases),
+            "prose": sum(c.kind == "prose" for c in cases),
+            "seed": args.seed,
+            "per_kind": args.per_kind,
+            "fingerprint": fingerprint(cases),
+            "files": [c.file for c in cases],
+        },  # fmt: skip
     }
     counter = LlamaModel(default_model_path(), vocab_only=True)  # one tokenizer sizes every model's documents
 
@@ -310,6 +354,7 @@ def run(args, cases: list[Case], say: Callable[[str], None], out: Path) -> dict[
         if not args.no_latency:
             say(f"models: cold/warm latency, {', '.join(names)} taking turns")
             keys = 4 if args.quick else 5
+
             def save(found: dict[str, Any]) -> None:
                 results["latency"] = found
                 report.write_json(out, results)
@@ -320,6 +365,7 @@ def run(args, cases: list[Case], say: Callable[[str], None], out: Path) -> dict[
             results.setdefault("quality", {})[name] = quality(editor, cases, args.quality_max_tokens)
             report.write_json(out, results)
         for name, editor in editors.items() if not args.no_replay else ():
+
             def save_replay(found: dict[str, Any], name: str = name) -> None:
                 results.setdefault("replay", {})[name] = found
                 report.write_json(out, results)
@@ -367,7 +413,9 @@ def replay_from(pairs: list[str], out: Path) -> dict[str, Any]:
         found = json.loads(Path(path).read_text())
         found.setdefault("peer_endpoint", _peer_endpoint(found))
         results["models"].append(name)
-        results["replay"][name] = {k: found[k] for k in ("runs", "table", "cursors", "places", "peer_endpoint") if k in found}
+        results["replay"][name] = {
+            k: found[k] for k in ("runs", "table", "cursors", "places", "peer_endpoint") if k in found
+        }
         results["from"][name] = path
     report.write_json(out, results)
     return results
@@ -379,5 +427,11 @@ if __name__ == "__main__":  # pragma: no cover - use `python -m bench --only mod
         print(report.render(replay_table(found)))
         print(report.markdown(replay_table(found)))
     else:
-        print(json.dumps({"usage": "python -m bench --only models [--model A,B] [--threads N] [--per-kind N]; "
-                          "python -m bench.models replay-table NAME=REPLAY.json ..."}))
+        print(
+            json.dumps(
+                {
+                    "usage": "python -m bench --only models [--model A,B] [--threads N] [--per-kind N]; "
+                    "python -m bench.models replay-table NAME=REPLAY.json ..."
+                }
+            )
+        )

@@ -135,7 +135,9 @@ def spread(settings: dict[str, Any], docs: list[Typing], servers: list[LlamaServ
         "reuse_share": (1 - decoded / prompt) if prompt else None,
         "reuse_share_round2": _reuse([r for r in engine_rows if r["round"] > 0]),
         **_server_side(before, after),
-        "documents_per_server": {s: sum(s in v for v in by_doc.values()) for s in sorted({x for v in by_doc.values() for x in v})},
+        "documents_per_server": {
+            s: sum(s in v for v in by_doc.values()) for s in sorted({x for v in by_doc.values() for x in v})
+        },
         "documents_that_moved": sum(len(v) > 1 for v in by_doc.values()),
         "median_ms": median([r["ms"] for r in rows]),
         "rows": rows,
@@ -145,12 +147,21 @@ def spread(settings: dict[str, Any], docs: list[Typing], servers: list[LlamaServ
 def _server_side(before: list, after: list) -> dict[str, Any]:
     """What the servers' own counters say over the run (prefetches included)."""
     if None in before + after:
-        return {"servers_decoded": None, "servers_reused": None, "servers_reuse_share": None, "servers_decoded_each": None}
+        return {
+            "servers_decoded": None,
+            "servers_reused": None,
+            "servers_reuse_share": None,
+            "servers_decoded_each": None,
+        }
     decoded = [a[0] - b[0] for a, b in zip(after, before)]
     reused = [a[1] - b[1] for a, b in zip(after, before)]
     total = sum(decoded) + sum(reused)
-    return {"servers_decoded": sum(decoded), "servers_reused": sum(reused),
-            "servers_reuse_share": sum(reused) / total if total else None, "servers_decoded_each": decoded}
+    return {
+        "servers_decoded": sum(decoded),
+        "servers_reused": sum(reused),
+        "servers_reuse_share": sum(reused) / total if total else None,
+        "servers_decoded_each": decoded,
+    }
 
 
 def _reuse(rows: list[dict[str, Any]]) -> float | None:
@@ -158,7 +169,9 @@ def _reuse(rows: list[dict[str, Any]]) -> float | None:
     return (1 - sum(r["decoded"] or 0 for r in rows) / prompt) if prompt else None
 
 
-def failover(settings: dict[str, Any], doc: Typing, servers: list[LlamaServer], name_of: Callable[[str], int | None]) -> dict[str, Any]:
+def failover(
+    settings: dict[str, Any], doc: Typing, servers: list[LlamaServer], name_of: Callable[[str], int | None]
+) -> dict[str, Any]:
     """One document typed at PACE_S; the server answering it is killed mid-typing, then back."""
     client = _client(settings)
     editor = Editor(client)
@@ -214,7 +227,9 @@ def failover(settings: dict[str, Any], doc: Typing, servers: list[LlamaServer], 
     return _failover_summary(rows, killed, events, origin)
 
 
-def _failover_summary(rows: list[dict[str, Any]], killed: dict[str, Any], events: dict[str, float], origin: float) -> dict[str, Any]:
+def _failover_summary(
+    rows: list[dict[str, Any]], killed: dict[str, Any], events: dict[str, float], origin: float
+) -> dict[str, Any]:
     kill_t = events.get("killed", origin) - origin
     back_t = events.get("back", origin) - origin if "back" in events else None
     after = [r for r in rows if r["t"] >= kill_t - 1e-9]
@@ -226,10 +241,14 @@ def _failover_summary(rows: list[dict[str, Any]], killed: dict[str, Any], events
         home = next((r for r in rows if r["t"] >= back_t and r["server"] and _same(r["server"], victim)), None)
     gap = [r for r in after if first is None or r["key"] < first["key"]]
     return {
-        "keystrokes": len(rows), "answered": sum(not r["error"] for r in rows),
-        "killed_at_key": killed.get("key"), "killed": victim,
+        "keystrokes": len(rows),
+        "answered": sum(not r["error"] for r in rows),
+        "killed_at_key": killed.get("key"),
+        "killed": victim,
         "to_next_suggestion_ms": (first["t"] + first["ms"] / 1000 - kill_t) * 1000 if first else None,
-        "to_first_answer_from_other_ms": (first_other["t"] + first_other["ms"] / 1000 - kill_t) * 1000 if first_other else None,
+        "to_first_answer_from_other_ms": (first_other["t"] + first_other["ms"] / 1000 - kill_t) * 1000
+        if first_other
+        else None,
         "keystrokes_without_suggestion": len(gap),
         "slowest_after_kill_ms": maximum([r["ms"] for r in after[:10]]),
         "back_after_s": back_t - kill_t if back_t is not None else None,
@@ -260,7 +279,9 @@ def run(args: Any, count_tokens: Callable[[str], int], say: Callable[[str], None
     docs = documents(count_tokens, SIZE, DOCS + 1, min_word=KEYS + 1, first_line=1200)
     try:
         out["spread"] = {}
-        for way in () if getattr(args, "failover_only", False) else WAYS if not getattr(args, "quick", False) else ("list",):
+        for way in (
+            () if getattr(args, "failover_only", False) else WAYS if not getattr(args, "quick", False) else ("list",)
+        ):
             for s in servers:  # each way starts from empty slots
                 s.restart()
             say(f"spread and reuse: {way}, {DOCS} documents x {ROUNDS} rounds")
@@ -310,17 +331,41 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
     checks: list[tuple[str, str, bool | None]] = []
     spread_rows = results.get("spread", {})
     for way, r in spread_rows.items():
-        checks.append((f"multi {way}: every keystroke answered", f"{r['answered']}/{r['keystrokes']}", r["answered"] == r["keystrokes"]))
+        checks.append(
+            (
+                f"multi {way}: every keystroke answered",
+                f"{r['answered']}/{r['keystrokes']}",
+                r["answered"] == r["keystrokes"],
+            )
+        )
     if "one" in spread_rows and "list" in spread_rows:
         a, b = spread_rows["list"]["reuse_share_round2"], spread_rows["one"]["reuse_share_round2"]
         checks.append(("multi: coming back, two servers reuse at least what one does", f"{pct(a)} vs {pct(b)}",
                        None if a is None or b is None else a >= b))  # fmt: skip
     for way, r in results.get("failover", {}).items():
-        checks.append((f"failover {way}: every keystroke answered", f"{r['answered']}/{r['keystrokes']}", r["answered"] == r["keystrokes"]))
+        checks.append(
+            (
+                f"failover {way}: every keystroke answered",
+                f"{r['answered']}/{r['keystrokes']}",
+                r["answered"] == r["keystrokes"],
+            )
+        )
         t = r["to_first_answer_from_other_ms"]
-        checks.append((f"failover {way}: the other server answers within 5 s of the kill", num(t), None if t is None else t <= 5000))
+        checks.append(
+            (
+                f"failover {way}: the other server answers within 5 s of the kill",
+                num(t),
+                None if t is None else t <= 5000,
+            )
+        )
         h = r["home_again_ms"]
-        checks.append((f"failover {way}: the document back on its server within 10 s of its return", num(h), None if h is None else h <= 10000))
+        checks.append(
+            (
+                f"failover {way}: the document back on its server within 10 s of its return",
+                num(h),
+                None if h is None else h <= 10000,
+            )
+        )
     return checks
 
 
@@ -331,7 +376,9 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m bench.multi_server", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--failover-only", action="store_true", help="measure the failover again, keep the rest of --out")
+    parser.add_argument(
+        "--failover-only", action="store_true", help="measure the failover again, keep the rest of --out"
+    )
     parser.add_argument("--out", type=Path, default=report.output_root() / "bench" / "results" / "multi.json")
     args = parser.parse_args(argv)
     vocab = LlamaModel(resolve_model(None), vocab_only=True)

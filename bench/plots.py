@@ -69,14 +69,30 @@ def gate_plot(curves: dict[str, list[dict[str, Any]]], default: float, path: Pat
     fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120)
     for (name, curve), color in zip(curves.items(), ("tab:blue", "tab:orange")):
         pts = [r for r in curve if r["precision"] is not None]
-        ax.plot([100 * r["saved"] for r in pts], [100 * r["precision"] for r in pts], "o-", ms=3, color=color, label=f"{name} set")
+        ax.plot(
+            [100 * r["saved"] for r in pts],
+            [100 * r["precision"] for r in pts],
+            "o-",
+            ms=3,
+            color=color,
+            label=f"{name} set",
+        )
         at = next(r for r in pts if r["threshold"] == default)
         ax.plot([100 * at["saved"]], [100 * at["precision"]], "*", ms=12, color=color)
         off = pts[0]
-        ax.annotate("gate off", (100 * off["saved"], 100 * off["precision"]), fontsize=7, xytext=(4, -10), textcoords="offset points")
+        ax.annotate(
+            "gate off",
+            (100 * off["saved"], 100 * off["precision"]),
+            fontsize=7,
+            xytext=(4, -10),
+            textcoords="offset points",
+        )
     ax.set_xlabel("characters saved (%)")
     ax.set_ylabel("precision of shown suggestions (%)")
-    ax.set_title(f"Confidence gate{' on ' + model if model else ''}: minConfidence 0-0.95 (star: default {default:g})", fontsize=9)
+    ax.set_title(
+        f"Confidence gate{' on ' + model if model else ''}: minConfidence 0-0.95 (star: default {default:g})",
+        fontsize=9,
+    )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return _save(fig, path)

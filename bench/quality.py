@@ -65,7 +65,9 @@ def run_engine(engine, cases: list[Case], max_tokens: int, methods: tuple[str, .
                 request = CompletionRequest(document, "", max_tokens, sampling=SamplingConfig())
                 completion = engine.complete(request)
                 added = completion.text.split("\n", 1)[0]
-                outcomes.append(_outcome(i, case, method, "engine", case.typed + added if added.strip() else None, None))
+                outcomes.append(
+                    _outcome(i, case, method, "engine", case.typed + added if added.strip() else None, None)
+                )
                 continue
             step = asked(document, len(document), alone(Settings(max_tokens=max_tokens, method=method)))
             parts = step.snapshot.parts

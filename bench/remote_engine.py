@@ -59,7 +59,9 @@ def cancels(remote: Engine, url: str, n: int) -> dict:
     idle_ms = []
     sampling = SamplingConfig(single_line=False)
     for i in range(n):
-        request = CompletionRequest(f"Chapter {i}. It was a dark and stormy night; the rain fell in", "", max_tokens=400, sampling=sampling)
+        request = CompletionRequest(
+            f"Chapter {i}. It was a dark and stormy night; the rain fell in", "", max_tokens=400, sampling=sampling
+        )
         cancel = threading.Event()
         timer = threading.Timer(0.3, cancel.set)
         timer.start()

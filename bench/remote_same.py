@@ -92,12 +92,20 @@ def first_split(a: str | None, b: str | None, tokenize: Callable[[str], list[str
     i = 0
     while i < min(len(ta), len(tb)) and ta[i] == tb[i]:
         i += 1
-    return {"token": i, "local": ta[i] if i < len(ta) else ("" if a else None), "remote": tb[i] if i < len(tb) else ("" if b else None)}
+    return {
+        "token": i,
+        "local": ta[i] if i < len(ta) else ("" if a else None),
+        "remote": tb[i] if i < len(tb) else ("" if b else None),
+    }
 
 
 def compare(
-    server_url: str, cases: list[Cursor], settings: dict[str, Any], tokenize: Callable[[str], list[str]],
-    label: str, say: Callable[[str], None] = lambda m: None,
+    server_url: str,
+    cases: list[Cursor],
+    settings: dict[str, Any],
+    tokenize: Callable[[str], list[str]],
+    label: str,
+    say: Callable[[str], None] = lambda m: None,
 ) -> dict[str, Any]:
     """Each case asked of the in-process language server, then of the remote one, back to back."""
     local, remote = _client(settings), _client({**settings, "modelServer": server_url})
@@ -115,7 +123,9 @@ def compare(
             row["split"] = first_split(row["local"], row["remote"], tokenize)
             rows.append(row)
             if row["split"] is not None:
-                say(f"  {label} {i} ({case.kind}) differs at token {row['split']['token']}: {row['local']!r} | {row['remote']!r}")
+                say(
+                    f"  {label} {i} ({case.kind}) differs at token {row['split']['token']}: {row['local']!r} | {row['remote']!r}"
+                )
     finally:
         local.shutdown()
         remote.shutdown()
@@ -128,8 +138,12 @@ def compare(
 
 
 def check(
-    cases: list[Cursor], say: Callable[[str], None] = lambda m: None, threads: int = 2, model: str = "gemma-3-270m",
-    max_tokens: int = 8, save: Callable[[dict], None] | None = None,
+    cases: list[Cursor],
+    say: Callable[[str], None] = lambda m: None,
+    threads: int = 2,
+    model: str = "gemma-3-270m",
+    max_tokens: int = 8,
+    save: Callable[[dict], None] | None = None,
 ) -> dict[str, Any]:
     """The whole check: one llama-server (the README's command, `--cache-ram 0`), the gate on,
     then off; each gate a fresh pair of language servers. `save` gets the results after each gate."""
@@ -143,7 +157,10 @@ def check(
         status, body = server.post("/tokenize", {"content": text, "with_pieces": True})
         if status != 200:
             raise RuntimeError(f"/tokenize answered {status}")
-        return [p["piece"] if isinstance(p["piece"], str) else bytes(p["piece"]).decode("utf-8", "replace") for p in body["tokens"]]
+        return [
+            p["piece"] if isinstance(p["piece"], str) else bytes(p["piece"]).decode("utf-8", "replace")
+            for p in body["tokens"]
+        ]
 
     try:
         for gate, extra in (("on", {}), ("off", {"minConfidence": 0})):
@@ -164,7 +181,14 @@ def table(result: dict[str, Any]):
     for gate in ("on", "off"):
         g = result.get(f"gate_{gate}")
         if g:
-            body.append([gate, f"{g['equal']}/{g['cases']}", pct(g["equal_share"]), f"{g['shown']['local']} / {g['shown']['remote']}"])
+            body.append(
+                [
+                    gate,
+                    f"{g['equal']}/{g['cases']}",
+                    pct(g["equal_share"]),
+                    f"{g['shown']['local']} / {g['shown']['remote']}",
+                ]
+            )
     return (f"remote: the same whole suggestion as in-process on unseen cursors ({result['cases']} cases, maxTokens {result['max_tokens']})",
             ["gate", "equal", "share", "shown local / remote"], body)  # fmt: skip
 
@@ -176,8 +200,21 @@ def differ_table(result: dict[str, Any]):
             s = r["split"]
             body.append([gate, str(r["case"]), r["kind"], repr(r["typed"]), str(s["token"]), repr(s["local"]), repr(s["remote"]),
                          repr(r["local"]), repr(r["remote"])])  # fmt: skip
-    return ("remote: where the differing suggestions part (first differing token, from the word's start)",
-            ["gate", "case", "kind", "typed", "token", "in-process", "remote", "in-process suggestion", "remote suggestion"], body)
+    return (
+        "remote: where the differing suggestions part (first differing token, from the word's start)",
+        [
+            "gate",
+            "case",
+            "kind",
+            "typed",
+            "token",
+            "in-process",
+            "remote",
+            "in-process suggestion",
+            "remote suggestion",
+        ],
+        body,
+    )
 
 
 def targets(result: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
@@ -185,5 +222,11 @@ def targets(result: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
     for gate in ("on", "off"):
         g = result.get(f"gate_{gate}")
         if g:
-            checks.append((f"remote = in-process on unseen cursors, gate {gate}: >= 97%", f"{g['equal']}/{g['cases']}", g["equal_share"] >= 0.97))
+            checks.append(
+                (
+                    f"remote = in-process on unseen cursors, gate {gate}: >= 97%",
+                    f"{g['equal']}/{g['cases']}",
+                    g["equal_share"] >= 0.97,
+                )
+            )
     return checks

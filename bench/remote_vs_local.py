@@ -60,12 +60,18 @@ def percentile(values: list[float], share: float) -> float | None:
 
 
 HEADLINE_SEEDS = (  # bench.remote_engine's seeds, as documents: the cursor at the end
-    "Thanks for sending over the draft yest", "import num", "The model's behavi", "Once upon a ti",
+    "Thanks for sending over the draft yest",
+    "import num",
+    "The model's behavi",
+    "Once upon a ti",
 )
 
 
 def through_server(
-    cases: list[Case], say: Callable[[str], None], threads: int = 2, save: Callable[[dict], None] | None = None,
+    cases: list[Case],
+    say: Callable[[str], None],
+    threads: int = 2,
+    save: Callable[[dict], None] | None = None,
     model: str = "gemma-3-270m",
 ) -> dict[str, Any]:
     """Remote vs in-process through the language server with default settings (the gate on, then
@@ -73,7 +79,12 @@ def through_server(
     Both sides name `model` (the server runs it; in-process, no `model` would route code to
     another model than the server's). `save` gets the results so far after each gate."""
     server = start_llama_server(slots=SLOTS, ctx=2048, threads=threads, model=model)
-    out: dict[str, Any] = {"llama_server": server.command()[1:], "model": model, "cases": len(cases), "seeds": len(HEADLINE_SEEDS)}
+    out: dict[str, Any] = {
+        "llama_server": server.command()[1:],
+        "model": model,
+        "cases": len(cases),
+        "seeds": len(HEADLINE_SEEDS),
+    }
     items = [("seed", i, text, "plaintext") for i, text in enumerate(HEADLINE_SEEDS)]
     items += [(case.kind, i, case.document(), quality.LANGUAGES[case.kind]) for i, case in enumerate(cases)]
     try:
@@ -181,7 +192,10 @@ def keystrokes(
     for size in SIZES[:2] if quick else SIZES:
         docs = documents(count_tokens, size, 1 if quick else 2, min_word=5 if quick else 7, first_line=60 + size // 3)
         for d, doc in enumerate(docs):
-            rows += [{**r, "tokens": doc.tokens} for r in _type(editors, peer, doc, f"file:///bench/remote/{size}-{d}.py", 6 if quick else 99)]
+            rows += [
+                {**r, "tokens": doc.tokens}
+                for r in _type(editors, peer, doc, f"file:///bench/remote/{size}-{d}.py", 6 if quick else 99)
+            ]
     table = []
     for kind in ("warm", "word start", "cold"):
         for who in (*editors, "peer"):
@@ -215,8 +229,11 @@ def quality_cases(local: Editor, remote: Editor, cases: list[Case]) -> dict[str,
         "cases": len(cases),
         "correct": {who: sum(o.correct for o in got) / len(got) for who, got in ours.items()},
         "identical": (len(cases) - len(differ)) / len(cases),
-        "same_first_word": sum(quality.first_word(d["local"] or "") == quality.first_word(d["remote"] or "") for d in differ)
-        + len(cases) - len(differ),
+        "same_first_word": sum(
+            quality.first_word(d["local"] or "") == quality.first_word(d["remote"] or "") for d in differ
+        )
+        + len(cases)
+        - len(differ),
         "differ": differ,
     }
 
@@ -246,7 +263,9 @@ def four_users(server: LlamaServer, settings: dict[str, Any], count_tokens, quic
             client.shutdown()
     warm_one = [r["ms"] for r in single if r["kind"] == "warm"]
     warm_four = [r["ms"] for rows in together.values() for r in rows if r["kind"] == "warm"]
-    decoded_four = [r["decoded"] for rows in together.values() for r in rows if r["kind"] == "warm" and r["decoded"] is not None]
+    decoded_four = [
+        r["decoded"] for rows in together.values() for r in rows if r["kind"] == "warm" and r["decoded"] is not None
+    ]
     return {
         "documents": len(docs), "tokens": median([d.tokens for d in docs]),
         "one_p50_ms": median(warm_one), "one_p95_ms": percentile(warm_one, 0.95),
@@ -280,7 +299,14 @@ def fault_probes(server: LlamaServer, settings: dict[str, Any]) -> list[dict[str
         editor.type(uri, text[-1])
         reply = editor.inline(uri, timeout=60)
         state = [n["params"]["state"] for n in client.notifications if n["method"] == "cpcLsp/status"]
-        probes.append({"probe": name, "answer_ms": reply.ms, "suggestion": insert_text(reply), "status": state[-1] if state else None})
+        probes.append(
+            {
+                "probe": name,
+                "answer_ms": reply.ms,
+                "suggestion": insert_text(reply),
+                "status": state[-1] if state else None,
+            }
+        )
         editor.close(uri)
 
     down = LlamaServer(slots=1)  # never started: nothing listens on its port
@@ -336,7 +362,9 @@ def run(args: Any, cases: list[Case], count_tokens: Callable[[str], int], say: C
             n = min(len(cases), 8 if args.quick else 48)
             say(f"remote: quality, local vs remote ({n} cases)")
             for client in (local, remote):
-                client.notify("workspace/didChangeConfiguration", {"settings": {"cpcLsp": {"maxTokens": args.quality_max_tokens}}})
+                client.notify(
+                    "workspace/didChangeConfiguration", {"settings": {"cpcLsp": {"maxTokens": args.quality_max_tokens}}}
+                )
             results["quality"] = quality_cases(editors["local"], editors["remote"], cases[:n])
         finally:
             if peer is not None:
@@ -363,8 +391,11 @@ def headline_table(h: dict[str, Any]) -> Table:
             body.append([gate, f"{g['equal']}/{g['cases']}", pct(g["equal_share"]), f"{g['seeds_equal']}/{h['seeds']}",
                          f"{g['shown']['local']} / {g['shown']['remote']}", f"{num(g['median_ms']['local'])} / {num(g['median_ms']['remote'])}",
                          num(g["slow_statuses"])])  # fmt: skip
-    return ("remote: the same suggestion as in-process, through the language server (default settings, the README's server command)",
-            ["gate", "equal", "share", "seeds equal", "shown local / remote", "median ms local / remote", "slow statuses"], body)
+    return (
+        "remote: the same suggestion as in-process, through the language server (default settings, the README's server command)",
+        ["gate", "equal", "share", "seeds equal", "shown local / remote", "median ms local / remote", "slow statuses"],
+        body,
+    )
 
 
 def tables(results: dict[str, Any]) -> list[Table]:
@@ -377,7 +408,13 @@ def tables(results: dict[str, Any]) -> list[Table]:
              pct(r["no_request_share"]), num(r["bytes_per_key_mean"], 0),
              num(r["fallbacks"]) if r["who"] == "remote" else "-"] for r in k["table"]]  # fmt: skip
     peer = k.get("peer_endpoint") or "-"
-    out.append((f"remote: keystrokes, local vs remote (llama-server over loopback) vs the peer ({peer}, same server)", header, body))
+    out.append(
+        (
+            f"remote: keystrokes, local vs remote (llama-server over loopback) vs the peer ({peer}, same server)",
+            header,
+            body,
+        )
+    )
     q = results["quality"]
     out.append(("remote: quality, exact method, same cases", ["cases", "local correct", "remote correct", "identical", "same first word"],
                 [[num(q["cases"]), pct(q["correct"]["local"]), pct(q["correct"]["remote"]), pct(q["identical"]),
@@ -398,7 +435,13 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
     for gate in ("on", "off"):
         g = results.get("through_server", {}).get(f"gate_{gate}")
         if g:
-            checks.append((f"remote = in-process through the server, gate {gate}: >= 97% of held-out cases", pct(g["equal_share"]), g["equal_share"] >= 0.97))
+            checks.append(
+                (
+                    f"remote = in-process through the server, gate {gate}: >= 97% of held-out cases",
+                    pct(g["equal_share"]),
+                    g["equal_share"] >= 0.97,
+                )
+            )
             checks.append((f"remote = in-process through the server, gate {gate}: every seed", f"{g['seeds_equal']}/{results['through_server']['seeds']}",
                            g["seeds_equal"] == results["through_server"]["seeds"]))  # fmt: skip
     rows = {(r["kind"], r["who"]): r for r in results["keystrokes"]["table"]}
@@ -408,7 +451,13 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
         checks.append(("remote warm keystroke <= 0.5x the /infill peer's", times(r), None if r is None else r <= 0.5))
     if remote:
         trips = remote["round_trips_median"]
-        checks.append(("remote: median round trips per keystroke inside a word <= 1.2", num(trips), None if trips is None else trips <= 1.2))
+        checks.append(
+            (
+                "remote: median round trips per keystroke inside a word <= 1.2",
+                num(trips),
+                None if trips is None else trips <= 1.2,
+            )
+        )
     q = results["quality"]
     checks.append(("remote equals local (same cases)", pct(q["identical"]), q["identical"] >= 0.97))
     f = results["four_users"]
@@ -433,15 +482,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="2 cases per kind")
     parser.add_argument("--threads", type=int, default=2, help="llama-server -t (the README's command: 2)")
     parser.add_argument("--model", default="gemma-3-270m", help="the model of the server and of both language servers")
-    parser.add_argument("--unseen", action="store_true",
-                        help="the check on unseen cursors instead (bench.remote_same: 1,500 characters before, 400 after, maxTokens 8)")
+    parser.add_argument(
+        "--unseen",
+        action="store_true",
+        help="the check on unseen cursors instead (bench.remote_same: 1,500 characters before, 400 after, maxTokens 8)",
+    )
     parser.add_argument("--max-tokens", type=int, default=8, help="with --unseen: maxTokens")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="default: bench/results/remote_headline-MODEL.json (--unseen: remote_unseen-MODEL.json)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="default: bench/results/remote_headline-MODEL.json (--unseen: remote_unseen-MODEL.json)",
+    )
     args = parser.parse_args(argv)
     name = "remote_unseen" if args.unseen else "remote_headline"
     args.out = args.out or Path(__file__).parent / "results" / f"{name}-{args.model}.json"
     started = time.time()
+
     def save(partial: dict) -> None:
         args.out.write_text(json.dumps(partial, indent=1) + "\n")
 

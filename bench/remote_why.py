@@ -49,7 +49,9 @@ class _Recorder:
 
 
 def _settings(model: str, max_tokens: int, gate: bool, server: str | None) -> Settings:
-    raw = {"model": model, "maxTokens": max_tokens, "modelServerTimeoutMs": TIMEOUT_MS} | ({} if gate else {"minConfidence": 0})
+    raw = {"model": model, "maxTokens": max_tokens, "modelServerTimeoutMs": TIMEOUT_MS} | (
+        {} if gate else {"minConfidence": 0}
+    )
     if server:
         raw["modelServer"] = server
     settings, problems = apply(Settings(), {"cpcLsp": raw})
@@ -98,7 +100,10 @@ def explain(local: Engine, remote: Engine, settings: Settings, case: Cursor) -> 
         out["cause"] = None
         return out
     if a["prompt"] != b["prompt"]:
-        i = next((k for k, (x, y) in enumerate(zip(a["prompt"], b["prompt"])) if x != y), min(len(a["prompt"]), len(b["prompt"])))
+        i = next(
+            (k for k, (x, y) in enumerate(zip(a["prompt"], b["prompt"])) if x != y),
+            min(len(a["prompt"]), len(b["prompt"])),
+        )
         out.update(cause="prompt", at=i, prompt_lengths=[len(a["prompt"]), len(b["prompt"])])
         return out
     prompt = a["prompt"]

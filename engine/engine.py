@@ -51,7 +51,12 @@ class Engine(PromptWindow):
     _cut = staticmethod(cut_text)  # where generated text ends early (engine.core.generation)
 
     def __init__(
-        self, model: LlamaModel, context: Window, vocab: VocabIndex, config: EngineConfig, backend: Backend,
+        self,
+        model: LlamaModel,
+        context: Window,
+        vocab: VocabIndex,
+        config: EngineConfig,
+        backend: Backend,
         model_id: str = "",
     ):
         """`model`: the tokenizer (a vocabulary-only model when a server runs the weights);
@@ -151,8 +156,9 @@ class Engine(PromptWindow):
         self._route(request)
         # A server stops a single-line stream at a line break itself; a `next_line` request whose
         # line ends at once asks for the rest again from there (one round trip more, only then).
-        completion = self._retrying(cancel, request.max_tokens, request.sampling.single_line,
-                                    lambda: self._complete(request, cancel))
+        completion = self._retrying(
+            cancel, request.max_tokens, request.sampling.single_line, lambda: self._complete(request, cancel)
+        )
         after = self._traffic()
         stats = replace(
             completion.stats,

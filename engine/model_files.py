@@ -175,7 +175,8 @@ def check_gguf(path: Path) -> Path:
     path = path.expanduser()
     if not path.exists():
         raise ModelLoadError(
-            path, "the file does not exist, and it is not a model name",
+            path,
+            "the file does not exist, and it is not a model name",
             f"Check the `model` setting or the --model option: a GGUF file, or one of {catalogue.names()}",
         )
     if not path.is_file():

@@ -52,7 +52,12 @@ class Readings:
         return self.coverings(request, prompt, seq, RIVALS)
 
     def signals(
-        self, request: CompletionRequest, first_seq: Sequence, seq: Sequence, gen: Generated, seen_alike: tuple[list, float]
+        self,
+        request: CompletionRequest,
+        first_seq: Sequence,
+        seq: Sequence,
+        gen: Generated,
+        seen_alike: tuple[list, float],
     ) -> Signals:
         """The completion's confidence (engine.core.signals), normalised by the first pass's coverings
         (a lexicon word's second pass covers a longer prefix, on the same prompt row)."""
@@ -63,9 +68,13 @@ class Readings:
             steps.insert(0, (covered, seq.covering.log_prob - log_mass))
         rivals = [(b"".join(self._vocab.pieces[t] for t in c.path), c.log_prob - log_mass) for c in seen]
         raw = tuple(lp for _, lp in gen.steps)
-        return compute_signals(request.required, steps, rivals, typed_log_prob(first_seq, log_mass), gen.reason == "eos", raw)
+        return compute_signals(
+            request.required, steps, rivals, typed_log_prob(first_seq, log_mass), gen.reason == "eos", raw
+        )
 
-    def alternatives(self, request, prompt, first_seq: Sequence, gen: Generated, signals: Signals, seen_alike, budget, cancel):
+    def alternatives(
+        self, request, prompt, first_seq: Sequence, gen: Generated, signals: Signals, seen_alike, budget, cancel
+    ):
         """(other first words (engine.core.alternatives) within `max_cover_decodes` decodes (`budget` 0:
         remembered rows only), the decodes spent); none when cancelled meanwhile. Their signals
         read the same coverings as the completion's (`seen_alike`)."""
@@ -73,7 +82,9 @@ class Readings:
         seen, log_mass = seen_alike
         primary = gen.text[: signals.word_ends[0].chars] if signals.word_ends else gen.text
         chosen = first_seq.covering.path if first_seq.covering is not None else gen.first_token
-        rows = BudgetedRows(PathRows(self._backend, prompt, cancel), request.max_cover_decodes if budget is None else budget)
+        rows = BudgetedRows(
+            PathRows(self._backend, prompt, cancel), request.max_cover_decodes if budget is None else budget
+        )
         try:
             found = alternatives(
                 self._vocab, rows, request.required, ranked, log_mass, primary, chosen, request.alternatives,

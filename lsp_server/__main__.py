@@ -70,7 +70,8 @@ def _parser() -> argparse.ArgumentParser:
     complete.add_argument("--text", required=True, help="text before the cursor")
     complete.add_argument("--suffix", default="", help="text after the cursor")
     complete.add_argument(
-        "--language", default="plaintext",
+        "--language",
+        default="plaintext",
         help="the text's LSP languageId (python, c, markdown...): with no --model it picks the model, "
         "code languages going to the code model and prose to the prose model (default: plaintext)",
     )
@@ -208,7 +209,9 @@ def main(argv: list[str] | None = None) -> int:
     _setup_logging(getattr(args, "log_level", "info"))
     if args.tcp is not None and args.unsafe_listen_on_network and loopback_problem(args.host):
         logging.getLogger("lsp_server").warning(
-            "listening on %s with %s: anyone who can reach the port can read your documents", args.host, UNSAFE_HOST_FLAG
+            "listening on %s with %s: anyone who can reach the port can read your documents",
+            args.host,
+            UNSAFE_HOST_FLAG,
         )
     return serve(args, settings)
 

@@ -29,12 +29,16 @@ MIN_TYPED = 3  # a partial word this long that a chunk's definition begins with 
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]+")
 _DEFINES = (
-    re.compile(r"\b(?:def|class|function|struct|enum|union|interface|type|typedef|const|let|var|async function)[ \t]+\*?[ \t]*([A-Za-z_$][\w$]*)"),
+    re.compile(
+        r"\b(?:def|class|function|struct|enum|union|interface|type|typedef|const|let|var|async function)[ \t]+\*?[ \t]*([A-Za-z_$][\w$]*)"
+    ),
     re.compile(r"^#[ \t]*define[ \t]+([A-Za-z_]\w*)", re.M),
     re.compile(r"^([A-Za-z_]\w*)[ \t]*(?::[^=\n]+)?=[^=]", re.M),  # a module-level assignment
     re.compile(r"^[ \t]*(?:self|this|exports|module\.exports)\.([A-Za-z_$][\w$]*)[ \t]*=[^=]", re.M),
     re.compile(r"^[A-Za-z_][\w \t\*]*?\b([A-Za-z_]\w*)[ \t]*\([^;{}\n]*\)?[ \t]*\{?[ \t]*$", re.M),  # C function
-    re.compile(r"^[ \t]+(?:async[ \t]+|static[ \t]+|get[ \t]+|set[ \t]+)*([A-Za-z_$][\w$]*)[ \t]*\([^)\n]*\)[ \t]*\{", re.M),  # JS method
+    re.compile(
+        r"^[ \t]+(?:async[ \t]+|static[ \t]+|get[ \t]+|set[ \t]+)*([A-Za-z_$][\w$]*)[ \t]*\([^)\n]*\)[ \t]*\{", re.M
+    ),  # JS method
     re.compile(r"^\}[ \t]*([A-Za-z_]\w*)[ \t]*;", re.M),  # typedef struct {...} name;
     re.compile(r"^[ \t]*([A-Za-z_$][\w$]*)[ \t]*:[ \t]*(?:function|\()", re.M),  # name: function / name: (
 )
@@ -76,7 +80,9 @@ def split_lines(text: str) -> list[tuple[int, str]]:
     start = 0
     while start < len(lines):
         end, size = start, 0
-        while end < len(lines) and end - start < CHUNK_LINES and (size + len(lines[end]) <= CHUNK_CHARS or end == start):
+        while (
+            end < len(lines) and end - start < CHUNK_LINES and (size + len(lines[end]) <= CHUNK_CHARS or end == start)
+        ):
             size += len(lines[end])
             end += 1
         body = "".join(lines[start:end])
@@ -107,7 +113,8 @@ class Chunker:
             return cached[1]
         return [
             Chunk(c.key, c.path, c.start, c.text, c.ids, c.defines, True)
-            if any(c.start <= line < c.start + c.text.count("\n") + 1 for line in edited) else c
+            if any(c.start <= line < c.start + c.text.count("\n") + 1 for line in edited)
+            else c
             for c in cached[1]
         ]
 
@@ -152,7 +159,9 @@ def choose(
     partial word at the cursor (at least MIN_TYPED characters to count)."""
     typed = typed if len(typed) >= MIN_TYPED and typed not in defined_here else ""
     wanted = near - defined_here
-    ranked = sorted(((score(c, near, wanted, typed), c) for c in chunks), key=lambda sc: (-sc[0], sc[1].path, sc[1].start))
+    ranked = sorted(
+        ((score(c, near, wanted, typed), c) for c in chunks), key=lambda sc: (-sc[0], sc[1].path, sc[1].start)
+    )
     chosen: list[Chunk] = []
     left = budget
     for value, chunk in ranked:
@@ -197,8 +206,12 @@ def as_files(chosen: list[Chunk]) -> tuple[ContextFile, ...]:
     files: list[ContextFile] = []
     last: Chunk | None = None
     for chunk in chosen:
-        if last is not None and last.path == chunk.path and last.key.rsplit(":", 1)[0] == chunk.key.rsplit(":", 1)[0] \
-                and last.start + last.text.count("\n") == chunk.start:
+        if (
+            last is not None
+            and last.path == chunk.path
+            and last.key.rsplit(":", 1)[0] == chunk.key.rsplit(":", 1)[0]
+            and last.start + last.text.count("\n") == chunk.start
+        ):
             files[-1] = ContextFile(chunk.path, files[-1].text + chunk.text)
         else:
             files.append(ContextFile(chunk.path, chunk.text))

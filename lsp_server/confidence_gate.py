@@ -66,8 +66,16 @@ class Calibration:
     w_length: float = 0.0  # log(1 + characters past the typed prefix up to the word end, spaces aside)
 
     def confidence(
-        self, cursor: str, log_prob: float, margin: float, first: bool, word: bool, typed: float,
-        line_start: bool = False, min_step: float = 0.0, length: int = 0,
+        self,
+        cursor: str,
+        log_prob: float,
+        margin: float,
+        first: bool,
+        word: bool,
+        typed: float,
+        line_start: bool = False,
+        min_step: float = 0.0,
+        length: int = 0,
     ) -> float:
         z = self.intercepts[CURSOR_CLASSES.index(cursor)] + self.w_log_prob * min(log_prob, 0.0)
         z += self.w_margin * min(margin, self.margin_cap) + self.w_first * first + self.w_word * word
@@ -77,7 +85,9 @@ class Calibration:
 
 
 TYPED_FLOOR = 20.0
-CALIBRATIONS = Path(__file__).with_name("calibrations.json")  # reviewed data: `python -m bench.gate_fit fit` prints a candidate
+CALIBRATIONS = Path(__file__).with_name(
+    "calibrations.json"
+)  # reviewed data: `python -m bench.gate_fit fit` prints a candidate
 DEFAULT_MODEL = "gemma-3-270m"  # the model installed with the server (engine.model_files)
 
 
@@ -174,7 +184,12 @@ def min_step_at(weakest: list[tuple[int, float]], chars: int) -> float:
 
 
 def confidences(
-    text: str, start: int, signals: Signals, cursor: str, calibration: Calibration = CALIBRATION, line_start: bool = False
+    text: str,
+    start: int,
+    signals: Signals,
+    cursor: str,
+    calibration: Calibration = CALIBRATION,
+    line_start: bool = False,
 ) -> list[tuple[int, float]]:
     """(characters of the completion's `text`, confidence) at each of its word ends, in order;
     `start`: where the text after the typed prefix begins; `line_start`: `at_line_start`."""
@@ -184,8 +199,15 @@ def confidences(
         piece = text[start : end.chars]
         word = any(is_word_char(ch) for ch in piece)
         c = calibration.confidence(
-            cursor, end.log_prob, signals.margin, i == 0, word, signals.typed_log_prob, line_start,
-            min_step_at(weakest, end.chars), piece_length(piece),
+            cursor,
+            end.log_prob,
+            signals.margin,
+            i == 0,
+            word,
+            signals.typed_log_prob,
+            line_start,
+            min_step_at(weakest, end.chars),
+            piece_length(piece),
         )
         out.append((end.chars, c))
     return out

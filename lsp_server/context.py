@@ -86,7 +86,9 @@ def budget_for(text: str, cursor: int, max_tokens: int, window_tokens: int) -> i
     tokenizes, holds the bound exactly (engine.prompt_window.cold_cap: where the estimate runs over, on
     prose, it lays out fewer of the chosen lines)."""
     file_tokens = cursor / FILE_CHARS_PER_TOKEN
-    if file_tokens * (1 + COLD_SHARE) >= window_tokens:  # the file alone fills 2/3 of the window: at most 1.5x either way
+    if (
+        file_tokens * (1 + COLD_SHARE) >= window_tokens
+    ):  # the file alone fills 2/3 of the window: at most 1.5x either way
         return max_tokens
     return min(max_tokens, max(COLD_EXTRA_TOKENS, int(file_tokens * COLD_SHARE) // BUDGET_STEP * BUDGET_STEP))
 
@@ -161,7 +163,11 @@ class ContextChooser:
         keys = chosen.keys
         near = abs(cursor - previous.offset) < stale_chars(window_tokens) if previous is not None else False
         same_budget = previous is not None and previous.budget == budget
-        if previous is not None and same_budget and (keys == previous.keys or near and not substantial(previous.keys, keys)):
+        if (
+            previous is not None
+            and same_budget
+            and (keys == previous.keys or near and not substantial(previous.keys, keys))
+        ):
             return previous.context
         context = None
         if keys:
@@ -181,12 +187,18 @@ class ContextChooser:
         imported = {s.path for s in sources if s.imported}
         near = identifiers(near_cursor(doc.text, cursor))
         start = cursor
-        while start > 0 and cursor - start < MAX_TYPED and (doc.text[start - 1].isalnum() or doc.text[start - 1] == "_"):
+        while (
+            start > 0 and cursor - start < MAX_TYPED and (doc.text[start - 1].isalnum() or doc.text[start - 1] == "_")
+        ):
             start -= 1
         typed = doc.text[start:cursor]
         defined, uses = self._defined_in(key, doc.text)
         chunks = [c for s in sources for c in self.chunker.chunks(s)]
-        visible = frozenset(used_names(doc.text[max(0, cursor - self.view_chars) : cursor])) if self.view_chars else frozenset()
+        visible = (
+            frozenset(used_names(doc.text[max(0, cursor - self.view_chars) : cursor]))
+            if self.view_chars
+            else frozenset()
+        )
         outlines = [e for s in sources for e in self.outliner.entries(s)]
         ids: dict[str, set[str]] = {}
         for c in chunks:
@@ -197,7 +209,9 @@ class ContextChooser:
         taken = set(entries)
         ranked = dict.fromkeys(e for _, e, _ in scored if e in taken)
         order = (*ranked, *(e for e in entries if e not in ranked))  # then an anchor brought along, not ranked itself
-        return Chosen(tuple(entries), tuple(choose(chunks, near, defined, max_tokens - tokens_of(entries), typed)), order)
+        return Chosen(
+            tuple(entries), tuple(choose(chunks, near, defined, max_tokens - tokens_of(entries), typed)), order
+        )
 
     def sources(self, key: str, doc: Document, documents: Iterable[tuple[str, Document]]) -> list[Source]:
         """The open documents (not this one), the files this one imports, regions of closed ones."""

@@ -210,9 +210,7 @@ class Documents:
         if self._watcher is not None:
             self._watcher.opened(unquote(uri), text)
 
-    def change(
-        self, uri: str, version: int | None, changes: list[tuple[Range | None, str]], encoding: str
-    ) -> bool:
+    def change(self, uri: str, version: int | None, changes: list[tuple[Range | None, str]], encoding: str) -> bool:
         """Apply changes in order; False (and nothing changes) when the document is not open.
 
         A stale document takes only a whole-text change; incremental ones would apply to a text

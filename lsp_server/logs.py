@@ -57,7 +57,6 @@ class TextGuard(logging.Filter):
             record.exc_info = None
         return True
 
-
     def _hide_secrets(self, record: logging.LogRecord) -> None:
         text = record.getMessage()
         if record.exc_info and record.exc_info[1] is not None:

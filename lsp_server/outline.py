@@ -48,8 +48,14 @@ _JS = (
     re.compile(r"^()(?:export[ \t]+)?(?:const|let|var)[ \t]+([\w$]+)[ \t]*="),
     re.compile(r"^([ \t]*)(?:module\.)?exports\.([\w$]+)[ \t]*="),
     re.compile(r"^([ \t]+)this\.([\w$]+)[ \t]*=(?!=)"),
-    re.compile(r"^([ \t]+)(?:static[ \t]+|async[ \t]+|get[ \t]+|set[ \t]+|\*)*" + _JS_KEYWORDS + r"([\w$]+)[ \t]*\([^)\n]*\)[ \t]*\{"),
-    re.compile(r"^([ \t]*)" + _JS_KEYWORDS + r"([\w$]+)[ \t]*:[ \t]*(?:async[ \t]+)?(?:function\b|\([^)\n]*\)[ \t]*=>)"),
+    re.compile(
+        r"^([ \t]+)(?:static[ \t]+|async[ \t]+|get[ \t]+|set[ \t]+|\*)*"
+        + _JS_KEYWORDS
+        + r"([\w$]+)[ \t]*\([^)\n]*\)[ \t]*\{"
+    ),
+    re.compile(
+        r"^([ \t]*)" + _JS_KEYWORDS + r"([\w$]+)[ \t]*:[ \t]*(?:async[ \t]+)?(?:function\b|\([^)\n]*\)[ \t]*=>)"
+    ),
 )
 _C_KEYWORDS = r"(?!(?:return|else|if|while|for|switch|case|goto|do|sizeof)\b)"
 _C = (
@@ -59,14 +65,20 @@ _C = (
     re.compile(r"^()\}[ \t]*([A-Za-z_]\w*)[ \t]*;"),  # the end of a typedef struct/enum
     re.compile(r"^([ \t]*)(?:typedef[ \t]+)?(?:struct|enum|union)[ \t]+([A-Za-z_]\w*)[ \t]*\{?[ \t]*$"),
 )
-_C_MEMBER = re.compile(r"^([ \t]+)" + _C_KEYWORDS + r"(?:(?:const|unsigned|signed|struct|enum)[ \t]+)*(?:[A-Za-z_]\w*[ \t\*]+)+\**([A-Za-z_]\w*)[ \t]*(?:\[[^\]]*\])?[ \t]*;")
+_C_MEMBER = re.compile(
+    r"^([ \t]+)"
+    + _C_KEYWORDS
+    + r"(?:(?:const|unsigned|signed|struct|enum)[ \t]+)*(?:[A-Za-z_]\w*[ \t\*]+)+\**([A-Za-z_]\w*)[ \t]*(?:\[[^\]]*\])?[ \t]*;"
+)
 _C_ENUMERATOR = re.compile(r"^([ \t]+)([A-Za-z_]\w*)[ \t]*(?:=[^,;{}]*)?,?[ \t]*(?:/[/*].*)?$")
 _C_BLOCK = re.compile(r"\b(struct|union|enum)\b[^;()]*\{[ \t]*(?:/[/*].*)?$")
 # A block's header alone on its line, its brace on the next (`enum JSTYPES` then `{`: Allman style)
 _C_HEADER = re.compile(r"^[ \t]*(?:typedef[ \t]+)?(struct|union|enum)\b[^;(){}=]*$")
 _JS_HEADER = re.compile(r"^[ \t]*(?:export[ \t]+)?(?:default[ \t]+)?(class)\b[^;(){}=]*$")
 # A pointer to a function, as a typedef or a struct's field: `typedef int (*JSPFN_ITERNEXT)(...)`
-_C_FUNCTION_POINTER = re.compile(r"^([ \t]*)(?:typedef[ \t]+)?[A-Za-z_][\w \t\*]*\([ \t]*\*[ \t]*([A-Za-z_]\w*)[ \t]*\)[ \t]*\(")
+_C_FUNCTION_POINTER = re.compile(
+    r"^([ \t]*)(?:typedef[ \t]+)?[A-Za-z_][\w \t\*]*\([ \t]*\*[ \t]*([A-Za-z_]\w*)[ \t]*\)[ \t]*\("
+)
 
 
 @dataclass(frozen=True)
@@ -317,7 +329,9 @@ def rank(
                 scored.append((bonus * UNNAMED_FIELD_FACTOR, entry, None))
             continue
         bonus += PROXIMITY_WEIGHT * proximity(entry, anchors.get(entry.path, []))
-        anchor = anchor_at.get(before.get(entry.key, ("", -1)))  # a used definition right before it: it follows that one
+        anchor = anchor_at.get(
+            before.get(entry.key, ("", -1))
+        )  # a used definition right before it: it follows that one
         if any((entry.path, n) in families for n, _ in entry.head):
             base = SIBLING_WEIGHT
         elif entry.path in files:

@@ -186,7 +186,9 @@ class Pipeline:
         if snap.start is not None:  # back to the document's own text: each item replaces the selected range too
             start, text = snap.start, snap.text
             return [
-                Suggestion(min(start, f.word_start), snap.cursor, text[min(start, f.word_start) : f.word_start] + f.insert_text)
+                Suggestion(
+                    min(start, f.word_start), snap.cursor, text[min(start, f.word_start) : f.word_start] + f.insert_text
+                )
                 for f in found
             ]
         complete = completion.stop_reason != "length"
@@ -211,7 +213,9 @@ class Pipeline:
         if not settings.extra_context or budget <= 0:
             return None
         try:
-            return self.context.context_for(unquote(uri), doc, cursor, self.documents.items(), budget, settings.context_tokens)
+            return self.context.context_for(
+                unquote(uri), doc, cursor, self.documents.items(), budget, settings.context_tokens
+            )
         except Exception as exc:
             logger.error("choosing context failed: %s", frames(exc))
             return None
@@ -222,8 +226,15 @@ class Pipeline:
         return self.last_gate
 
     def _keep_if_cut(
-        self, uri: str, text: str, cursor: int, parts: Split, completion: Completion, block: Block | None,
-        found: list[Suggestion], model: str | None,
+        self,
+        uri: str,
+        text: str,
+        cursor: int,
+        parts: Split,
+        completion: Completion,
+        block: Block | None,
+        found: list[Suggestion],
+        model: str | None,
     ) -> None:
         """Keep the whole completion when the gate hid it or part of it, or when it has
         alternatives (carry.Computed): typing along either is judged again, not shown unjudged."""
@@ -232,7 +243,9 @@ class Pipeline:
         kept = cut or bool(completion.alternatives)
         self.carry.keep(uri, Computed(text, cursor, parts.required, completion, model, cut) if kept else None)
 
-    def _judge_again(self, uri: str, text: str, cursor: int, parts: Split, settings: Settings) -> list[Suggestion] | None:
+    def _judge_again(
+        self, uri: str, text: str, cursor: int, parts: Split, settings: Settings
+    ) -> list[Suggestion] | None:
         """What to show when the user typed along a completion the gate cut (or one of its
         alternatives), judged again from what was computed (lsp_server.rejudge): the items ([]
         when the gate still hides it), or None when there is no such completion or nothing of it
@@ -248,7 +261,9 @@ class Pipeline:
         if suggestion_for(parts, completion, block=block) is None:
             return None  # nothing left of it to show: the engine goes on from here
         gate, min_confidence = self.gate(settings, kept.model)
-        shown = suggestions_for(parts, completion, block=block, min_confidence=min_confidence, calibration=gate.calibration)
+        shown = suggestions_for(
+            parts, completion, block=block, min_confidence=min_confidence, calibration=gate.calibration
+        )
         self.judged_again += 1
         added = tuple(f.insert_text[len(parts.word) :] for f in shown)
         self.carry.remember(uri, text, cursor, added, completion.stop_reason != "length", kept.completion.stats.fim)

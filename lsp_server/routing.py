@@ -36,7 +36,7 @@ PROSE_LANGUAGES = frozenset({
 
 
 def text_kind(language: str | None) -> str:
-    """"prose" for the prose languages (and no languageId), "code" for any other."""
+    """ "prose" for the prose languages (and no languageId), "code" for any other."""
     return "prose" if (language or "").strip().lower() in PROSE_LANGUAGES else "code"
 
 
@@ -57,7 +57,10 @@ class RoutedEngine:
     def __init__(self, config: EngineConfig, load: Callable[[EngineConfig], Any]) -> None:
         for name in (CODE_MODEL, PROSE_MODEL):
             resolve_model(name)  # joined and verified once; later calls read the stamp
-        self._configs = {"code": replace(config, model_path=CODE_MODEL), "prose": replace(config, model_path=PROSE_MODEL)}
+        self._configs = {
+            "code": replace(config, model_path=CODE_MODEL),
+            "prose": replace(config, model_path=PROSE_MODEL),
+        }
         self._load = load
         self._engines: dict[str, Any] = {}
         self._failed: dict[str, ModelLoadError] = {}  # a kind whose load failed: not tried on every keystroke
@@ -84,8 +87,13 @@ class RoutedEngine:
         try:
             found = self._load(config)
         except Exception as exc:
-            failed = exc if isinstance(exc, ModelLoadError) else ModelLoadError(
-                config.model_path, f"{type(exc).__name__}: {exc}", "See the server's log (`logLevel`: info)")
+            failed = (
+                exc
+                if isinstance(exc, ModelLoadError)
+                else ModelLoadError(
+                    config.model_path, f"{type(exc).__name__}: {exc}", "See the server's log (`logLevel`: info)"
+                )
+            )
             with self._lock:
                 self._failed[kind] = failed
             self._on_event(LoadResult(config, str(failed), time.perf_counter() - started))

@@ -115,7 +115,6 @@ class Scheduler:
 
     # --- called from any thread -----------------------------------------------------------
 
-
     def load(self, config: EngineConfig) -> Future[LoadResult]:
         """Replace the engine. Running work stops; waiting work runs on the new model."""
         future: Future[LoadResult] = Future()
@@ -356,7 +355,9 @@ class Scheduler:
                 self._server_health(exc.kind, str(exc))
             _resolve(job.future, Answer(None, "server", str(exc)))
             return
-        except ModelLoadError as exc:  # a model loaded on first use failed (a ModelServerError is caught above; reported by its LoadResult)
+        except (
+            ModelLoadError
+        ) as exc:  # a model loaded on first use failed (a ModelServerError is caught above; reported by its LoadResult)
             _resolve(job.future, Answer(None, "no-model", str(exc)))
             return
         except Exception as exc:
@@ -368,7 +369,9 @@ class Scheduler:
             return
         if job.prefetch:
             if job.slow_since is not None and self.server_trouble == "timeout" and self._slow_since is not None:
-                self._emit(ServerHealth("timeout", "", time.monotonic() - self._slow_since, self._budget(), caught_up=True))
+                self._emit(
+                    ServerHealth("timeout", "", time.monotonic() - self._slow_since, self._budget(), caught_up=True)
+                )
         elif self.server_trouble is not None:
             self._server_health(None)
         # read right after the call, on this thread: a routed engine says which of its models answered

@@ -159,7 +159,10 @@ class CpcServer(LanguageServer):
             model = self.scheduler.model_id
             named = f"{name} ({model})" if model and model != name else name
             if routing.routes(result.config):  # the routed default: each model loads on first use (told then)
-                self.log(types.MessageType.Info, f"loaded {named}: their files checked in {result.seconds:.1f} s; each one's weights load with the first document of its kind")
+                self.log(
+                    types.MessageType.Info,
+                    f"loaded {named}: their files checked in {result.seconds:.1f} s; each one's weights load with the first document of its kind",
+                )
             else:
                 self.log(types.MessageType.Info, f"loaded {named} in {result.seconds:.1f} s")
             return

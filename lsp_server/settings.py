@@ -49,12 +49,18 @@ METHODS = (
 )
 MULTI_LINE = (
     ("off", "One line: each suggestion ends at the end of the line."),
-    ("block", "One line, except after a line that opens a block (`:`, `{`, `(`, `[`, `=>` at its end) with nothing in it yet: then the block, up to its end. At the end of a line that the model ends there, the next line."),
+    (
+        "block",
+        "One line, except after a line that opens a block (`:`, `{`, `(`, `[`, `=>` at its end) with nothing in it yet: then the block, up to its end. At the end of a line that the model ends there, the next line.",
+    ),
     ("always", "Several lines wherever the model goes on, up to the end of the block the cursor is in."),
 )
 FIM_ORDERS = (
     ("psm", "Prefix, suffix, middle: what most FIM models are trained on (Qwen2.5-Coder, StarCoder2, CodeGemma)."),
-    ("spm", "Suffix, prefix, middle (llama.cpp's suffix-first layout): for models trained on it; a new word decodes only itself."),
+    (
+        "spm",
+        "Suffix, prefix, middle (llama.cpp's suffix-first layout): for models trained on it; a new word decodes only itself.",
+    ),
 )
 
 
@@ -63,7 +69,8 @@ class Settings:
     """Every knob the server reads: its default, its kind and what it does (the schema)."""
 
     model: str | None = setting(
-        None, OptionalPath(tuple(catalogue.CATALOGUE)),
+        None,
+        OptionalPath(tuple(catalogue.CATALOGUE)),
         "The model: a name from the catalogue (the README's model table; `make model MODEL=NAME` "
         "installs one) or the path to a GGUF file. Empty: the server's default, which is the one "
         "given with `--model` on the server's command line if any, else the two installed with the "
@@ -72,38 +79,48 @@ class Settings:
         scope="machine-overridable",
     )
     max_tokens: int = setting(
-        _REQUEST.max_tokens, Int(1, 512),
+        _REQUEST.max_tokens,
+        Int(1, 512),
         "Most tokens generated per suggestion beyond what was typed; at most half of `contextTokens`.",
     )
     temperature: float = setting(
-        _SAMPLING.temperature, Number(0.0, 10.0),
+        _SAMPLING.temperature,
+        Number(0.0, 10.0),
         "Sampling temperature. 0 picks the most probable text (greedy, deterministic); above 0, "
         "coverings of the typed word are sampled in proportion to their probability.",
     )
     top_k: int = setting(
-        _SAMPLING.top_k, Int(0, 1_000_000),
+        _SAMPLING.top_k,
+        Int(0, 1_000_000),
         "Sample only from the K most probable tokens (0: no limit). Used when temperature > 0.",
     )
     top_p: float = setting(
-        _SAMPLING.top_p, Number(0.0, 1.0, open_low=True),
+        _SAMPLING.top_p,
+        Number(0.0, 1.0, open_low=True),
         "Nucleus sampling: sample from the smallest set of tokens whose probabilities add up to P. "
         "Used when temperature > 0.",
     )
     min_p: float = setting(
-        _SAMPLING.min_p, Number(0.0, 1.0),
+        _SAMPLING.min_p,
+        Number(0.0, 1.0),
         "Drop tokens less probable than this fraction of the most probable one. Used when temperature > 0.",
     )
     repetition_penalty: float = setting(
-        _SAMPLING.repetition_penalty, Number(0.0, 10.0, open_low=True),
+        _SAMPLING.repetition_penalty,
+        Number(0.0, 10.0, open_low=True),
         "Penalty for repeating any of the last 64 tokens (1: none).",
     )
-    seed: int = setting(_SAMPLING.seed, Int(0, 2**32 - 1), "Random seed for sampling, so that suggestions are reproducible.")
+    seed: int = setting(
+        _SAMPLING.seed, Int(0, 2**32 - 1), "Random seed for sampling, so that suggestions are reproducible."
+    )
     single_line: bool = setting(
-        _SAMPLING.single_line, Bool(),
+        _SAMPLING.single_line,
+        Bool(),
         'Kept for older configurations: `false` means `multiLine` "always"; `true` leaves it to `multiLine`.',
     )
     context_tokens: int = setting(
-        _ENGINE.context_tokens, Int(128, 131_072),
+        _ENGINE.context_tokens,
+        Int(128, 131_072),
         "Size of the model's context window in tokens, per document: no prompt and no KV goes beyond "
         "it, and text before the cursor beyond it is cut. llama.cpp allocates it rounded up to a "
         "multiple of 256 tokens (300 takes the memory of 512). Changing it reloads the model.",
@@ -112,16 +129,19 @@ class Settings:
         (), Strings(16), "Stop sequences: a suggestion ends before the first one it would contain (OpenAI semantics)."
     )
     max_cover_decodes: int = setting(
-        _REQUEST.max_cover_decodes, Int(0, 1024),
+        _REQUEST.max_cover_decodes,
+        Int(0, 1024),
         "Most extra model steps spent finding the best spelling of the partly typed word; bounds "
         "the worst-case latency.",
     )
     method: str = setting(
-        "exact", Choice(METHODS),
+        "exact",
+        Choice(METHODS),
         'How the partly typed word is honoured. Keep "exact"; the others exist for comparison.',
     )
     threads: int = setting(
-        0, Int(0, 256),
+        0,
+        Int(0, 256),
         "CPU threads the model runs on. 0: as many as the cores other processes leave free, chosen "
         "again during each request (llama.cpp's threads wait for each other after every step, so a "
         "thread on a busy core slows them all); a number: exactly that many threads, however busy "
@@ -131,35 +151,42 @@ class Settings:
         False, Bool(), "Debugging only: let the server's log contain the text of your documents."
     )
     fim_suffix_lines: int = setting(
-        8, Int(0, 1_000),
+        8,
+        Int(0, 1_000),
         "Lines of text after the cursor (its own line first) put in the prompt of a model that has "
         "fill-in-the-middle tokens (Qwen2.5-Coder, StarCoder2, CodeGemma...); 0: none. Models "
         "without FIM tokens never see it.",
     )
     fim_suffix_tokens: int = setting(
-        _REQUEST.suffix_tokens, Int(0, 4_096),
+        _REQUEST.suffix_tokens,
+        Int(0, 4_096),
         "Most tokens of that text after the cursor that go in the prompt (its first ones). In the "
         '"psm" order they are decoded again after each new word, so this bounds that cost.',
     )
     fim_order: str = setting(
-        _REQUEST.fim_order, Choice(FIM_ORDERS),
+        _REQUEST.fim_order,
+        Choice(FIM_ORDERS),
         "The fill-in-the-middle layout the model was trained on.",
     )
     lexicon: bool = setting(
-        False, Bool(),
+        False,
+        Bool(),
         "Weigh the words of your open documents that begin with the typed word against the model's "
         "own word, each scored by the model (its tokens and the word ending there) plus a small prior.",
     )
     lexicon_prior: float = setting(
-        _REQUEST.lexicon_prior, Number(0.0, 20.0),
+        _REQUEST.lexicon_prior,
+        Number(0.0, 20.0),
         "Nats added to the score of a word found in the open documents (with `lexicon`).",
     )
     lexicon_decodes: int = setting(
-        _REQUEST.lexicon_decodes, Int(0, 256),
+        _REQUEST.lexicon_decodes,
+        Int(0, 256),
         "Most extra model steps spent scoring document words per suggestion (with `lexicon`).",
     )
     memory_budget_mib: int = setting(
-        _ENGINE.memory_budget_mib, Int(0, 65_536),
+        _ENGINE.memory_budget_mib,
+        Int(0, 65_536),
         "MiB of KV cache kept for other recently used documents, so coming back to one costs no cold "
         "decode (least recently used first out; a 2048-token context takes 36 MiB with the default "
         "model, counted at the size llama.cpp allocates: a multiple of 256 tokens; never more than half "
@@ -167,7 +194,8 @@ class Settings:
         "KV comes on top. Changing it reloads the model.",
     )
     min_confidence: float | None = setting(
-        None, OptionalNumber(0.0, 1.0, unset="the model's calibrated threshold"),
+        None,
+        OptionalNumber(0.0, 1.0, unset="the model's calibrated threshold"),
         "Quieter ghost text: show a suggestion only up to the last word whose calibrated probability "
         "of being exactly right (the text so far, given what you typed) is at least this; nothing "
         "when the first word is below. 0: show every suggestion whole. Empty (null): the model's own "
@@ -175,52 +203,60 @@ class Settings:
         "calibrated for (docs/gate.md); a stricter one for other models.",
     )
     alternatives: int = setting(
-        3, Int(0, 16),
+        3,
+        Int(0, 16),
         "Other ways to finish the typed word offered beside the suggestion (next/previous "
         "suggestion), most probable first; 0: none. Finding them costs at most `maxCoverDecodes` "
         "extra model steps, and none on a keystroke typed along a suggestion.",
     )
     prefetch: bool = setting(
-        True, Bool(),
+        True,
+        Bool(),
         "Decode an opened or edited document's prompt while the engine is idle; any request stops it "
         "and keeps what it decoded.",
     )
     model_server: str | None = setting(
-        None, Urls(),
+        None,
+        Urls(),
         "URL of a llama-server to run the model on (e.g. `http://gpu-box:8080`) instead of in this "
         "process; empty: in-process. Suggestions stay exact. The text before the cursor is sent to it: "
         "plain http:// to another machine crosses the network in clear (see the README's \"Use a shared "
-        "server\"). Several URLs (a list, or separated by commas), all running the same model: each "
+        'server"). Several URLs (a list, or separated by commas), all running the same model: each '
         "document stays on one of them, and goes to the next while its own is down "
-        "(docs/shared-server.md, \"More than one server\"). Changing it reconnects.",
+        '(docs/shared-server.md, "More than one server"). Changing it reconnects.',
         scope="machine-overridable",
     )
     model_server_api_key: str | None = setting(
-        None, Secret(),
+        None,
+        Secret(),
         "The key the model server was started with (`llama-server --api-key`), sent as "
         f"`Authorization: Bearer`; never logged. Empty: the environment variable `{API_KEY_ENV}`, else none.",
         scope="machine-overridable",
     )
     model_server_timeout_ms: int = setting(
-        round(_ENGINE.model_server_timeout_s * 1000), Int(100, 600_000),
+        round(_ENGINE.model_server_timeout_s * 1000),
+        Int(100, 600_000),
         "Time budget of one request to the model server in milliseconds; a slower answer gives no "
         "suggestion for that keystroke, and the status says so.",
     )
     model_server_ca_file: str | None = setting(
-        None, OptionalPath(what="a PEM certificate file"),
+        None,
+        OptionalPath(what="a PEM certificate file"),
         "For an https:// `modelServer`: a PEM file with the certificate of the CA that signed the "
         "server's certificate (a team's own CA); empty: the system's CAs. The certificate and the host "
         "name are always checked.",
         scope="machine-overridable",
     )
     multi_line: str = setting(
-        "block", Choice(MULTI_LINE),
+        "block",
+        Choice(MULTI_LINE),
         "When a suggestion may span several lines. A multi-line suggestion ends where the block does "
         "(a line indented less), before a line that is already after the cursor, and before a bracket "
         "that the text after the cursor already closes; it leaves no bracket it opened unclosed.",
     )
     extra_context: bool = setting(
-        True, Bool(),
+        True,
+        Bool(),
         "Put the text of your other files in the prompt, before the current file (on by default: "
         "on held-out projects it lifted the first word at names other files define by 9 points on "
         "the code model, none on Gemma, about 1.4x a cold request; docs/context.md): the open documents, "
@@ -230,7 +266,8 @@ class Settings:
         "Qwen2.5-Coder gets its repository layout (`<|file_sep|>`).",
     )
     extra_context_tokens: int = setting(
-        1024, Int(0, 65_536),
+        1024,
+        Int(0, 65_536),
         "Most prompt tokens the other files' text takes (with `extraContext`): the definition lines "
         "of the names this file calls and the prompt does not show, then whole chunks; at most half "
         "of `contextTokens`, and, until the file fills two thirds of the window, at most half of the "
@@ -239,7 +276,8 @@ class Settings:
         "only at the start of a line, so typing inside a word still reuses the whole prompt.",
     )
     multi_line_tokens: int = setting(
-        48, Int(1, 512),
+        48,
+        Int(1, 512),
         "Most tokens of a multi-line suggestion (instead of `maxTokens`); half of `contextTokens` at most is used.",
     )
 
@@ -252,11 +290,14 @@ class Settings:
             memory_budget_mib=self.memory_budget_mib,
             model_server=self.model_server,
             model_server_api_key=(self.model_server_api_key or os.environ.get(API_KEY_ENV, "").strip() or None)
-            if self.model_server else None,
+            if self.model_server
+            else None,
             model_server_timeout_s=self.model_server_timeout_ms / 1000
-            if self.model_server else _ENGINE.model_server_timeout_s,
+            if self.model_server
+            else _ENGINE.model_server_timeout_s,
             model_server_ca_file=str(Path(self.model_server_ca_file).expanduser())
-            if self.model_server and self.model_server_ca_file else None,
+            if self.model_server and self.model_server_ca_file
+            else None,
         )
 
     def model_ref(self) -> str | Path | None:
@@ -361,7 +402,9 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m lsp_server.settings --write | --check", file=sys.stderr)
         return 2
     wanted = {
-        schema.MANIFEST: schema.dump_manifest(schema.updated_manifest(json.loads(schema.MANIFEST.read_text(encoding="utf-8")), Settings)),
+        schema.MANIFEST: schema.dump_manifest(
+            schema.updated_manifest(json.loads(schema.MANIFEST.read_text(encoding="utf-8")), Settings)
+        ),
         schema.SETTINGS_PAGE: schema.updated_settings_page(schema.SETTINGS_PAGE.read_text(encoding="utf-8"), Settings),
     }
     stale = [path for path, text in wanted.items() if path.read_text(encoding="utf-8") != text]
@@ -371,7 +414,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {path.relative_to(schema.ROOT)}")
         return 0
     for path in stale:
-        print(f"{path.relative_to(schema.ROOT)} disagrees with the settings schema; run python -m lsp_server.settings --write")
+        print(
+            f"{path.relative_to(schema.ROOT)} disagrees with the settings schema; run python -m lsp_server.settings --write"
+        )
     return 1 if stale else 0
 
 

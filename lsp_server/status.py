@@ -65,8 +65,14 @@ def slow(health: ServerHealth, name: str) -> Status:
     budget = f"the {health.budget_s:g} s budget" if health.budget_s else "its budget"
     fix = "If it stays slow, raise `modelServerTimeoutMs` or use a faster server (one with a GPU)."
     if health.caught_up:
-        return Status("slow", f"slow ({seconds} s): {name} needed {seconds} s for a prompt, more than {budget} (`modelServerTimeoutMs`); it is decoded now, so the next suggestions come from it. {fix}")
-    return Status("slow", f"slow ({seconds} s): {name} did not answer within {budget} (`modelServerTimeoutMs`), so that keystroke got no suggestion; it goes on decoding the prompt for the next keystrokes. {fix}")
+        return Status(
+            "slow",
+            f"slow ({seconds} s): {name} needed {seconds} s for a prompt, more than {budget} (`modelServerTimeoutMs`); it is decoded now, so the next suggestions come from it. {fix}",
+        )
+    return Status(
+        "slow",
+        f"slow ({seconds} s): {name} did not answer within {budget} (`modelServerTimeoutMs`), so that keystroke got no suggestion; it goes on decoding the prompt for the next keystrokes. {fix}",
+    )
 
 
 def send(protocol: Any, status: Status) -> None:

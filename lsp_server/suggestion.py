@@ -28,9 +28,15 @@ class Suggestion:
 
 
 def request_for(
-    split: Split, settings: Settings, candidates: tuple[str, ...] = (), block: Block | None = None,
-    alternatives: int = 0, context: RepoContext | None = None, language: str | None = None,
-    document: str | None = None, next_line: bool = False,
+    split: Split,
+    settings: Settings,
+    candidates: tuple[str, ...] = (),
+    block: Block | None = None,
+    alternatives: int = 0,
+    context: RepoContext | None = None,
+    language: str | None = None,
+    document: str | None = None,
+    next_line: bool = False,
 ) -> CompletionRequest:
     """The engine request for `settings.method`: "exact" (the covering search), "mask" (per-step
     masking, kept for comparison) or "naive" (the partial word left in the prompt, no constraint; with a
@@ -74,7 +80,13 @@ def request_for(
 
 
 def shaping_block(
-    block: Block | None, next_line: bool, text: str, cursor: int, split: Split, completion: Completion, naive: bool = False
+    block: Block | None,
+    next_line: bool,
+    text: str,
+    cursor: int,
+    split: Split,
+    completion: Completion,
+    naive: bool = False,
 ) -> Block | None:
     """What shapes the answer to a request made with `block` and `next_line` (`request_for`) at
     `cursor` of `text`: the request's block, or, when the model ended the cursor's line at once

@@ -33,8 +33,10 @@ def main(argv: list[str]) -> int:
     new = numbers("\n".join(p.read_text(encoding="utf-8") for p in pages))
     missing = sorted(n for n in old if n not in new)
     fewer = sorted(n for n in old if n in new and new[n] < old[n])
-    print(f"{len(old)} distinct numbers ({sum(old.values())} occurrences) in {argv[0]}; "
-          f"searched {len(pages)} files: README.md and docs/*.md")
+    print(
+        f"{len(old)} distinct numbers ({sum(old.values())} occurrences) in {argv[0]}; "
+        f"searched {len(pages)} files: README.md and docs/*.md"
+    )
     print(f"missing: {len(missing)} {missing}")
     print(f"present, but fewer times than before (information): {len(fewer)}")
     return 1 if missing else 0

@@ -89,10 +89,14 @@ class FakeEngine:
         text = request.required + word[len(partial) :] + (" done" if request.max_tokens > 1 else "")
         # The other words that finish it, as the engine's alternatives (each to its word's end).
         # Their signals: a sure word (its end confirmed, probability 0.9), so the gate shows them.
-        others = tuple(
-            Alternative(alt, Signals(-0.1, 5.0, (WordEnd(len(alt), -0.1),)))
-            for alt in (request.required + w[len(partial) :] for w in fits[1:])
-        )[: request.alternatives] if partial else ()
+        others = (
+            tuple(
+                Alternative(alt, Signals(-0.1, 5.0, (WordEnd(len(alt), -0.1),)))
+                for alt in (request.required + w[len(partial) :] for w in fits[1:])
+            )[: request.alternatives]
+            if partial
+            else ()
+        )
         stats = DecodeStats(
             prompt_tokens=prompt_tokens, decoded_tokens=decoded, reused_tokens=prompt_tokens - decoded,
             generated_tokens=2, kv_tokens=prompt_tokens + 2,

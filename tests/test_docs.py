@@ -68,7 +68,7 @@ def test_every_relative_link_resolves(page: Path):
 
 def test_the_readme_links_every_page_of_the_manual():
     readme = set(links(ROOT / "README.md"))
-    unlinked = [p.name for p in DOCS if f"docs/{p.name}" not in {t.partition('#')[0] for t in readme}]
+    unlinked = [p.name for p in DOCS if f"docs/{p.name}" not in {t.partition("#")[0] for t in readme}]
     assert not unlinked, f"docs pages the README does not link to (one click away): {unlinked}"
 
 
@@ -119,7 +119,9 @@ def _messages(folder: str, calls: dict[str, int]) -> list[tuple[str, str]]:
 
 def test_messages_names_every_status_and_model_server_error_kind():
     states = typing.get_args(status.State)
-    missing = [s for s in (*states, *ModelServerError.KINDS) if f"`{s}`" not in (ROOT / "docs" / "messages.md").read_text()]
+    missing = [
+        s for s in (*states, *ModelServerError.KINDS) if f"`{s}`" not in (ROOT / "docs" / "messages.md").read_text()
+    ]
     assert states and not missing, f"docs/messages.md does not explain {missing}"
 
 

@@ -32,6 +32,8 @@ def test_the_product_imports_neither_bench_nor_tests(path: Path):
 
 def test_the_wheel_ships_the_product_only():
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
-    found = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"]["find"]
+    found = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"][
+        "find"
+    ]
     shipped = find_packages(str(ROOT), include=found["include"], exclude=found.get("exclude", ()))
     assert {p.split(".")[0] for p in shipped} == {"engine", "lsp_server"}, shipped

@@ -34,8 +34,9 @@ def frame(message: dict) -> bytes:
 
 
 def main() -> int:
-    proc = subprocess.Popen([sys.executable, "-c", SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
     answered: dict = {}
 
     def read() -> None:
@@ -54,8 +55,20 @@ def main() -> int:
     send = lambda m: (proc.stdin.write(frame({"jsonrpc": "2.0", **m})), proc.stdin.flush())  # noqa: E731
     send({"id": 1, "method": "initialize", "params": {"capabilities": {}}})
     send({"method": "initialized", "params": {}})
-    send({"id": 2, "method": "textDocument/hover", "params": {"textDocument": doc, "position": {"line": "one", "character": 0}}})
-    send({"id": 3, "method": "textDocument/hover", "params": {"textDocument": doc, "position": {"line": 0, "character": 0}}})
+    send(
+        {
+            "id": 2,
+            "method": "textDocument/hover",
+            "params": {"textDocument": doc, "position": {"line": "one", "character": 0}},
+        }
+    )
+    send(
+        {
+            "id": 3,
+            "method": "textDocument/hover",
+            "params": {"textDocument": doc, "position": {"line": 0, "character": 0}},
+        }
+    )
     time.sleep(3)
     proc.kill()
     print("response to the bad request (id 2):", answered.get(2))

@@ -107,7 +107,9 @@ def alternatives(
     `log_mass`); `chosen`: the primary's covering path, not tried again. Their signals are
     normalised by `log_mass`, with `seen` as the rivals (default: `ranked`) and `typed_log_prob`
     as log p(typed) (default: `log_mass`), as the completion's own are (engine.engine)."""
-    rivals = [(b"".join(vocab.pieces[t] for t in c.path), c.log_prob - log_mass) for c in (ranked if seen is None else seen)]
+    rivals = [
+        (b"".join(vocab.pieces[t] for t in c.path), c.log_prob - log_mass) for c in (ranked if seen is None else seen)
+    ]
     typed = log_mass if typed_log_prob is None else typed_log_prob
     found: dict[str, Alternative] = {}
     for covering in ranked[: count * CANDIDATES_PER_ALTERNATIVE]:

@@ -24,7 +24,9 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
     return i
 
 
-def placement(live: Sequence[int] | None, others: Sequence[tuple[Any, Sequence[int]]], tokens: Sequence[int]) -> tuple[str, Any]:
+def placement(
+    live: Sequence[int] | None, others: Sequence[tuple[Any, Sequence[int]]], tokens: Sequence[int]
+) -> tuple[str, Any]:
     """Where a prompt is decoded, for both backends (a sequence here, a llama-server slot in
     engine.remote.rows), so both reuse the same prefixes and decode the same ubatches:
     ("move", key) to the other sequence that shares clearly more with it; ("fresh", None) to an

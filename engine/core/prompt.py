@@ -171,7 +171,9 @@ def _fit_by_rank(
     """The files without their worst-ranked lines (the highest rank first; among equals, the
     later file and line first), as few left out as lets them fit `budget` with `head` and `tail`;
     a file left with no line is left out. The rest keep their order."""
-    worst = sorted(((rank, f, i) for f, (_, lines) in enumerate(ranked) for i, (rank, _) in enumerate(lines)), reverse=True)
+    worst = sorted(
+        ((rank, f, i) for f, (_, lines) in enumerate(ranked) for i, (rank, _) in enumerate(lines)), reverse=True
+    )
 
     def build(dropped: int) -> tuple[int, ...]:
         gone = {(f, i) for _, f, i in worst[:dropped]}

@@ -40,7 +40,9 @@ class Candidates:
 class VocabIndex:
     """Token pieces (bytes), end-of-generation flags and the byte-sorted index."""
 
-    def __init__(self, pieces: Sequence[bytes], eog: Sequence[bool], control: Sequence[bool], order: Sequence[int] | None = None):
+    def __init__(
+        self, pieces: Sequence[bytes], eog: Sequence[bool], control: Sequence[bool], order: Sequence[int] | None = None
+    ):
         """`order`: the ids of the non-empty pieces sorted by their bytes, as `sorted_ids` gave it
         before (engine.vocab_cache); checked, and a wrong one raises ValueError."""
         self.pieces: list[bytes] = list(pieces)

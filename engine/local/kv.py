@@ -130,7 +130,9 @@ class KvCache:
         """The engine call is over."""
         self._alone_from = None
 
-    def prepare(self, tokens: tuple[int, ...], required: bytes, cancel: threading.Event | None = None, exact: bool = True) -> None:
+    def prepare(
+        self, tokens: tuple[int, ...], required: bytes, cancel: threading.Event | None = None, exact: bool = True
+    ) -> None:
         """Decode the prompt (the required prefix is resolved by the covering search after).
         Tokens past the prompt (covering branches, the covering, generation) are then decoded
         one by one, as llama-server decodes what it generates, so both backends compute the
@@ -143,7 +145,9 @@ class KvCache:
         """Prefetch: decode the prompt and nothing else."""
         self.logits_after(tokens, cancel)
 
-    def covering_rows(self, prompt: tuple[int, ...], required: bytes, cancel: threading.Event | None, budget: int) -> PathRows:
+    def covering_rows(
+        self, prompt: tuple[int, ...], required: bytes, cancel: threading.Event | None, budget: int
+    ) -> PathRows:
         return PathRows(self, prompt, cancel or threading.Event())
 
     def logits_after(self, tokens: tuple[int, ...], cancel: threading.Event | None = None) -> np.ndarray:
@@ -159,7 +163,9 @@ class KvCache:
             rows = self._decode_to(tokens, 1, cancel)
             return self._remember(tokens, rows[0])
 
-    def rows_along(self, tokens: tuple[int, ...], draft: tuple[int, ...], cancel: threading.Event | None = None) -> None:
+    def rows_along(
+        self, tokens: tuple[int, ...], draft: tuple[int, ...], cancel: threading.Event | None = None
+    ) -> None:
         """Remember the rows after `tokens` and after each prefix of `draft` behind it, decoded
         in one batch (speculative drafts: a sampler then finds them as it walks the draft).
 

@@ -144,7 +144,11 @@ class LlamaModel:
         eog = [False] * self.n_vocab
         control = [False] * self.n_vocab
         suspects = {t for t, piece in enumerate(pieces) if not piece}
-        suspects.update(t for t in (llama_cpp.llama_vocab_eos(self._vocab), llama_cpp.llama_vocab_eot(self._vocab)) if 0 <= t < self.n_vocab)
+        suspects.update(
+            t
+            for t in (llama_cpp.llama_vocab_eos(self._vocab), llama_cpp.llama_vocab_eot(self._vocab))
+            if 0 <= t < self.n_vocab
+        )
         for token in suspects:
             eog[token] = bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
             control[token] = bool(llama_cpp.llama_vocab_is_control(self._vocab, token))

@@ -96,7 +96,14 @@ def banned_tokens(remote: Server, prompt: tuple[int, ...], front: Frontier, spok
     return frozenset(t for t in consistent if all(t in node.exact for node in nodes))
 
 
-def fetch(remote: Server, prompt: tuple[int, ...], front: Frontier, cancel: threading.Event | None, rows: BoundedRows, ahead: tuple[Path, ...] = ()) -> set[Path]:
+def fetch(
+    remote: Server,
+    prompt: tuple[int, ...],
+    front: Frontier,
+    cancel: threading.Event | None,
+    rows: BoundedRows,
+    ahead: tuple[Path, ...] = (),
+) -> set[Path]:
     """Ask for all of `front` in one request; returns the paths asked. Nothing is asked (empty set)
     when the document has no slot of its own yet. A frontier of one goes as one streamed request
     that goes on into the suggestion when its path is the one chosen (`single`)."""
@@ -148,7 +155,18 @@ def fetch(remote: Server, prompt: tuple[int, ...], front: Frontier, cancel: thre
         stream = remote.client.stream("/completion", body, remote.deadline, cancel.is_set if cancel else None)
     except StreamCancelled:
         raise Cancelled() from None
-    _read(remote, stream, prompt, order, capped, spoken if boosted or literal is not None else None, banned, boosted, cancel, slot)
+    _read(
+        remote,
+        stream,
+        prompt,
+        order,
+        capped,
+        spoken if boosted or literal is not None else None,
+        banned,
+        boosted,
+        cancel,
+        slot,
+    )
     remote.slots.hold(slot, prompt + order[-1])
     return set(remaining)
 
@@ -167,7 +185,9 @@ def single(remote: Server, rows: BoundedRows, front: Frontier) -> set[Path]:
     path, left = front.values[0]
     banned = banned_tokens(remote, rows.prompt, front, left)
     try:
-        remote.query(rows.prompt + path, len(left) + remote.predict + GENERATION_SLACK, rows.cancel, literal=left, exclude=banned)
+        remote.query(
+            rows.prompt + path, len(left) + remote.predict + GENERATION_SLACK, rows.cancel, literal=left, exclude=banned
+        )
     except Inexpressible:
         return set()
     return {path}
@@ -197,7 +217,10 @@ def _grammar_group(front: Frontier) -> bytes | None:
 def _read(remote, stream, prompt, order, remaining, spoken, banned, boosted, cancel, slot) -> None:
     """Every task's token event: its row, and (for a path with the bytes spoken for) its cap. A
     boosted pick caps with BOOST_SLACK added, and only when it is one of the boosted tokens."""
-    stream.set_limits(remote.deadline if remote.deadline is not None else time.monotonic() + remote.client.timeout_s, cancel.is_set if cancel else None)
+    stream.set_limits(
+        remote.deadline if remote.deadline is not None else time.monotonic() + remote.client.timeout_s,
+        cancel.is_set if cancel else None,
+    )
     progressed: set[int] = set()
     while True:
         try:
@@ -226,6 +249,7 @@ def _read(remote, stream, prompt, order, remaining, spoken, banned, boosted, can
             cap = (False, spoken, banned)
         remote.nodes.record(prompt + path, token, logprob, top, cap, BOOST_SLACK if boosted else 0.0)
         remote.slots.hold(slot, prompt + path)  # decoded before its answer was sent
+
 
 BATCH_ROUNDS = 3  # requests of many prompts per keystroke, at most
 
@@ -274,7 +298,9 @@ def prove(rows: BoundedRows) -> None:
     for _ in range(BATCH_ROUNDS + 1):
         if rows.decodes >= rows.budget:
             return
-        known = CoveringSearch(remote.vocab, BoundedRows(remote, prompt, required, rows.cancel, 0, pessimistic=True), 1 << 30).run(required)
+        known = CoveringSearch(
+            remote.vocab, BoundedRows(remote, prompt, required, rows.cancel, 0, pessimistic=True), 1 << 30
+        ).run(required)
         floor = known.log_prob if known is not None else float("-inf")
         left = rows.budget - rows.rows_asked
         # One row past the budget: the first step of the descent below, asked with the rest (the
@@ -332,7 +358,9 @@ def _descend(rows: BoundedRows, path: Path) -> None:
     left = rows.remaining(path)
     rows.decodes += 1
     try:
-        remote.query(rows.prompt + path[:-1], len(left) + GENERATION_SLACK, rows.cancel, forced=path[-1:], literal=left, listed=1)
+        remote.query(
+            rows.prompt + path[:-1], len(left) + GENERATION_SLACK, rows.cancel, forced=path[-1:], literal=left, listed=1
+        )
         remote.settle_stream(drain=True)
     except Inexpressible:
         rows.fallback = "inexpressible"

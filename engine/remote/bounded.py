@@ -44,8 +44,15 @@ class Server(Protocol):
     def filling(self) -> bool: ...
 
     def query(
-        self, context: tuple[int, ...], predict: int, cancel: threading.Event | None, forced: Sequence[int] = (),
-        literal: bytes | None = None, ban: Sequence[int] = (), until_free: bool = True, exclude: frozenset[int] = frozenset(),
+        self,
+        context: tuple[int, ...],
+        predict: int,
+        cancel: threading.Event | None,
+        forced: Sequence[int] = (),
+        literal: bytes | None = None,
+        ban: Sequence[int] = (),
+        until_free: bool = True,
+        exclude: frozenset[int] = frozenset(),
         listed: int | None = None,
     ) -> None: ...
 
@@ -62,7 +69,15 @@ class BoundedRows:
     """The covering search's RowSource on a remote server: rows of exact values and upper bounds;
     `refine` makes the chosen covering's first inexact token exact, one request at a time."""
 
-    def __init__(self, remote: Server, prompt: tuple[int, ...], required: bytes, cancel: threading.Event | None, budget: int, pessimistic: bool = False) -> None:
+    def __init__(
+        self,
+        remote: Server,
+        prompt: tuple[int, ...],
+        required: bytes,
+        cancel: threading.Event | None,
+        budget: int,
+        pessimistic: bool = False,
+    ) -> None:
         self.remote, self.prompt, self.required = remote, tuple(prompt), required
         self.cancel, self.budget, self._pessimistic = cancel, budget, pessimistic
         self._vocab = remote.vocab
@@ -161,7 +176,9 @@ class BoundedRows:
         """The search again on exact values only (no request): the signals (the mass of what was
         typed, the margin to another word) and the alternatives read its coverings, and an upper
         bound there would count probability no token is known to have, as in-process it is not."""
-        known = CoveringSearch(self._vocab, BoundedRows(self.remote, self.prompt, required, self.cancel, 0, pessimistic=True), 1 << 30)
+        known = CoveringSearch(
+            self._vocab, BoundedRows(self.remote, self.prompt, required, self.cancel, 0, pessimistic=True), 1 << 30
+        )
         known.run(required)
         return known
 
@@ -172,7 +189,9 @@ class BoundedRows:
             return covering
         if covering is None and self.fallback is None:
             return None  # nothing in the vocabulary is consistent
-        known = CoveringSearch(self._vocab, BoundedRows(self.remote, self.prompt, self.required, self.cancel, 0, pessimistic=True), 1 << 30).run(self.required)
+        known = CoveringSearch(
+            self._vocab, BoundedRows(self.remote, self.prompt, self.required, self.cancel, 0, pessimistic=True), 1 << 30
+        ).run(self.required)
         if known is not None and math.isfinite(known.log_prob):
             self.remote.fallbacks.append("unproven")
             return known

@@ -26,7 +26,9 @@ class Call:
     single_line: bool = True
     prompt: tuple[int, ...] = ()  # this call's prompt (tokens past it are forced)
 
-    def start(self, timeout_s: float, cancel: threading.Event | None, max_tokens: int, single_line: bool, cap: float | None) -> None:
+    def start(
+        self, timeout_s: float, cancel: threading.Event | None, max_tokens: int, single_line: bool, cap: float | None
+    ) -> None:
         """A new call: its time budget starts now, less what answering the editor takes after the
         last read (so a server slower than the budget is answered within it), and ends by `cap`
         at the latest; generation wants about `max_tokens` (0: a prefetch, PREFETCH_MIN_S at least)."""

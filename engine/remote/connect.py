@@ -54,7 +54,9 @@ class ServerCheck:
 
     @classmethod
     def of(cls, model: LlamaModel, min_ctx: int) -> ServerCheck:
-        return cls(model.n_vocab, {b: tuple(model.tokenize(PROBE_TEXT.encode(), add_bos=b)) for b in (False, True)}, min_ctx)
+        return cls(
+            model.n_vocab, {b: tuple(model.tokenize(PROBE_TEXT.encode(), add_bos=b)) for b in (False, True)}, min_ctx
+        )
 
     def props(self, client: ModelServerClient, budget: float) -> tuple[int, int, dict]:
         """(tokens per slot, slots, /props) of a healthy server; raises ModelServerError."""
@@ -70,7 +72,8 @@ class ServerCheck:
             raise client.protocol("/props lacks default_generation_settings.n_ctx") from None
         if slot_ctx < self.min_ctx:
             raise client.error(
-                "model", f"the server's slots hold {slot_ctx} tokens each, too few for a prompt and a completion",
+                "model",
+                f"the server's slots hold {slot_ctx} tokens each, too few for a prompt and a completion",
                 f"Start llama-server with --ctx-size of at least {self.min_ctx} times --parallel",
             )
         return slot_ctx, total_slots, props
@@ -83,7 +86,9 @@ class ServerCheck:
         theirs_id = identity_of(models)
         if self.identity is not None and theirs_id is not None and theirs_id != self.identity:
             raise ModelServerError(
-                "model", client.url, "the server runs another model than the other servers of `modelServer` "
+                "model",
+                client.url,
+                "the server runs another model than the other servers of `modelServer` "
                 f"(parameters, size, width, vocabulary: {theirs_id} against {self.identity})",
                 "Run the same GGUF on every llama-server behind `modelServer` (or behind its load balancer)",
             )
@@ -92,18 +97,32 @@ class ServerCheck:
         except (KeyError, TypeError, ValueError, IndexError):
             n_vocab = None  # older servers: the tokenization probe below still decides
         if n_vocab is not None and n_vocab != self.n_vocab:
-            raise ModelServerError("model", client.url, f"the server's model has {n_vocab} tokens, the local vocabulary {self.n_vocab}", remedy)
+            raise ModelServerError(
+                "model",
+                client.url,
+                f"the server's model has {n_vocab} tokens, the local vocabulary {self.n_vocab}",
+                remedy,
+            )
         for add_special in (False, True):
-            answer = client.post_json("/tokenize", {"content": PROBE_TEXT, "add_special": add_special}, time.monotonic() + budget)
+            answer = client.post_json(
+                "/tokenize", {"content": PROBE_TEXT, "add_special": add_special}, time.monotonic() + budget
+            )
             try:
                 theirs = tuple(int(t) for t in answer["tokens"])
             except (KeyError, TypeError, ValueError):
                 raise client.protocol("/tokenize did not return token ids") from None
             if theirs != self.probe[add_special]:
-                raise ModelServerError("model", client.url, "the server's model tokenizes text differently from the local vocabulary", remedy)
+                raise ModelServerError(
+                    "model",
+                    client.url,
+                    "the server's model tokenizes text differently from the local vocabulary",
+                    remedy,
+                )
         return theirs_id
 
-    def __call__(self, client: ModelServerClient, rows: RemoteRows | None = None, budget: float = 1.0) -> tuple[int, int, dict]:
+    def __call__(
+        self, client: ModelServerClient, rows: RemoteRows | None = None, budget: float = 1.0
+    ) -> tuple[int, int, dict]:
         """The whole check of one server (its slots, then its vocabulary); with `rows`, their
         slot count is updated to this server's."""
         slot_ctx, total_slots, props = self.props(client, budget)
@@ -111,7 +130,8 @@ class ServerCheck:
         if rows is not None:
             if slot_ctx < rows.n_ctx:
                 raise client.error(
-                    "model", f"the server's slots hold {slot_ctx} tokens each, fewer than the {rows.n_ctx} the other servers hold",
+                    "model",
+                    f"the server's slots hold {slot_ctx} tokens each, fewer than the {rows.n_ctx} the other servers hold",
                     "Start every llama-server behind `modelServer` with the same --ctx-size and --parallel",
                 )
             rows.total_slots = total_slots
@@ -128,7 +148,9 @@ def identity_of(models: object) -> tuple | None:
 
 
 def client_for(config: EngineConfig, url: str) -> ModelServerClient:
-    return ModelServerClient(url, config.model_server_api_key, config.model_server_timeout_s, config.model_server_ca_file)
+    return ModelServerClient(
+        url, config.model_server_api_key, config.model_server_timeout_s, config.model_server_ca_file
+    )
 
 
 def connect(config: EngineConfig, min_prompt_tokens: int):
@@ -136,7 +158,12 @@ def connect(config: EngineConfig, min_prompt_tokens: int):
     `config.model_server`: one URL gives a `RemoteRows`, several a `ServerSet` (engine.remote.servers)."""
     urls = server_urls(config.model_server)
     if not urls:
-        raise ModelServerError("url", config.model_server, "no model server URL given", "Set `modelServer` to a URL like http://127.0.0.1:8080")
+        raise ModelServerError(
+            "url",
+            config.model_server,
+            "no model server URL given",
+            "Set `modelServer` to a URL like http://127.0.0.1:8080",
+        )
     if len(urls) > 1:
         return connect_all(config, urls, min_prompt_tokens)
     client = client_for(config, urls[0])
@@ -150,9 +177,12 @@ def connect(config: EngineConfig, min_prompt_tokens: int):
         raise
     if client.upstream is None:
         return model, remote, vocab, model_id
+
     # A load balancer that names the server behind it (X-Cpc-Upstream): one RemoteRows per server.
     def make_rows() -> RemoteRows:
-        rows = RemoteRows(client_for(config, urls[0]), vocab, remote.n_ctx, remote.total_slots, config.model_server_slot)
+        rows = RemoteRows(
+            client_for(config, urls[0]), vocab, remote.n_ctx, remote.total_slots, config.model_server_slot
+        )
         rows.check = remote.check
         return rows
 
@@ -189,7 +219,8 @@ def _connect(
     if n_ctx < 2 * min_prompt_tokens:
         model.close()
         raise client.error(
-            "model", f"the server's slots hold {slot_ctx} tokens each, too few for a prompt and a completion",
+            "model",
+            f"the server's slots hold {slot_ctx} tokens each, too few for a prompt and a completion",
             f"Start llama-server with --ctx-size of at least {2 * min_prompt_tokens} times --parallel",
         )
     remote = RemoteRows(client, vocab, n_ctx, total_slots, config.model_server_slot, n_probs=_n_probs())
@@ -261,11 +292,16 @@ def connect_all(config, urls: tuple[str, ...], min_prompt_tokens: int):
             client.close()
         raise
     n_ctx = min([config.context_tokens] + [f[0] for f in found if f is not None])
-    rows = [RemoteRows(c, vocab, n_ctx, f[1] if f is not None else 1, config.model_server_slot) for c, f in zip(clients, found)]
+    rows = [
+        RemoteRows(c, vocab, n_ctx, f[1] if f is not None else 1, config.model_server_slot)
+        for c, f in zip(clients, found)
+    ]
     for r in rows:
         r.check = lambda c, target: _check_slots(check(c, target, budget), target)
     servers = ServerSet(
-        rows, lambda c: _check_slots(check(c, None, budget), n_ctx=n_ctx), lambda url: client_for(config, url),
+        rows,
+        lambda c: _check_slots(check(c, None, budget), n_ctx=n_ctx),
+        lambda url: client_for(config, url),
         down=tuple(i for i, f in enumerate(found) if f is None),
     )
     props = next(f[2] for f in found if f is not None)
@@ -278,7 +314,9 @@ def _check_slots(result: tuple, rows: RemoteRows | None = None, n_ctx: int | Non
     need = rows.n_ctx if rows is not None else n_ctx
     if need is not None and slot_ctx < need:
         raise ModelServerError(
-            "model", None, f"the server's slots hold {slot_ctx} tokens each, fewer than the {need} the other servers hold",
+            "model",
+            None,
+            f"the server's slots hold {slot_ctx} tokens each, fewer than the {need} the other servers hold",
             "Start every llama-server behind `modelServer` with the same --ctx-size and --parallel",
         )
     return result

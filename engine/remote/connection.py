@@ -89,7 +89,9 @@ class Connection:
             except socket.timeout:
                 raise c.timed_out() from None
             except OSError as error:
-                raise c.unreachable(f"the connection broke during the TLS handshake ({error.strerror or error})") from None
+                raise c.unreachable(
+                    f"the connection broke during the TLS handshake ({error.strerror or error})"
+                ) from None
 
     def idle_ok(self) -> bool:
         """A kept-alive connection can take a request: open, and nothing (an EOF, stale bytes) waiting on it."""

@@ -36,13 +36,17 @@ class Prefills:
     """The prefill waited on (`running`) and the detached ones. `note_timings(answer, expected)`
     takes in an answer's prompt work."""
 
-    def __init__(self, client: ModelServerClient, slots: SlotBook, call: Call, note_timings: Callable[[dict, int | None], None]) -> None:
+    def __init__(
+        self, client: ModelServerClient, slots: SlotBook, call: Call, note_timings: Callable[[dict, int | None], None]
+    ) -> None:
         self._client, self._slots, self._call, self._note_timings = client, slots, call, note_timings
         self.running: Fill | None = None
         self.detached: list[Fill] = []
         self.last_fill_s: float | None = None  # how long the last prefill took, from its request
 
-    def start(self, prompt: tuple[int, ...], body: dict, slot: int, expected: int | None, cancel: threading.Event | None) -> None:
+    def start(
+        self, prompt: tuple[int, ...], body: dict, slot: int, expected: int | None, cancel: threading.Event | None
+    ) -> None:
         """Send a prefill of `prompt` and wait for it (`wait`)."""
         pending = self._client.start("/completion", body, self._call.deadline, cancel_check(cancel))
         self.running = Fill(prompt, pending, slot, expected)
@@ -112,7 +116,9 @@ class Prefills:
                     self._give_up(fill)
                     continue
                 # A slot we have sent something else to since holds that now, whatever this answer says.
-                if self._slots.holds_other(answer.get("id_slot"), fill.prompt) or not self._slots.learn(fill.prompt, answer, live=False):
+                if self._slots.holds_other(answer.get("id_slot"), fill.prompt) or not self._slots.learn(
+                    fill.prompt, answer, live=False
+                ):
                     self._give_up(fill)
 
     def clear(self) -> None:

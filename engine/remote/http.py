@@ -53,7 +53,12 @@ class UpstreamChanged(ModelServerError):
     new one's model and forgets what it knew (engine.remote.rows `recover`) before asking again."""
 
     def __init__(self, url: str, before: str, after: str) -> None:
-        super().__init__("unreachable", url, "the load balancer moved this document to another server", "Nothing to do: the next request is sent there")
+        super().__init__(
+            "unreachable",
+            url,
+            "the load balancer moved this document to another server",
+            "Nothing to do: the next request is sent there",
+        )
         self.before, self.after = before, after
 
 
@@ -64,9 +69,19 @@ def parse_url(url: str) -> tuple[str, str, int, str]:
         parts = urlsplit(url.strip())
         port = parts.port
     except ValueError as error:
-        raise ModelServerError("url", url, f"the model server URL is not valid ({error})", "Set `modelServer` to a URL like http://127.0.0.1:8080") from None
+        raise ModelServerError(
+            "url",
+            url,
+            f"the model server URL is not valid ({error})",
+            "Set `modelServer` to a URL like http://127.0.0.1:8080",
+        ) from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ModelServerError("url", url, "the model server URL must start with http:// or https:// and name a host", "Set `modelServer` to a URL like http://127.0.0.1:8080")
+        raise ModelServerError(
+            "url",
+            url,
+            "the model server URL must start with http:// or https:// and name a host",
+            "Set `modelServer` to a URL like http://127.0.0.1:8080",
+        )
     return parts.scheme, parts.hostname, port or (443 if parts.scheme == "https" else 80), parts.path.rstrip("/")
 
 
@@ -82,7 +97,9 @@ class ModelServerClient:
     """One server's URL, key and time budget. Thread-safe for the counters; one request at a time
     per call (the engine runs on one worker)."""
 
-    def __init__(self, url: str, api_key: str | None = None, timeout_s: float = 5.0, ca_file: str | Path | None = None) -> None:
+    def __init__(
+        self, url: str, api_key: str | None = None, timeout_s: float = 5.0, ca_file: str | Path | None = None
+    ) -> None:
         self.url = url.strip().rstrip("/")
         self.scheme, self.host, self.port, self._base = parse_url(self.url)
         self._key = api_key or None
@@ -94,7 +111,8 @@ class ModelServerClient:
                 self.tls = tls_context(self.ca_file)
             except (OSError, ssl.SSLError) as error:
                 raise self.error(
-                    "tls", f"cannot read the CA file {self.ca_file} ({getattr(error, 'strerror', None) or error})",
+                    "tls",
+                    f"cannot read the CA file {self.ca_file} ({getattr(error, 'strerror', None) or error})",
                     "Set `modelServerCaFile` to a PEM file with the certificate of the CA that signed the server's certificate",
                 ) from None
         self.traffic = Traffic()
@@ -117,7 +135,9 @@ class ModelServerClient:
     def post_json(self, path: str, body: dict, deadline: float | None = None, cancel: Callable[[], bool] | None = None):
         return self._json("POST", path, body, deadline, cancel)
 
-    def stream(self, path: str, body: dict, deadline: float | None = None, cancel: Callable[[], bool] | None = None) -> EventStream:
+    def stream(
+        self, path: str, body: dict, deadline: float | None = None, cancel: Callable[[], bool] | None = None
+    ) -> EventStream:
         """POST `body` and return its server-sent events (opened: status and headers read)."""
         conn, status, headers = self._exchange(self._request("POST", path, body), deadline, cancel)
         try:
@@ -132,7 +152,9 @@ class ModelServerClient:
             raise
         return EventStream(self, conn, headers)
 
-    def start(self, path: str, body: dict, deadline: float | None = None, cancel: Callable[[], bool] | None = None) -> Pending:
+    def start(
+        self, path: str, body: dict, deadline: float | None = None, cancel: Callable[[], bool] | None = None
+    ) -> Pending:
         """POST `body` (a JSON answer is expected) and return at once: `Pending.wait` reads the
         answer, and may be called again after a timeout or a cancel (the request goes on)."""
         request = self._request("POST", path, body)
@@ -162,7 +184,12 @@ class ModelServerClient:
 
     def _request(self, method: str, path: str, body: dict | None) -> bytes:
         payload = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
-        head = [f"{method} {self._base}{path} HTTP/1.1", f"Host: {self.host}:{self.port}", "Accept: */*", "Connection: keep-alive"]
+        head = [
+            f"{method} {self._base}{path} HTTP/1.1",
+            f"Host: {self.host}:{self.port}",
+            "Accept: */*",
+            "Connection: keep-alive",
+        ]
         if self._key:
             head.append(f"Authorization: Bearer {self._key}")
         if self.affinity:
@@ -207,7 +234,9 @@ class ModelServerClient:
         conn = self._send(request, deadline, cancel)
         return self.head(conn, request, deadline, cancel)
 
-    def head(self, conn: Connection, request: bytes, deadline: float | None, cancel) -> tuple[Connection, int, dict[str, str]]:
+    def head(
+        self, conn: Connection, request: bytes, deadline: float | None, cancel
+    ) -> tuple[Connection, int, dict[str, str]]:
         try:
             status, headers = conn.read_head()
         except ModelServerError as error:
@@ -273,31 +302,49 @@ class ModelServerClient:
         return ModelServerError(kind, self.url, problem, remedy)
 
     def protocol(self, problem: str) -> ModelServerError:
-        return self.error("protocol", f"the model server's answer is not what llama-server sends: {problem}", "Check that `modelServer` points at llama-server (built from this project's llama.cpp), not another service or a proxy that rewrites answers")
+        return self.error(
+            "protocol",
+            f"the model server's answer is not what llama-server sends: {problem}",
+            "Check that `modelServer` points at llama-server (built from this project's llama.cpp), not another service or a proxy that rewrites answers",
+        )
 
     def unreachable(self, problem: str) -> ModelServerError:
-        return self.error("unreachable", f"server unreachable: {problem}", "Start llama-server there (see the README, \"Use a shared server\"), or fix `modelServer`")
+        return self.error(
+            "unreachable",
+            f"server unreachable: {problem}",
+            'Start llama-server there (see the README, "Use a shared server"), or fix `modelServer`',
+        )
 
     def timed_out(self) -> ModelServerError:
-        return self.error("timeout", f"the model server did not answer within {self.timeout_s:g} s", "Raise `modelServerTimeoutMs`, or use a less loaded server")
+        return self.error(
+            "timeout",
+            f"the model server did not answer within {self.timeout_s:g} s",
+            "Raise `modelServerTimeoutMs`, or use a less loaded server",
+        )
 
     def tls_refused(self, error: ssl.SSLError) -> ModelServerError:
         """A certificate or handshake the checks refuse; the message says which check and why."""
         if isinstance(error, ssl.SSLCertVerificationError):
             why = str(error.verify_message or error.reason or error).rstrip(".")
             return self.error(
-                "tls", f"the model server's certificate was refused: {why}",
+                "tls",
+                f"the model server's certificate was refused: {why}",
                 "Renew the server's certificate if it expired; if it is signed by your own CA, set `modelServerCaFile` "
                 "to that CA's certificate (PEM); the URL's host must be one the certificate names",
             )
         return self.error(
-            "tls", f"the TLS handshake with the model server failed ({error.reason or error})",
+            "tls",
+            f"the TLS handshake with the model server failed ({error.reason or error})",
             "Check that `modelServer`'s https:// port is served by a TLS proxy (nginx, stunnel) in front of llama-server",
         )
 
     def status_error(self, status: int, data: bytes, unexpected: bool = False) -> ModelServerError:
         if status == 401:
-            return self.error("auth", "the model server refused the API key (HTTP 401)", "Set `modelServerApiKey` (or CPC_LSP_MODEL_SERVER_API_KEY) to one of the keys llama-server was started with (--api-key)")
+            return self.error(
+                "auth",
+                "the model server refused the API key (HTTP 401)",
+                "Set `modelServerApiKey` (or CPC_LSP_MODEL_SERVER_API_KEY) to one of the keys llama-server was started with (--api-key)",
+            )
         if status == 503:
             return self.unreachable("it is still loading its model (HTTP 503)")
         kind = "?"
@@ -444,7 +491,10 @@ class EventStream:
         if not isinstance(event, dict):
             raise self._client.protocol("an event that is not a JSON object")
         if "error" in event:
-            raise self._client.status_error(int(event["error"].get("code", 500) or 500) if isinstance(event["error"], dict) else 500, json.dumps(event).encode())
+            raise self._client.status_error(
+                int(event["error"].get("code", 500) or 500) if isinstance(event["error"], dict) else 500,
+                json.dumps(event).encode(),
+            )
         return event
 
     def close(self) -> None:

@@ -63,8 +63,13 @@ class NodeStore:
         return self._nodes.get(key)
 
     def record(
-        self, key: tuple[int, ...], token: int, logprob: float, top: list[tuple[int, float]],
-        cap: CapGroup | None, slack: float = 0.0,
+        self,
+        key: tuple[int, ...],
+        token: int,
+        logprob: float,
+        top: list[tuple[int, float]],
+        cap: CapGroup | None,
+        slack: float = 0.0,
     ) -> None:
         """A token event's values; `cap` bounds the tokens it names at `logprob` + `slack`."""
         node = self._nodes.get(key)
@@ -147,7 +152,11 @@ class NodeStore:
             for tok, _length in vocab.strict_prefixes_of(remaining):
                 piece = vocab.pieces[tok]
                 cap = min(
-                    (v for cov, r, v, banned in caps if (not cov or piece.startswith(r)) and tok not in banned and (cov or banned)),
+                    (
+                        v
+                        for cov, r, v, banned in caps
+                        if (not cov or piece.startswith(r)) and tok not in banned and (cov or banned)
+                    ),
                     default=0.0,
                 )
                 row[tok] = np.nextafter(min(bound, cap), -np.inf)

@@ -45,7 +45,6 @@ call's first request names no slot instead, so llama-server puts the document in
 restores it from its RAM prompt cache (engine.remote.slots `slot_for`).
 """
 
-
 from __future__ import annotations
 
 import threading
@@ -81,7 +80,7 @@ N_PROBS = 40
 PREFILL_TAIL = 128
 PROBE_TEXT = (
     "Thanks for sending over the draft yesterday.\n\tdef f(x_1, *args):  # ünïcödé 日本語 😀\n"
-    "        return {'k': [x_1 ** 2, 0x1F, \"s\\n\"]} <tag attr=\"v\">  \r\n"
+    '        return {\'k\': [x_1 ** 2, 0x1F, "s\\n"]} <tag attr="v">  \r\n'
 )
 
 
@@ -93,7 +92,15 @@ class RemoteRows:
 
     networked = True
 
-    def __init__(self, client: ModelServerClient, vocab: VocabIndex, n_ctx: int, total_slots: int, slot: int | None, n_probs: int = N_PROBS):
+    def __init__(
+        self,
+        client: ModelServerClient,
+        vocab: VocabIndex,
+        n_ctx: int,
+        total_slots: int,
+        slot: int | None,
+        n_probs: int = N_PROBS,
+    ):
         self.client = client
         self.vocab = vocab
         self.n_ctx = n_ctx
@@ -191,7 +198,11 @@ class RemoteRows:
         return [len(self.stream.held)]
 
     def begin(
-        self, cancel: threading.Event | None, max_tokens: int = 16, single_line: bool = True, deadline: float | None = None
+        self,
+        cancel: threading.Event | None,
+        max_tokens: int = 16,
+        single_line: bool = True,
+        deadline: float | None = None,
     ) -> None:
         """A new engine call (engine.remote.call `Call.start`), ending by `deadline` at the latest
         (a call made again on another server has what was left)."""
@@ -225,11 +236,15 @@ class RemoteRows:
                 raise self.client.protocol("the stream ended before its first token")
             return self.nodes.build_dense(key, node)
 
-    def rows_along(self, tokens: tuple[int, ...], draft: tuple[int, ...], cancel: threading.Event | None = None) -> None:
+    def rows_along(
+        self, tokens: tuple[int, ...], draft: tuple[int, ...], cancel: threading.Event | None = None
+    ) -> None:
         """Drafts buy nothing here (the server decodes one token per step either way)."""
         self.logits_after(tokens, cancel)
 
-    def prepare(self, tokens: tuple[int, ...], required: bytes, cancel: threading.Event | None = None, exact: bool = True) -> None:
+    def prepare(
+        self, tokens: tuple[int, ...], required: bytes, cancel: threading.Event | None = None, exact: bool = True
+    ) -> None:
         """The keystroke's first step: with a required prefix, whatever the search on what is
         known asks for first (nothing when that already proves its choice); without, the row
         after the prompt. Per-step masking (`exact` False) is the server's own grammar: its
@@ -241,7 +256,9 @@ class RemoteRows:
         if not exact:
             with self._lock:
                 try:
-                    self.query(tuple(tokens), len(required) + self.call.predict + GENERATION_SLACK, cancel, literal=required)
+                    self.query(
+                        tuple(tokens), len(required) + self.call.predict + GENERATION_SLACK, cancel, literal=required
+                    )
                 except Inexpressible:
                     self.fallbacks.append("inexpressible")
                     self.logits_after(tokens, cancel)
@@ -250,7 +267,9 @@ class RemoteRows:
             if self.nodes.node(tuple(tokens)) is None:  # the prompt's own row: its stream goes on into the suggestion
                 BoundedRows(self, tokens, required, cancel, budget=1).expand(())
 
-    def covering_rows(self, prompt: tuple[int, ...], required: bytes, cancel: threading.Event | None, budget: int) -> BoundedRows:
+    def covering_rows(
+        self, prompt: tuple[int, ...], required: bytes, cancel: threading.Event | None, budget: int
+    ) -> BoundedRows:
         """The search's rows, with what proving its choice needs asked for first, all of it in one
         request where it can be (engine.remote.batch)."""
         rows = BoundedRows(self, prompt, required, cancel, budget)
@@ -316,7 +335,15 @@ class RemoteRows:
     def node(self, key: tuple[int, ...]) -> Node | None:
         return self.nodes.node(key)
 
-    def _record(self, key: tuple[int, ...], token: int, logprob: float, top: list[tuple[int, float]], cap: CapGroup | None, slack: float = 0.0) -> None:
+    def _record(
+        self,
+        key: tuple[int, ...],
+        token: int,
+        logprob: float,
+        top: list[tuple[int, float]],
+        cap: CapGroup | None,
+        slack: float = 0.0,
+    ) -> None:
         self.nodes.record(key, token, logprob, top, cap, slack)
 
     def drop(self, keys) -> None:
@@ -344,7 +371,11 @@ class RemoteRows:
         if isinstance(timings, dict) and isinstance(timings.get("prompt_n"), int):
             self.decoded += max(0, timings["prompt_n"])
             reused = timings.get("cache_n")
-        elif isinstance(progress, dict) and isinstance(progress.get("total"), int) and isinstance(progress.get("cache"), int):
+        elif (
+            isinstance(progress, dict)
+            and isinstance(progress.get("total"), int)
+            and isinstance(progress.get("cache"), int)
+        ):
             self.decoded += max(0, progress["total"] - progress["cache"])
             reused = progress["cache"]
         self.slots.reused(expected, reused)
@@ -384,7 +415,11 @@ class RemoteRows:
             keep = max(len(prompt), min(held, len(tokens)))
             start, forced = tokens[:keep], tokens[keep:] + tuple(forced)
         slot, warm = self.slots.slot_for(start)
-        if (slot, warm) == (-1, False) or self.prefills.running is not None or len(start) - self.slots.cached_in(slot, warm, start) > PREFILL_TAIL:
+        if (
+            (slot, warm) == (-1, False)
+            or self.prefills.running is not None
+            or len(start) - self.slots.cached_in(slot, warm, start) > PREFILL_TAIL
+        ):
             # A new document: a stream's token events do not name their slot (only its last
             # event does, which a closed stream never sends), so a prefetch decodes it first and
             # its answer names the slot; every later request of the document then names it and
@@ -400,7 +435,9 @@ class RemoteRows:
         line_stop = line_stop and not (literal and (b"\n" in literal or b"\r" in literal))
         expected = self.slots.expect(slot, warm, start)
         self.slots.claim(slot, start)
-        body = request_body(start, predict + len(tokens) - len(start), slot, warm, self.n_probs, self.call.single_line and line_stop)
+        body = request_body(
+            start, predict + len(tokens) - len(start), slot, warm, self.n_probs, self.call.single_line and line_stop
+        )
         terms = [f"<[{t}]>" for t in forced]
         if literal:
             written = gbnf_literal(literal)

@@ -41,7 +41,12 @@ from engine.types import ModelServerError, server_urls  # noqa: F401  (server_ur
 
 logger = logging.getLogger(__name__)
 
-PROBE_FIRST_S, PROBE_MAX_S = 0.5, 2.0  # a down server is asked again after this, doubling (a refused connection costs nothing)
+PROBE_FIRST_S, PROBE_MAX_S = (
+    0.5,
+    2.0,
+)  # a down server is asked again after this, doubling (a refused connection costs nothing)
+
+
 def rendezvous(key: str, urls: tuple[str, ...]) -> list[int]:
     """The servers in the order `key` prefers them (highest hash first)."""
     weight = [hashlib.blake2b(f"{url}\n{key}".encode(), digest_size=8).digest() for url in urls]
@@ -51,7 +56,9 @@ def rendezvous(key: str, urls: tuple[str, ...]) -> list[int]:
 class _Prober:
     """Asks a down server again in the background until it passes `check` (then `back` is set)."""
 
-    def __init__(self, make_client: Callable[[], ModelServerClient], check: Callable[[ModelServerClient], tuple]) -> None:
+    def __init__(
+        self, make_client: Callable[[], ModelServerClient], check: Callable[[ModelServerClient], tuple]
+    ) -> None:
         self.back = threading.Event()
         self.result: tuple | None = None  # what `check` returned when it passed
         self.refused: str | None = None  # why it answers but may not be used (another model)
@@ -94,8 +101,11 @@ class ServerSet:
     networked = True
 
     def __init__(
-        self, servers: list[RemoteRows], check: Callable[[ModelServerClient], tuple],
-        make_client: Callable[[str], ModelServerClient], down: tuple[int, ...] = (),
+        self,
+        servers: list[RemoteRows],
+        check: Callable[[ModelServerClient], tuple],
+        make_client: Callable[[str], ModelServerClient],
+        down: tuple[int, ...] = (),
     ) -> None:
         self.servers = servers
         self.urls = tuple(rows.client.url for rows in servers)
@@ -156,7 +166,12 @@ class ServerSet:
         nxt = self.server_for(self._key)
         if nxt in self._down:
             return False
-        logger.info("model server %s is down (%s); its documents go to %s", self.urls[self._current], error.problem, self.urls[nxt])
+        logger.info(
+            "model server %s is down (%s); its documents go to %s",
+            self.urls[self._current],
+            error.problem,
+            self.urls[nxt],
+        )
         self.failovers += 1
         self._current, self._retrying = nxt, True
         self.calls[nxt] += 1
@@ -221,10 +236,14 @@ class ServerSet:
     def decoded(self) -> int:
         return sum(rows.decoded for rows in self.servers)
 
-    def prepare(self, tokens: tuple[int, ...], required: bytes, cancel: threading.Event | None = None, exact: bool = True) -> None:
+    def prepare(
+        self, tokens: tuple[int, ...], required: bytes, cancel: threading.Event | None = None, exact: bool = True
+    ) -> None:
         self.servers[self._current].prepare(tokens, required, cancel, exact)
 
-    def covering_rows(self, prompt: tuple[int, ...], required: bytes, cancel: threading.Event | None, budget: int) -> CoveringRows:
+    def covering_rows(
+        self, prompt: tuple[int, ...], required: bytes, cancel: threading.Event | None, budget: int
+    ) -> CoveringRows:
         return self.servers[self._current].covering_rows(prompt, required, cancel, budget)
 
     def logits_after(self, tokens: tuple[int, ...], cancel: threading.Event | None = None) -> np.ndarray:
@@ -233,7 +252,9 @@ class ServerSet:
     def remembers(self, tokens: tuple[int, ...]) -> bool:
         return self.servers[self._current].remembers(tokens)
 
-    def rows_along(self, tokens: tuple[int, ...], draft: tuple[int, ...], cancel: threading.Event | None = None) -> None:
+    def rows_along(
+        self, tokens: tuple[int, ...], draft: tuple[int, ...], cancel: threading.Event | None = None
+    ) -> None:
         self.servers[self._current].rows_along(tokens, draft, cancel)
 
     def prefill(self, tokens: tuple[int, ...], cancel: threading.Event | None = None) -> None:
@@ -279,7 +300,12 @@ class BalancedSet(ServerSet):
 
     MAX_DOCUMENTS = 4096
 
-    def __init__(self, first: RemoteRows, make_rows: Callable[[], RemoteRows], check: Callable[[ModelServerClient, RemoteRows], object]) -> None:
+    def __init__(
+        self,
+        first: RemoteRows,
+        make_rows: Callable[[], RemoteRows],
+        check: Callable[[ModelServerClient, RemoteRows], object],
+    ) -> None:
         super().__init__([first], lambda client: (), lambda url: ModelServerClient(url))
         self.upstreams = [first.client.upstream or ""]
         self._make_rows, self._check_rows = make_rows, check
@@ -339,7 +365,11 @@ class BalancedSet(ServerSet):
         mid-answer: the balancer cannot send that one on) is made again once, through the
         balancer, which then sends it to a server that is up. Anything else is not ours to retry."""
         if not isinstance(error, UpstreamChanged):
-            if self._cut_retried or not isinstance(error, ModelServerError) or error.kind not in ("unreachable", "protocol"):
+            if (
+                self._cut_retried
+                or not isinstance(error, ModelServerError)
+                or error.kind not in ("unreachable", "protocol")
+            ):
                 return False
             self._cut_retried, self._retrying = True, True
             return True

@@ -55,7 +55,12 @@ class Stream:
     `note_timings(event, expected)` takes in a request's first progress event (prompt work)."""
 
     def __init__(
-        self, client: ModelServerClient, vocab: VocabIndex, nodes: NodeStore, slots: SlotBook, call: Call,
+        self,
+        client: ModelServerClient,
+        vocab: VocabIndex,
+        nodes: NodeStore,
+        slots: SlotBook,
+        call: Call,
         note_timings: Callable[[dict, int | None], None],
     ) -> None:
         self._client, self._vocab, self._nodes, self._slots, self._call = client, vocab, nodes, slots, call
@@ -85,7 +90,9 @@ class Stream:
         walk = self.walk
         assert walk is not None
         deadline = self._call.deadline
-        walk.stream.set_limits(deadline if deadline is not None else time.monotonic() + self._client.timeout_s, cancel_check(cancel))
+        walk.stream.set_limits(
+            deadline if deadline is not None else time.monotonic() + self._client.timeout_s, cancel_check(cancel)
+        )
         while True:
             try:
                 event = walk.stream.next_event(quiet)
@@ -154,7 +161,11 @@ class Stream:
         except (KeyError, TypeError, ValueError, IndexError):
             raise self._client.protocol("a token event without id, logprob and top_logprobs") from None
         size = self._vocab.size
-        if not 0 <= token < size or any(not 0 <= t < size for t, _ in top) or not all(math.isfinite(v) and v <= 1e-3 for v in [logprob] + [lp for _, lp in top]):
+        if (
+            not 0 <= token < size
+            or any(not 0 <= t < size for t, _ in top)
+            or not all(math.isfinite(v) and v <= 1e-3 for v in [logprob] + [lp for _, lp in top])
+        ):
             raise self._client.protocol("a token id or log-probability out of range")
         return token, min(0.0, logprob), [(t, min(0.0, lp)) for t, lp in top]
 

@@ -48,8 +48,10 @@ def test_the_document_ends_at_the_cursor_and_the_server_split_finds_the_typed_pa
     for case in cases:
         document = case.document()
         assert document.endswith(case.typed)
-        assert case.context_start == 0 or read_text(Path(case.file))[case.context_start - 1] == "\n" or (
-            case.offset - case.context_start > CONTEXT_CHARS
+        assert (
+            case.context_start == 0
+            or read_text(Path(case.file))[case.context_start - 1] == "\n"
+            or (case.offset - case.context_start > CONTEXT_CHARS)
         )
         parts = split(document, len(document))
         assert parts.word == case.typed

@@ -35,23 +35,29 @@ def test_cross_probes_skip_the_targets_locals_and_docstrings(tmp_path: Path):
 
 def test_a_comment_opener_inside_a_string_is_not_a_comment():
     # pacote's lib/registry.js, line 15: the `*/*` of an Accept header once erased its definitions up to line 136
-    js = ("const corgiDoc = 'application/vnd.npm.install-v1+json; q=1.0, */*'\n"
-          'const other = "a \\" /* still a string"\n'  # an escaped quote does not end it
-          "const tpl = `x ${y} /* and\n a template */ across lines`\n"
-          "/* a real\n comment */ class RegistryFetcher extends Fetcher {\n"
-          "  packument () { return 1 } // a line comment 'with a quote\n"
-          "}\n")
+    js = (
+        "const corgiDoc = 'application/vnd.npm.install-v1+json; q=1.0, */*'\n"
+        'const other = "a \\" /* still a string"\n'  # an escaped quote does not end it
+        "const tpl = `x ${y} /* and\n a template */ across lines`\n"
+        "/* a real\n comment */ class RegistryFetcher extends Fetcher {\n"
+        "  packument () { return 1 } // a line comment 'with a quote\n"
+        "}\n"
+    )
     stripped = strip_comments(js, "javascript")
     assert "*/*'" in stripped and "/* still a string" in stripped and "/* and\n a template */" in stripped
     assert "a real" not in stripped and "a line comment" not in stripped
     assert {"corgiDoc", "other", "tpl", "RegistryFetcher", "packument"} <= defined_in(js, "javascript")
     assert comment_lines(js, "javascript") == frozenset({4, 5})  # the real comment's two lines, not the strings'
-    c = ('static const char *accept = "*/*";\nchar q = \'"\';\n#define AFTER_STRING 1\n'
-         "/* a\n * comment */\n#define AFTER_COMMENT 2 // \"no string here\n")
+    c = (
+        'static const char *accept = "*/*";\nchar q = \'"\';\n#define AFTER_STRING 1\n'
+        '/* a\n * comment */\n#define AFTER_COMMENT 2 // "no string here\n'
+    )
     assert defined_in(c, "c") >= {"AFTER_STRING", "AFTER_COMMENT"}
     assert "comment" not in strip_comments(c, "c") and '"*/*"' in strip_comments(c, "c")
-    py = ("URL = 'http://x/#anchor'  # a real comment\nHASH = \"#\"\n"
-          'def f():\n    """A docstring: def not_a_function(): it is prose."""\n    s = \'it\\\'s # not a comment\'\n')
+    py = (
+        "URL = 'http://x/#anchor'  # a real comment\nHASH = \"#\"\n"
+        'def f():\n    """A docstring: def not_a_function(): it is prose."""\n    s = \'it\\\'s # not a comment\'\n'
+    )
     stripped = strip_comments(py, "python")
     assert "#anchor'" in stripped and '"#"' in stripped and "# not a comment'" in stripped
     assert "a real comment" not in stripped and "docstring" not in stripped

@@ -67,7 +67,11 @@ def test_the_default_clears_both_targets_by_the_most():
 
 def record(shown, log_prob=-0.1, ends=None):
     ends = ends if ends is not None else []
-    return {"shown": shown, "signals": {"wordLogProb": log_prob, "margin": 3.0, "typedLogProb": 0.0, "wordEnds": ends}, "ms": 1}
+    return {
+        "shown": shown,
+        "signals": {"wordLogProb": log_prob, "margin": 3.0, "typedLogProb": 0.0, "wordEnds": ends},
+        "ms": 1,
+    }
 
 
 def test_the_walk_over_records_accepts_a_right_word_and_jumps_past_it():

@@ -79,4 +79,6 @@ def test_the_cache_drops_its_least_recently_used_key_when_full():
 def test_an_answer_is_cached_under_its_context_and_with_its_first_prefix_lines_dropped():
     ctx = local_context("l1\nl2\nl3\nl4\nl5\nab", 17)
     keys = cache_keys(ctx)
-    assert len(keys) == 4 and keys[0].startswith(b"l1\nl2") and keys[1].startswith(b"l2\n") and keys[3].startswith(b"l4\n")
+    assert (
+        len(keys) == 4 and keys[0].startswith(b"l1\nl2") and keys[1].startswith(b"l2\n") and keys[3].startswith(b"l4\n")
+    )

@@ -5,7 +5,9 @@ from __future__ import annotations
 from bench.lexicon_prior import Scored, pick, summarize, sweep
 
 
-def scored(base="values", base_score=-2.0, in_doc=False, word="value", candidates=(("valuable", -3.0, 2), ("value", -1.0, 5))):
+def scored(
+    base="values", base_score=-2.0, in_doc=False, word="value", candidates=(("valuable", -3.0, 2), ("value", -1.0, 5))
+):
     return Scored(0, "python", word, base, base_score, in_doc, list(candidates))
 
 

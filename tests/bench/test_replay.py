@@ -87,7 +87,13 @@ def test_the_replay_accepts_right_words_and_types_the_rest():
     assert oracle["positions"]["after a non-word character"] == [1, 1, 2]  # "ab" after "Hi. "
     assert oracle["positions"]["at a word end"] == [2, 2, 6]  # " cd" after "ab", ", e" after "cd"
     silent = replay_peer(_Peer(lambda prompt: ""), passage, 8)
-    assert (silent["typed"], silent["accepted"], silent["accepts"], silent["requests"], silent["shown"]) == (8, 0, 0, 8, 0)
+    assert (silent["typed"], silent["accepted"], silent["accepts"], silent["requests"], silent["shown"]) == (
+        8,
+        0,
+        0,
+        8,
+        0,
+    )
     wrong = replay_peer(_Peer(lambda prompt: "zz"), passage, 8)  # never right: every key typed
     assert (wrong["typed"], wrong["accepted"], wrong["shown"]) == (8, 0, 8)
     assert sum(counts[0] for counts in wrong["positions"].values()) == 8

@@ -38,7 +38,13 @@ def test_parse_calls_reads_the_servers_lines_and_nothing_else() -> None:
     calls = parse_calls(log)
     assert [c.number for c in calls] == [2, 4]
     assert calls[0] == EngineCall(2, True, "line", 3, 900, 900, 0, 0, 3, 0, 120.0)
-    assert (calls[1].shown, calls[1].decoded, calls[1].cover, calls[1].generated, calls[1].ms) == (False, 2, 1, 11, 402.0)
+    assert (calls[1].shown, calls[1].decoded, calls[1].cover, calls[1].generated, calls[1].ms) == (
+        False,
+        2,
+        1,
+        11,
+        402.0,
+    )
 
 
 def test_theil_sen_finds_the_line_and_ignores_an_outlier() -> None:
@@ -66,7 +72,12 @@ def test_latency_rows_put_ours_beside_the_peers() -> None:
     peer = [200.0] * 50 + [400.0] * 50
     rows = {r["what"]: r for r in latency_rows(ours, peer)}
     assert list(rows) == ["p50", "p75", "p90", "p95", "over 300 ms"]
-    assert (rows["p50"]["ours_ms"], rows["p75"]["ours_ms"], rows["p90"]["ours_ms"], rows["p95"]["ours_ms"]) == (50, 75, 90, 95)
+    assert (rows["p50"]["ours_ms"], rows["p75"]["ours_ms"], rows["p90"]["ours_ms"], rows["p95"]["ours_ms"]) == (
+        50,
+        75,
+        90,
+        95,
+    )
     assert rows["p50"]["peer_ms"] == 200 and rows["p75"]["peer_ms"] == 400
     assert rows["p50"]["ratio"] == pytest.approx(0.25)
     assert rows["over 300 ms"]["ours_ms"] == 0 and rows["over 300 ms"]["peer_ms"] == 0.5
@@ -88,7 +99,9 @@ def test_call_summary_fits_warm_calls_and_counts_what_showed_nothing() -> None:
     calls.append(EngineCall(21, True, "line", 0, 900, 900, 0, 0, 3, 0, 4.0))  # every row remembered: not fitted
     found = call_summary(calls, floor_ms=25.0)
     assert found["engine_calls"] == 10 and found["warm_calls"] == 8 and found["remembered_calls"] == 1
-    assert found["fit_engine_ms"]["intercept"] == pytest.approx(150) and found["fit_engine_ms"]["slope"] == pytest.approx(25)
+    assert found["fit_engine_ms"]["intercept"] == pytest.approx(150) and found["fit_engine_ms"][
+        "slope"
+    ] == pytest.approx(25)
     assert found["fit_client_ms"]["intercept"] == pytest.approx(160)
     assert found["outside_engine_ms_median"] == pytest.approx(10) and found["outside_engine_ms"]["p90"] == 10
     assert found["fit_engine_ms_by_decode_steps"]["points"] == 8
@@ -106,7 +119,9 @@ def test_call_summary_fits_warm_calls_and_counts_what_showed_nothing() -> None:
 
 def test_decode_steps_count_every_llama_decode_of_a_call() -> None:
     call = EngineCall(5, True, "line", 2, 700, 697, 3, 1, 6, 2, 900.0, 8, 0)
-    assert call.decode_steps() == 5 + 1 + 8 + 0 + 2  # generated but the first, covering, alternatives, prompt run + last
+    assert (
+        call.decode_steps() == 5 + 1 + 8 + 0 + 2
+    )  # generated but the first, covering, alternatives, prompt run + last
     assert replace(call, decoded=1).decode_steps() == 5 + 1 + 8 + 1
     assert replace(call, decoded=0, generated=0).decode_steps() == 1 + 8
     assert replace(call, alternative_decodes=None).decode_steps() is None

@@ -327,9 +327,9 @@ def test_typing_gets_the_word_as_an_inline_completion(typed_in_vscode, case):
 
     # Every keystroke's request is answered: with a result, or as cancelled once superseded.
     for request in result["requests"][:-1]:
-        assert request["kind"] == "result" or (
-            request["kind"] == "error" and request["code"] == REQUEST_CANCELLED
-        ), request
+        assert request["kind"] == "result" or (request["kind"] == "error" and request["code"] == REQUEST_CANCELLED), (
+            request
+        )
     final = result["final"]
     assert final["kind"] == "result", final
     items = final["result"]["items"] if isinstance(final["result"], dict) else final["result"]

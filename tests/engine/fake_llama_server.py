@@ -71,13 +71,17 @@ class FakeLlamaServer(LoopbackHttpServer):
     """`table[path] = {token: prob}` is the distribution after prompt + path (path: the tokens
     after the prompt's first `prompt_len`)."""
 
-    def __init__(self, vocab: VocabIndex, table: dict[tuple[int, ...], dict[int, float]], prompt_len: int = 1, port: int = 0) -> None:
+    def __init__(
+        self, vocab: VocabIndex, table: dict[tuple[int, ...], dict[int, float]], prompt_len: int = 1, port: int = 0
+    ) -> None:
         self.vocab, self.table, self.prompt_len = vocab, table, prompt_len
         self.bodies: list[dict] = []
         self.headers: list[bytes] = []  # each request's head
         self.prefill_delay_s = 0.0  # before answering a prefill (a slow prompt decode)
         self.assign_slots = False  # a prefill naming no slot gets the next one (else slot 0), a named one its own
-        self.cache_n = None  # a prefill's reused prompt tokens to report (`timings.cache_n`): another user took the slot
+        self.cache_n = (
+            None  # a prefill's reused prompt tokens to report (`timings.cache_n`): another user took the slot
+        )
         self._next_slot = 0
         # sent as X-Cpc-Upstream (a balancer's answering server): a name, or a function of the
         # request's head (a balancer's hash on X-Cpc-Document)
@@ -113,7 +117,9 @@ class FakeLlamaServer(LoopbackHttpServer):
                 self._send(conn, b"200 OK", json.dumps({"id_slot": slot, "timings": timings}).encode())
                 return
             extra = self._upstream_header()
-            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n%s\r\n" % extra)
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n%s\r\n" % extra
+            )
             try:
                 for event in events:
                     chunk = b"data: " + json.dumps(event).encode() + b"\n\n"
@@ -131,7 +137,10 @@ class FakeLlamaServer(LoopbackHttpServer):
 
     def _send(self, conn: socket.socket, status: bytes, body: bytes) -> None:
         extra = self._upstream_header()
-        conn.sendall(b"HTTP/1.1 %s\r\nContent-Type: application/json\r\n%sContent-Length: %d\r\n\r\n%s" % (status, extra, len(body), body))
+        conn.sendall(
+            b"HTTP/1.1 %s\r\nContent-Type: application/json\r\n%sContent-Length: %d\r\n\r\n%s"
+            % (status, extra, len(body), body)
+        )
 
     def _complete(self, request: dict):
         """The events of one request; several prompts (a list of token lists) run one after

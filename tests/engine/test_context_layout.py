@@ -58,7 +58,7 @@ def test_files_that_do_not_fit_are_dropped_from_the_end_so_the_kept_ones_stay_a_
     tail = 1 + len(chars("pkg/main.py\n"))
     cut = context_tokens(CONTEXT, chars, REPO, first_only + tail + 3)
     assert spelled(cut) == "<REPO>proj\n<SEP>pkg/a.py\ndef alpha():\n    return 1\n<SEP>pkg/main.py\n"
-    assert full[: first_only] == cut[: first_only]
+    assert full[:first_only] == cut[:first_only]
     assert context_tokens(CONTEXT, chars, REPO, 4) == ()  # not even the headers fit: no context at all
 
 
@@ -90,12 +90,24 @@ def test_ranked_lines_that_do_not_fit_are_the_worst_ranked_wherever_they_are():
     full = context_tokens(ranked, chars, REPO, 10_000)
     assert spelled(full).count("<SEP>") == 3  # everything fits: as without ranks
     cut = context_tokens(ranked, chars, REPO, len(full) - 5)  # one line has to go: the worst (rank 3)
-    assert spelled(cut) == "<REPO>proj\n<SEP>pkg/a.py\ndef alpha():\nGAMMA = 3\n<SEP>pkg/b.py\nBETA = 2\n<SEP>pkg/main.py\n"
+    assert (
+        spelled(cut)
+        == "<REPO>proj\n<SEP>pkg/a.py\ndef alpha():\nGAMMA = 3\n<SEP>pkg/b.py\nBETA = 2\n<SEP>pkg/main.py\n"
+    )
     two = len(full) - len(chars("def alpha():\n    return 1\n"))  # rank 2 and 3 go; not BETA (1) at the list's end
-    assert spelled(context_tokens(ranked, chars, REPO, two)) == "<REPO>proj\n<SEP>pkg/a.py\nGAMMA = 3\n<SEP>pkg/b.py\nBETA = 2\n<SEP>pkg/main.py\n"
+    assert (
+        spelled(context_tokens(ranked, chars, REPO, two))
+        == "<REPO>proj\n<SEP>pkg/a.py\nGAMMA = 3\n<SEP>pkg/b.py\nBETA = 2\n<SEP>pkg/main.py\n"
+    )
     only = len(chars("proj\n")) + 1 + 1 + len(chars("pkg/a.py\nGAMMA = 3\n")) + 1 + len(chars("pkg/main.py\n"))
-    assert spelled(context_tokens(ranked, chars, REPO, only)) == "<REPO>proj\n<SEP>pkg/a.py\nGAMMA = 3\n<SEP>pkg/main.py\n"  # b.py, empty, goes
+    assert (
+        spelled(context_tokens(ranked, chars, REPO, only)) == "<REPO>proj\n<SEP>pkg/a.py\nGAMMA = 3\n<SEP>pkg/main.py\n"
+    )  # b.py, empty, goes
     assert context_tokens(ranked, chars, REPO, 4) == ()
     # ranks that do not cover every line: the plain rule (the last lines of the list go)
-    partial = RepoContext((ContextFile("pkg/a.py", "def alpha():\n    return 1\n", (0,)), CONTEXT.files[1]), path="pkg/main.py", name="proj")
+    partial = RepoContext(
+        (ContextFile("pkg/a.py", "def alpha():\n    return 1\n", (0,)), CONTEXT.files[1]),
+        path="pkg/main.py",
+        name="proj",
+    )
     assert spelled(context_tokens(partial, chars, REPO, len(full) - 14)).count("BETA") == 0

@@ -187,7 +187,10 @@ def test_the_fim_prompt_fits_the_context(fim_engine, sent):
     assert n <= fim_engine.n_ctx - 8
     tokens = sent.tokens(n)
     assert tokens[:2] == [1, pre] and tokens[-1] == mid
-    assert tokens[-2 - len(list(fim_engine.suffix_tokens(SUFFIX))) : -1] == [suf, *list(fim_engine.suffix_tokens(SUFFIX))]
+    assert tokens[-2 - len(list(fim_engine.suffix_tokens(SUFFIX))) : -1] == [
+        suf,
+        *list(fim_engine.suffix_tokens(SUFFIX)),
+    ]
 
 
 def test_a_suffix_bound_larger_than_the_context_still_leaves_room_for_the_prefix(fim_engine, sent):

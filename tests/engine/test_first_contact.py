@@ -20,8 +20,7 @@ PYTHON = "".join(
     for i in range(14)
 )
 PROSE = " ".join(
-    f"On day {i} the committee met again to review the budget, and the chair asked for comments."
-    for i in range(20)
+    f"On day {i} the committee met again to review the budget, and the chair asked for comments." for i in range(20)
 )
 
 
@@ -112,8 +111,11 @@ def test_batches_up_to_the_verify_cap_compute_the_rows_of_single_token_decodes(m
     model_engine.kv.forget()
 
 
-@pytest.mark.parametrize(("text", "single_line"), [(PYTHON, False), (PROSE, False), (PYTHON, True)],
-                         ids=["code", "prose", "code-single-line"])
+@pytest.mark.parametrize(
+    ("text", "single_line"),
+    [(PYTHON, False), (PROSE, False), (PYTHON, True)],
+    ids=["code", "prose", "code-single-line"],
+)
 def test_speculative_drafts_change_no_greedy_token(model_engine, text, single_line):
     cut = len(text) // 2
     requests = [

@@ -154,6 +154,7 @@ def test_work_survives_every_cancel_of_a_long_prompt():
     kv.logits_after(prompt)
     assert kv.decoded == 40 and backend.cells == list(prompt)
 
+
 def test_a_set_cancel_flag_stops_before_any_decode():
     kv = KvCache(RecordingBackend())
     cancel = threading.Event()

@@ -94,6 +94,8 @@ def test_typing_along_a_suggestion_stays_free(engine):
     assert first.text.startswith(" ye") and len(first.text) > 3
     typed = first.text[:4]  # the user types the suggestion's next letter
     before = engine.kv.decoded
-    along = complete(engine, typed, candidates=[w for w in words if w.startswith(typed[1:])], lexicon_prior=1.0, lexicon_decodes=16)
+    along = complete(
+        engine, typed, candidates=[w for w in words if w.startswith(typed[1:])], lexicon_prior=1.0, lexicon_decodes=16
+    )
     assert along.text.startswith(typed)
     assert engine.kv.decoded == before, along.stats

@@ -62,8 +62,13 @@ def per_step_path(engine, rows, required: bytes):
 
 @pytest.mark.parametrize(
     ("prompt", "required"),
-    [("Thanks for sending over the draft", " yest"), ("The model's", " behavi"), ("import", " num"),
-     ("def parse_arguments(", "sel"), ("We walked along the", " riverb")],
+    [
+        ("Thanks for sending over the draft", " yest"),
+        ("The model's", " behavi"),
+        ("import", " num"),
+        ("def parse_arguments(", "sel"),
+        ("We walked along the", " riverb"),
+    ],
 )
 def test_the_covering_search_finds_a_path_at_least_as_probable_as_per_step_masking(engine, prompt, required):
     tokens = engine.tokenize(prompt)
@@ -131,8 +136,9 @@ def test_a_cancel_from_another_thread_stops_within_one_step_and_the_sequence_sta
     assert seq.sample_next().was_cancelled
     # A request cancelled while running answers promptly with no text.
     cancel2 = threading.Event()
-    request = CompletionRequest(prompt="Once upon a time", required=",", max_tokens=500,
-                                sampling=SamplingConfig(single_line=False))
+    request = CompletionRequest(
+        prompt="Once upon a time", required=",", max_tokens=500, sampling=SamplingConfig(single_line=False)
+    )
     box = {}
     worker = threading.Thread(target=lambda: box.setdefault("r", engine.complete(request, cancel2)))
     worker.start()
@@ -156,14 +162,21 @@ def test_a_prompt_longer_than_the_context_keeps_its_tail_and_still_reuses_the_ca
 
 
 def test_stop_sequences_and_single_line(engine):
-    multi = complete(engine, "1. apples\n2. pears\n3.", " ban", max_tokens=24,
-                     sampling=SamplingConfig(single_line=False))
+    multi = complete(
+        engine, "1. apples\n2. pears\n3.", " ban", max_tokens=24, sampling=SamplingConfig(single_line=False)
+    )
     single = complete(engine, "1. apples\n2. pears\n3.", " ban", max_tokens=24)
     assert "\n" not in single.text and single.text.startswith(" ban")
     if "\n" in multi.text:
         assert single.stop_reason == "line"
-    stopped = complete(engine, "1. apples\n2. pears\n3.", " ban", max_tokens=24, stop=("a",),
-                       sampling=SamplingConfig(single_line=False))
+    stopped = complete(
+        engine,
+        "1. apples\n2. pears\n3.",
+        " ban",
+        max_tokens=24,
+        stop=("a",),
+        sampling=SamplingConfig(single_line=False),
+    )
     assert stopped.text == " ban" and stopped.stop_reason == "stop"
 
 
@@ -177,9 +190,22 @@ def test_sampling_with_a_temperature_still_spells_the_prefix_and_is_reproducible
 @pytest.mark.model
 def test_the_cli_prints_json():
     out = subprocess.run(
-        [sys.executable, "-m", "engine", "--prompt", "Thanks for sending over the draft", "--require", " yest", "--json",
-         "--threads", "1"],
-        capture_output=True, text=True, timeout=120, check=True,
+        [
+            sys.executable,
+            "-m",
+            "engine",
+            "--prompt",
+            "Thanks for sending over the draft",
+            "--require",
+            " yest",
+            "--json",
+            "--threads",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
     )
     data = json.loads(out.stdout)
     assert data["text"].startswith(" yesterday")

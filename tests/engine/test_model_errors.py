@@ -51,8 +51,9 @@ def test_an_unwritable_cache_directory_says_where_to_point_it(tmp_path):
     blocker = tmp_path / "file-not-dir"
     blocker.write_text("")
     env = {**os.environ, "CPC_LSP_CACHE_DIR": str(blocker / "cache")}
-    out = subprocess.run([sys.executable, "-m", "engine", "--prompt", "x"], env=env,
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "engine", "--prompt", "x"], env=env, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode != 0
     assert "CPC_LSP_CACHE_DIR" in out.stderr and "not writable" in out.stderr
 
@@ -60,7 +61,11 @@ def test_an_unwritable_cache_directory_says_where_to_point_it(tmp_path):
 def test_the_cli_fails_clearly_on_a_bad_model(tmp_path):
     bad = tmp_path / "notes.txt"
     bad.write_text("not a model")
-    out = subprocess.run([sys.executable, "-m", "engine", "--prompt", "x", "--model", str(bad)],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "engine", "--prompt", "x", "--model", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode != 0
     assert "not a GGUF file" in out.stderr and str(bad) in out.stderr

@@ -266,6 +266,7 @@ def test_behind_debian_s_nginx_documents_stick_and_follow_a_failover(two, monkey
     for s in two:
         s.connection_close = True  # the fakes serve one request per connection
     with Balancer([f"127.0.0.1:{s.port}" for s in two], fail_timeout_s=1) as balancer:
+
         def make_rows() -> RemoteRows:
             return RemoteRows(ModelServerClient(balancer.url, None, 5.0), VOCAB, 2048, 1, None, n_probs=1)
 
@@ -300,7 +301,9 @@ class _DiesMidStream(FakeLlamaServer):
     a server killed while it answers."""
 
     def handle(self, conn, head, body):
-        if b"/completion" in head.split(b"\r\n", 1)[0] and b'"stream": true' in body.replace(b'"stream":true', b'"stream": true'):
+        if b"/completion" in head.split(b"\r\n", 1)[0] and b'"stream": true' in body.replace(
+            b'"stream":true', b'"stream": true'
+        ):
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
             self.close()
             return

@@ -151,6 +151,7 @@ def test_behind_nginx_documents_stick_to_one_server_and_a_move_is_checked_and_fo
                 assert completion.stats.server != home and completion.text == alone[doc]
             assert engine.kv.upstream_changes > changes
             servers[victim].start()
+
             # past nginx's fail_timeout it tries the server again, and once that works, sends it all its documents
             def home_again() -> bool:
                 engine.kv.forget()  # remembered rows would answer without asking anyone
@@ -186,7 +187,9 @@ def test_behind_nginx_a_server_running_another_model_is_refused_when_a_document_
                 kinds = set()
                 for i in range(20):  # some of 20 documents hash to the other server
                     try:
-                        completion = engine.complete(CompletionRequest("import", " num", max_tokens=3, document=f"file:///{i}.py"))
+                        completion = engine.complete(
+                            CompletionRequest("import", " num", max_tokens=3, document=f"file:///{i}.py")
+                        )
                         assert completion.stats.server == f"127.0.0.1:{servers[0].port}"
                     except ModelServerError as error:
                         kinds.add(error.kind)

@@ -31,7 +31,10 @@ def test_available_memory_is_read_on_linux():
     meminfo = Path("/proc/meminfo")
     if not meminfo.exists():
         pytest.skip("no /proc/meminfo: the engine then caps by the budget alone")
-    fields = {name: int(value.split()[0]) * 1024 for name, value in (line.split(":", 1) for line in meminfo.read_text().splitlines())}
+    fields = {
+        name: int(value.split()[0]) * 1024
+        for name, value in (line.split(":", 1) for line in meminfo.read_text().splitlines())
+    }
     available = available_memory_bytes()
     assert available is not None and 0 < available <= fields["MemTotal"]
     assert abs(available - fields["MemAvailable"]) < fields["MemTotal"] // 10  # in bytes, read a moment apart

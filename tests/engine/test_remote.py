@@ -80,7 +80,12 @@ def test_prefetch_leaves_only_the_last_token_to_decode(remote, llama_server):
 
 
 def test_a_cancel_closes_the_stream_and_the_server_stops_decoding(remote, llama_server):
-    request = CompletionRequest("Chapter 1. It was a dark and stormy night; the rain fell", "", max_tokens=400, sampling=SamplingConfig(single_line=False))
+    request = CompletionRequest(
+        "Chapter 1. It was a dark and stormy night; the rain fell",
+        "",
+        max_tokens=400,
+        sampling=SamplingConfig(single_line=False),
+    )
     cancel = threading.Event()
     timer = threading.Timer(0.5, cancel.set)
     timer.start()
@@ -120,7 +125,9 @@ def test_a_word_after_a_deep_indent_takes_two_round_trips_and_is_the_in_process_
     remote.kv.forget()
     model_engine.kv.forget()
     for typed in ("m", "max_h", "max_help_p", "max_help_po"):
-        request = CompletionRequest(doc.base.rstrip(" "), indent + typed, max_tokens=16, suffix="", document="file:///t/deep.py")
+        request = CompletionRequest(
+            doc.base.rstrip(" "), indent + typed, max_tokens=16, suffix="", document="file:///t/deep.py"
+        )
         remote.prefetch(request)
         model_engine.prefetch(request)
         theirs, ours = remote.complete(request), model_engine.complete(request)
@@ -155,7 +162,10 @@ SIGNAL_CASES = [
     (ROUTER, "                ex"),  # a word after a run of indentation spaces: many token splits cover it
     (ROUTER, "                re"),
     ("The committee will meet again next week to review the", " prop"),  # a rival word: a finite margin
-    ("def summarize(records):\n    totals = {}\n    for record in records:\n        totals[record.name] = 0\n    return", " tot"),
+    (
+        "def summarize(records):\n    totals = {}\n    for record in records:\n        totals[record.name] = 0\n    return",
+        " tot",
+    ),
 ]
 
 
@@ -190,9 +200,13 @@ def test_a_wrong_key_is_refused_and_the_right_one_works():
     try:
         for key in (None, "wrong"):
             with pytest.raises(ModelServerError) as caught:
-                Engine.load(EngineConfig(model_server=server.url, model_server_api_key=key, model_server_timeout_s=SLOW))
+                Engine.load(
+                    EngineConfig(model_server=server.url, model_server_api_key=key, model_server_timeout_s=SLOW)
+                )
             assert caught.value.kind == "auth" and KEY not in str(caught.value)
-        engine = Engine.load(EngineConfig(model_server=server.url, model_server_api_key=KEY, model_server_timeout_s=SLOW))
+        engine = Engine.load(
+            EngineConfig(model_server=server.url, model_server_api_key=KEY, model_server_timeout_s=SLOW)
+        )
         assert engine.complete(CompletionRequest("import", " num", max_tokens=3)).text.startswith(" numpy")
         engine.close()
     finally:

@@ -83,7 +83,7 @@ def test_both_unknown_spellings_are_asked_in_one_request_and_the_exact_covering_
     assert sorted(t for t, _ in batch["logit_bias"]) == sorted([S1, S1X, SA, SAB])
     assert {b for _, b in batch["logit_bias"]} == {BOOST}
     # What is left to prove is the first token's exact value: forced, then on into the suggestion.
-    assert refine["grammar"] == f"root ::= <[{S1}]> \" ab\" .*"
+    assert refine["grammar"] == f'root ::= <[{S1}]> " ab" .*'
     assert [seq.sample_next().token for _ in range(3)] == [S1, SAB, X]
     # The prefetch naming the slot, the grammar's stream, the batch, the forced one: 4 requests
     # where one branch per request took 5 (each spelling's own, then the suggestion's).

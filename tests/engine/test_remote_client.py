@@ -48,12 +48,21 @@ class FakeServer(LoopbackHttpServer):
 
 
 def http(status: int, body: bytes, content_type: str = "application/json") -> bytes:
-    return b"HTTP/1.1 %d X\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s" % (status, content_type.encode(), len(body), body)
+    return b"HTTP/1.1 %d X\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s" % (
+        status,
+        content_type.encode(),
+        len(body),
+        body,
+    )
 
 
 def sse(events: list[bytes], end: bool = True) -> bytes:
     chunks = b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events)
-    return b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks + (b"0\r\n\r\n" if end else b"")
+    return (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+        + chunks
+        + (b"0\r\n\r\n" if end else b"")
+    )
 
 
 @pytest.fixture
@@ -81,7 +90,9 @@ def test_the_key_is_sent_as_a_bearer_header_and_never_shown(serve):
     assert client.get_json("/health") == {"status": "ok"}
     assert b"Authorization: Bearer " + KEY.encode() in server.requests[0]
     assert KEY not in repr(client)
-    refused = serve(lambda _: http(401, b'{"error": {"message": "Invalid API Key", "type": "authentication_error", "code": 401}}'))
+    refused = serve(
+        lambda _: http(401, b'{"error": {"message": "Invalid API Key", "type": "authentication_error", "code": 401}}')
+    )
     error = kind_of(lambda: ModelServerClient(refused.url, KEY, 2.0).get_json("/props"))
     assert error.kind == "auth" and KEY not in str(error) and "modelServerApiKey" in str(error)
 
@@ -91,7 +102,7 @@ def test_the_key_is_sent_as_a_bearer_header_and_never_shown(serve):
     [
         b"this is not http\r\n\r\n",
         http(200, b"{not json"),
-        b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"status\"",  # truncated
+        b'HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{"status"',  # truncated
         http(500, b'{"error": {"message": "the prompt: Thanks for sending", "type": "server_error"}}'),
     ],
     ids=["not-http", "not-json", "truncated", "server-error"],
@@ -215,7 +226,9 @@ def test_a_cancel_closes_the_stream_at_once(serve):
     assert stream.closed and not server.finished.is_set()
 
 
-@pytest.mark.parametrize("url,kind", [("ftp://x", "url"), ("http://", "url"), ("https://", "url"), ("http://h:99999", "url")])
+@pytest.mark.parametrize(
+    "url,kind", [("ftp://x", "url"), ("http://", "url"), ("https://", "url"), ("http://h:99999", "url")]
+)
 def test_bad_urls_are_refused_with_a_message(url, kind):
     error = kind_of(lambda: parse_url(url))
     assert error.kind == kind, error

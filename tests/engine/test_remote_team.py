@@ -20,15 +20,15 @@ pytestmark = pytest.mark.model
 
 HEADER = "# Copyright 2025-26 Example Team. SPDX-License-Identifier: Apache-2.0\nfrom __future__ import annotations\n\nimport os\nimport re\n\n"
 MINE = HEADER + (
-    "def parse_arguments(argv):\n    \"\"\"Read the command line and return the options the tool was started with:\n"
+    'def parse_arguments(argv):\n    """Read the command line and return the options the tool was started with:\n'
     "    the input files, the output directory, how verbose to be, and whether to overwrite files\n"
-    "    that are already there. Unknown options stop the tool with a message.\"\"\"\n"
+    '    that are already there. Unknown options stop the tool with a message."""\n'
     "    parser = make_parser()\n    return parser."
 )
 THEIRS = HEADER + (
-    "class Inventory:\n    \"\"\"Items in the warehouse, counted by shelf and by the day they arrived;\n"
+    'class Inventory:\n    """Items in the warehouse, counted by shelf and by the day they arrived;\n'
     "    an item leaves when it is sold, and the count of each shelf is checked every evening against\n"
-    "    the orders of the day.\"\"\"\n\n    def __init__(self, shelves):\n        self."
+    '    the orders of the day."""\n\n    def __init__(self, shelves):\n        self.'
 )
 # llama-server saves the slot's prompt to RAM only when less than half of it is kept, so the two
 # documents are each more than twice as long as the header they share.
@@ -76,8 +76,17 @@ def _tokens(server, text: str) -> list[int]:
 
 def _prefill(server, tokens: list[int], slot: int = -1, cache: bool = True) -> tuple[int, int]:
     """Decode `tokens` into a slot: (the slot used, prompt tokens taken from cache or RAM)."""
-    status, body = server.post("/completion", {"prompt": tokens, "n_predict": 0, "id_slot": slot, "cache_prompt": cache,
-                                               "response_fields": ["id_slot", "timings"]}, timeout=120)
+    status, body = server.post(
+        "/completion",
+        {
+            "prompt": tokens,
+            "n_predict": 0,
+            "id_slot": slot,
+            "cache_prompt": cache,
+            "response_fields": ["id_slot", "timings"],
+        },
+        timeout=120,
+    )
     assert status == 200, body
     return body["id_slot"], body["timings"]["cache_n"]
 
@@ -111,9 +120,16 @@ def test_a_new_document_restored_for_its_header_takes_a_saved_prompt_out_of_ram(
     try:
         # Theirs is long, so the slot holding it keeps a smaller part of itself for the new
         # document than the saved mine would (the other condition of a restore).
-        mine, theirs = _tokens(server, MINE), _tokens(server, THEIRS + "items = {}\n" + THEIRS[len(HEADER):].replace("self.", "pass\n"))
+        mine, theirs = (
+            _tokens(server, MINE),
+            _tokens(server, THEIRS + "items = {}\n" + THEIRS[len(HEADER) :].replace("self.", "pass\n")),
+        )
         # A third document: the header and MINE's first words ("def parse_"), then its own text.
-        new = _tokens(server, HEADER + "def parse_config(path):\n    \"\"\"Read the settings file at `path`.\"\"\"\n    with open(path) as f:\n        return json.load(f)\n")
+        new = _tokens(
+            server,
+            HEADER
+            + 'def parse_config(path):\n    """Read the settings file at `path`."""\n    with open(path) as f:\n        return json.load(f)\n',
+        )
         shared = max(i for i in range(min(len(new), len(mine))) if new[:i] == mine[:i])
         assert _prefill(server, mine)[1] == 0
         _prefill(server, theirs, 0)  # displaces mine: saved to RAM
@@ -157,15 +173,25 @@ def test_a_request_naming_a_busy_slot_changes_its_running_generation_only_at_a_n
     server = start_llama_server(slots=1, threads=2, extra_args=("--slot-prompt-similarity", similarity))
     try:
         mine, theirs = _tokens(server, MINE), _tokens(server, THEIRS)
-        generate = {"prompt": mine, "n_predict": 96, "id_slot": 0, "cache_prompt": True, "temperature": 0.0,
-                    "samplers": ["temperature"], "return_tokens": True, "ignore_eos": True}
+        generate = {
+            "prompt": mine,
+            "n_predict": 96,
+            "id_slot": 0,
+            "cache_prompt": True,
+            "temperature": 0.0,
+            "samplers": ["temperature"],
+            "return_tokens": True,
+            "ignore_eos": True,
+        }
         _prefill(server, theirs, 0)
         _prefill(server, mine, 0)  # theirs saved to RAM (at 0.1; at 0 nothing is saved or loaded)
         status, alone = server.post("/completion", generate, timeout=120)
         assert status == 200, alone
         _prefill(server, theirs, 0)
         _prefill(server, mine, 0)
-        stream = ModelServerClient(server.url, None, 120.0).stream("/completion", generate | {"stream": True}, time.monotonic() + 120)
+        stream = ModelServerClient(server.url, None, 120.0).stream(
+            "/completion", generate | {"stream": True}, time.monotonic() + 120
+        )
         tokens = []
         while (event := stream.next_event()) is not None:
             if event.get("tokens") and not tokens:

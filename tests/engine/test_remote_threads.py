@@ -14,7 +14,10 @@ from engine import Engine, EngineConfig
 
 pytestmark = pytest.mark.model
 
-TEXT = "def parse(lines):\n    result = []\n    for line in lines:\n        if not line.strip():\n            continue\n" * 6
+TEXT = (
+    "def parse(lines):\n    result = []\n    for line in lines:\n        if not line.strip():\n            continue\n"
+    * 6
+)
 NOISE = 2e-3  # nats: llama-server's float32 softmax against the engine's float64
 
 

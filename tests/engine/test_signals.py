@@ -101,7 +101,9 @@ def test_with_no_budget_only_remembered_rows_are_used():
     search = CoveringSearch(VOCAB, rows, max_decodes=8)
     search.run(b" ye")
     counted = _Counted(rows, remembered=frozenset({(YET,)}))
-    found = alternatives(VOCAB, BudgetedRows(counted, 0), " ye", search.ranked(6), search.log_mass(), " yesterday", (YES,), 3)
+    found = alternatives(
+        VOCAB, BudgetedRows(counted, 0), " ye", search.ranked(6), search.log_mass(), " yesterday", (YES,), 3
+    )
     assert [a.text for a in found] == [" yet"]
     assert counted.decodes == 0
 

@@ -58,7 +58,9 @@ def test_probabilities_only_fall_along_the_suggestion(engine):
 
 
 def test_alternatives_are_distinct_words_beginning_with_the_typed_prefix_most_probable_first(engine):
-    result = complete(engine, "import os\n\ndef read(path):\n    with open(path) as f:\n        return f.", "re", alternatives=3)
+    result = complete(
+        engine, "import os\n\ndef read(path):\n    with open(path) as f:\n        return f.", "re", alternatives=3
+    )
     texts = [a.text for a in result.alternatives]
     first = result.text[: result.signals.word_ends[0].chars]
     assert first == "read"

@@ -63,7 +63,9 @@ def test_another_model_or_runtime_builds_its_own():
     load_vocab(model, "other", "runtime 1")
     load_vocab(model, "fake", "runtime 2")
     assert model.built == 3
-    assert len({vocab_path("fake", "runtime 1"), vocab_path("other", "runtime 1"), vocab_path("fake", "runtime 2")}) == 3
+    assert (
+        len({vocab_path("fake", "runtime 1"), vocab_path("other", "runtime 1"), vocab_path("fake", "runtime 2")}) == 3
+    )
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "wrong order", "other size", "bytes short"])

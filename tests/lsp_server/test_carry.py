@@ -196,7 +196,9 @@ def test_the_completion_fallback_lists_every_suggestion_in_order():
         editor = Editor(server.client, "utf-8")
         uri = "file:///tmp/carry/menu.py"
         editor.open(uri, "total = add(a, b)\nre")
-        result = editor.client.call("textDocument/completion", {"textDocument": {"uri": uri}, "position": editor.end(uri)})
+        result = editor.client.call(
+            "textDocument/completion", {"textDocument": {"uri": uri}, "position": editor.end(uri)}
+        )
         items = sorted(result["items"], key=lambda item: item["sortText"])
         assert [item["textEdit"]["newText"] for item in items] == ["return done", "review"]
     finally:

@@ -30,8 +30,12 @@ def unrelated_helper():
 # The context takes at most half the tokens of the file's text before the cursor (a cold request
 # costs at most 1.5x: lsp_server.context.budget_for), so the file opens with a docstring long
 # enough for the helper's definition; nothing in it names the helper.
-MAIN = '"""Count the widgets of a run.\n\n' + "This program reads a count and reports a total for the run.\n" * 20 + '"""\n' \
+MAIN = (
+    '"""Count the widgets of a run.\n\n'
+    + "This program reads a count and reports a total for the run.\n" * 20
+    + '"""\n'
     "import os\n\n\ndef main(count):\n    total = frob"
+)
 
 
 @pytest.fixture
@@ -80,7 +84,13 @@ def suggestion_after_typing(root: Path, extra_context: bool, model: dict) -> tup
         before = editor.stats()
         shown = editor.suggestion(uri)
         after = editor.stats()
-        keystrokes.append({**after, "engine": after["engineAnswers"] > before["engineAnswers"], "prompt_before": before["promptTokens"]})
+        keystrokes.append(
+            {
+                **after,
+                "engine": after["engineAnswers"] > before["engineAnswers"],
+                "prompt_before": before["promptTokens"],
+            }
+        )
     return first, keystrokes, client
 
 

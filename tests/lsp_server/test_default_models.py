@@ -38,9 +38,15 @@ def test_code_goes_to_the_code_model_and_prose_to_the_prose_model(default_server
     assert prose is not None and prose.startswith("yesterday"), prose
     assert editor.stats()["model"] == PROSE_MODEL
 
-    said = [(n["params"]["state"], n["params"]["message"]) for n in default_server.notifications if n["method"] == "cpcLsp/status"]
+    said = [
+        (n["params"]["state"], n["params"]["message"])
+        for n in default_server.notifications
+        if n["method"] == "cpcLsp/status"
+    ]
     assert "loaded in" not in said[1][1], said  # "ready" at start means found, not loaded
     for model in (CODE_MODEL, PROSE_MODEL):  # each model's own load is told as it happens
-        loading, loaded = said.index(("loading", f"loading {model}")), [i for i, (state, message) in enumerate(said) if message.startswith(f"{model} loaded in ")]
+        loading, loaded = (
+            said.index(("loading", f"loading {model}")),
+            [i for i, (state, message) in enumerate(said) if message.startswith(f"{model} loaded in ")],
+        )
         assert loaded and loaded[0] > loading and said[loaded[0]][0] == "ready", said
-

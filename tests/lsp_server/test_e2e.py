@@ -70,9 +70,7 @@ def units(text: str, encoding: str) -> int:
 
 def open_doc(client: LanguageClient, name: str, text: str) -> str:
     uri = f"file:///tmp/cpc-e2e/{name}"
-    client.text_document_did_open(
-        types.DidOpenTextDocumentParams(types.TextDocumentItem(uri, "plaintext", 1, text))
-    )
+    client.text_document_did_open(types.DidOpenTextDocumentParams(types.TextDocumentItem(uri, "plaintext", 1, text)))
     return uri
 
 

@@ -82,12 +82,16 @@ def test_the_server_reports_and_keeps_answering(name, tmp_path, monkeypatch, cap
         editor = Editor(server)
         editor.open(uri, case.text)
         inline = editor.send_inline(uri)  # sent before the failure is known
-        shown = server.wait_notification(lambda n: n["method"] == "window/showMessage" and n["params"]["type"] == case.kind)
+        shown = server.wait_notification(
+            lambda n: n["method"] == "window/showMessage" and n["params"]["type"] == case.kind
+        )
         message = shown["params"]["message"]
         for needle in case.says:
             assert needle.lower() in message.lower(), message
         assert server.response(inline).result == []
-        fallback = server.call("textDocument/completion", {"textDocument": {"uri": uri}, "position": {"line": 0, "character": 9}})
+        fallback = server.call(
+            "textDocument/completion", {"textDocument": {"uri": uri}, "position": {"line": 0, "character": 9}}
+        )
         assert fallback["items"] == []
         assert server.call("cpcLsp/stats") is None  # no engine call has happened
         assert message.split(": ", 1)[1][:60] in caplog.text  # the same words in the log (stderr)

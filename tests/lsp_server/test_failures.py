@@ -113,7 +113,14 @@ def test_an_unreadable_change_of_any_shape_only_marks_an_open_document_stale():
     server = build_server(load=FakeLoader())
     try:
         server.documents.open("file:///open.txt", "text", 1)
-        for params in (None, 5, [], {"textDocument": 5}, {"textDocument": {"uri": 7}}, {"textDocument": {"uri": "file:///closed.txt"}}):
+        for params in (
+            None,
+            5,
+            [],
+            {"textDocument": 5},
+            {"textDocument": {"uri": 7}},
+            {"textDocument": {"uri": "file:///closed.txt"}},
+        ):
             server.unreadable_notification("textDocument/didChange", params)
         assert not server.documents.get("file:///open.txt").stale
         server.unreadable_notification("textDocument/didChange", {"textDocument": {"uri": "file:///open.txt"}})

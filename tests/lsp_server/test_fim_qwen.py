@@ -15,7 +15,7 @@ SERVER_LOG_LEVEL = "warning"
 # Only the text after the cursor defines this name; the lexicon (off by default) is not asked.
 BEFORE = "import math\n\n\ndef report(items):\n    widgets = [i for i in items if i]\n    return frob"
 AFTER = (
-    "\n\n\ndef frobnicate_quux_widgets(widgets):\n    \"\"\"Sum the widgets' weights.\"\"\"\n"
+    '\n\n\ndef frobnicate_quux_widgets(widgets):\n    """Sum the widgets\' weights."""\n'
     "    return sum(w.weight for w in widgets)\n"
 )
 

@@ -40,16 +40,18 @@ def ask(path: Path, settings: dict, text: str = BEFORE + TYPED + AFTER, cursor: 
         editor.open(uri, text, "python")
         line = text.count("\n", 0, cursor)
         column = cursor - (text.rfind("\n", 0, cursor) + 1)
-        params = {"textDocument": {"uri": uri}, "position": {"line": line, "character": column}, "context": {"triggerKind": 2}}
+        params = {
+            "textDocument": {"uri": uri},
+            "position": {"line": line, "character": column},
+            "context": {"triggerKind": 2},
+        }
         reply = client.request("textDocument/inlineCompletion", params)
         return insert_text(reply), editor.stats() or {}
     finally:
         server.close()
 
 
-@pytest.mark.parametrize(
-    ("lines", "after"), [(1, ""), (2, "\n    print(x)"), (3, "\n    print(x)\nif x"), (8, AFTER)]
-)
+@pytest.mark.parametrize(("lines", "after"), [(1, ""), (2, "\n    print(x)"), (3, "\n    print(x)\nif x"), (8, AFTER)])
 def test_a_fim_model_gets_the_text_after_the_cursor_bounded_in_lines(tiny_models, lines, after):
     assert text_after(BEFORE + TYPED + AFTER, len(BEFORE + TYPED), lines) == after
     shown, stats = ask(tiny_models["fim"], {"fimSuffixLines": lines})

@@ -25,7 +25,9 @@ def test_cursor_classes():
 
 
 def test_the_calibration_is_a_logistic_of_the_features():
-    c = Calibration((1.0, -1.0, 0.5), w_log_prob=2.0, w_margin=0.5, w_first=0.25, w_word=1.5, w_typed=0.1, margin_cap=4.0)
+    c = Calibration(
+        (1.0, -1.0, 0.5), w_log_prob=2.0, w_margin=0.5, w_first=0.25, w_word=1.5, w_typed=0.1, margin_cap=4.0
+    )
     z = -1.0 + 2.0 * -0.5 + 0.5 * 4.0 + 0.25 + 1.5 + 0.1 * -20.0  # margin capped, typed floored
     assert math.isclose(c.confidence(CURSOR_CLASSES[1], -0.5, 100.0, True, True, -50.0), 1 / (1 + math.exp(-z)))
     assert 0.0 < c.confidence(CURSOR_CLASSES[0], -1e9, 0.0, False, False, 0.0) < 1e-20  # clipped, no overflow

@@ -135,7 +135,9 @@ def test_settings_change_takes_effect(editor):
     editor.open(uri, "total = add(a, b)\nret")  # no block opens here: one line, `maxTokens`
     assert editor.suggestion(uri) == "return done"
     shown = len(editor.client.messages("window/showMessage"))
-    editor.client.notify("workspace/didChangeConfiguration", {"settings": {"cpcLsp": {"maxTokens": 1, "temperature": "hot"}}})
+    editor.client.notify(
+        "workspace/didChangeConfiguration", {"settings": {"cpcLsp": {"maxTokens": 1, "temperature": "hot"}}}
+    )
     assert editor.suggestion(uri) == "return"  # one token: the fake engine stops after the word
     warnings = editor.client.messages("window/showMessage")[shown:]
     assert any("temperature" in w for w in warnings) and not any("maxTokens" in w for w in warnings)
@@ -185,6 +187,9 @@ def test_the_completion_fallback_for_a_client_without_inline_completion(encoding
                 edit = result["items"][0]["textEdit"]
                 start = units("Thanks for sending over the draft ", encoding)
                 assert edit["newText"] == "yesterday done"
-                assert edit["range"] == {"start": {"line": 0, "character": start}, "end": {"line": 0, "character": start + 4}}
+                assert edit["range"] == {
+                    "start": {"line": 0, "character": start},
+                    "end": {"line": 0, "character": start + 4},
+                }
         finally:
             server.close()

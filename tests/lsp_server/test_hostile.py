@@ -46,7 +46,11 @@ def error_code(reply: Reply) -> int | None:
 
 
 def inline_params(uri, line, character) -> dict:
-    return {"textDocument": {"uri": uri}, "position": {"line": line, "character": character}, "context": {"triggerKind": 2}}
+    return {
+        "textDocument": {"uri": uri},
+        "position": {"line": line, "character": character},
+        "context": {"triggerKind": 2},
+    }
 
 
 @pytest.mark.parametrize(
@@ -165,7 +169,10 @@ def random_json(rng: random.Random, depth: int = 0):
     if kind == "float":
         return rng.choice([0.5, -1e308, 1e-300, 3.14])
     if kind == "str":
-        return "".join(chr(rng.choice([0x41, 0x0, 0xD800, 0x1F600, 0x2028, rng.randint(0, 0x10FFFF)])) for _ in range(rng.randint(0, 6)))
+        return "".join(
+            chr(rng.choice([0x41, 0x0, 0xD800, 0x1F600, 0x2028, rng.randint(0, 0x10FFFF)]))
+            for _ in range(rng.randint(0, 6))
+        )
     if kind == "list":
         return [random_json(rng, depth + 1) for _ in range(rng.randint(0, 3))]
     keys = ["textDocument", "uri", "contentChanges", "range", "text", "version", "settings", "id", "cpcLsp", "position"]
@@ -197,9 +204,13 @@ def test_an_unreadable_change_makes_the_document_stale_until_its_text_comes_agai
     editor.open(uri, DRAFT)
     logged = len(server.notifications)
     bad_change = {"range": {"start": {"line": 0}}, "text": "x"}  # no end, no start character
-    server.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": 2}, "contentChanges": [bad_change]})
+    server.notify(
+        "textDocument/didChange", {"textDocument": {"uri": uri, "version": 2}, "contentChanges": [bad_change]}
+    )
     assert answered(server.request(INLINE, inline_params(uri, *end_position(DRAFT)))).result == []
-    warning = server.wait_notification(lambda n: n["method"] == "window/logMessage" and "could not be read" in n["params"]["message"], after=logged)
+    warning = server.wait_notification(
+        lambda n: n["method"] == "window/logMessage" and "could not be read" in n["params"]["message"], after=logged
+    )
     assert warning["params"]["type"] == 2  # Warning
     editor.change(uri, "x", (0, 0))  # incremental changes still cannot be trusted
     assert answered(server.request(INLINE, inline_params(uri, *end_position(DRAFT)))).result == []
@@ -211,7 +222,9 @@ def test_an_unreadable_change_makes_the_document_stale_until_its_text_comes_agai
 def test_a_failed_reload_keeps_the_previous_model(server, editor):
     shown = len(server.messages("window/showMessage"))
     after = len(server.notifications)
-    server.notify("workspace/didChangeConfiguration", {"settings": {"cpcLsp": {"model": "/nonexistent/cpc-reload.gguf"}}})
+    server.notify(
+        "workspace/didChangeConfiguration", {"settings": {"cpcLsp": {"model": "/nonexistent/cpc-reload.gguf"}}}
+    )
     message = server.wait_loaded(after=after)
     assert "/nonexistent/cpc-reload.gguf" in message and "Keeping the previous model" in message
     assert any("Keeping the previous model" in m for m in server.messages("window/showMessage")[shown:])

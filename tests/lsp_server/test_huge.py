@@ -62,7 +62,7 @@ def test_edits_far_from_the_cursor_keep_positions_right(fake_module_server):
     editor.change(uri, "", (1000, 0), (41000, 0))  # 40,000 lines removed from the middle
     editor.change(uri, "\r\n", (20000, 3))  # a CRLF break in the middle of a line
     expected = ["A new first line.", *lines][:1000] + ["A new first line.", *lines][41000:]
-    expected[20000 : 20001] = [expected[20000][:3] + "\r", expected[20000][3:]]
+    expected[20000:20001] = [expected[20000][:3] + "\r", expected[20000][3:]]
     expected_text = "\n".join(expected)
     assert expected_text.endswith(DRAFT)
     line, character = end_position(expected_text)  # the client's idea of the end

@@ -60,7 +60,7 @@ def test_through_the_suggestion(before, added, rest, inserted):
 def test_pairs():
     assert Pairs().read("f(a[1], 'x)')").errors == 0
     assert Pairs().read("f(a").errors == 1 and Pairs().read("a)").errors == 1
-    assert Pairs().read("'it\\'s'").errors == 0 and Pairs().read("\"a").errors == 1
+    assert Pairs().read("'it\\'s'").errors == 0 and Pairs().read('"a').errors == 1
     assert Pairs().read("(]").errors == 2  # a closer of the wrong kind pairs with nothing
 
 

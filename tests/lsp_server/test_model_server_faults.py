@@ -39,7 +39,14 @@ def connect(url: str, env: dict[str, str] | None = None, **settings: object) -> 
     client = LspClient(["--log-level", "debug"], env=env)
     # The gate off: these tests are about the server link, and a guess the gate rightly hides (the
     # fourth user's "budg") would read as a lost answer.
-    options = {"modelServer": url, "modelServerTimeoutMs": BUDGET_MS, "maxTokens": 4, "threads": 1, "minConfidence": 0, **settings}
+    options = {
+        "modelServer": url,
+        "modelServerTimeoutMs": BUDGET_MS,
+        "maxTokens": 4,
+        "threads": 1,
+        "minConfidence": 0,
+        **settings,
+    }
     client.initialize({"cpcLsp": options}, wait_loaded=True, timeout=60)
     return client
 

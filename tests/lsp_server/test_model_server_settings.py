@@ -50,7 +50,15 @@ def test_the_timeout_does_not_reload_an_in_process_model():
 
 @pytest.mark.parametrize(
     "url",
-    ["ftp://host:1", "127.0.0.1:8080", "http://", "http://user:pw@host:8080", "http://host:99999", "http://h:1/?q=1", 5],
+    [
+        "ftp://host:1",
+        "127.0.0.1:8080",
+        "http://",
+        "http://user:pw@host:8080",
+        "http://host:99999",
+        "http://h:1/?q=1",
+        5,
+    ],
 )
 def test_a_bad_url_is_refused_with_what_would_fit(url):
     settings, problems = apply(Settings(), {"modelServer": url})
@@ -176,7 +184,9 @@ class SlowOnceEngine(FakeEngine):
     def complete(self, request, cancel: threading.Event):
         if self.slow:
             self.slow -= 1
-            raise ModelServerError("timeout", "http://127.0.0.1:9", "the model server did not answer within 5 s", "Raise it")
+            raise ModelServerError(
+                "timeout", "http://127.0.0.1:9", "the model server did not answer within 5 s", "Raise it"
+            )
         return super().complete(request, cancel)
 
 
@@ -285,7 +295,9 @@ def test_the_key_is_hidden_from_pygls_logs_even_with_log_document_text(allowed):
 
     guard = TextGuard(allowed)
     guard.secrets = frozenset({KEY})
-    record = logging.LogRecord("pygls.protocol", logging.WARNING, __file__, 1, "Received result %s", ({"modelServerApiKey": KEY},), None)
+    record = logging.LogRecord(
+        "pygls.protocol", logging.WARNING, __file__, 1, "Received result %s", ({"modelServerApiKey": KEY},), None
+    )
     assert guard.filter(record)
     assert KEY not in record.getMessage() and "<hidden>" in record.getMessage()
     plain = logging.LogRecord("pygls.protocol", logging.WARNING, __file__, 1, "nothing %s", ("here",), None)

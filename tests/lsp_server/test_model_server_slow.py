@@ -37,7 +37,13 @@ TEXT = (
 def proxied(llama_server) -> Iterator[tuple[FaultProxy, LspClient, float]]:
     with FaultProxy(llama_server.url) as proxy:
         client = LspClient(["--log-level", "debug"])
-        options = {"modelServer": proxy.url, "modelServerTimeoutMs": 120_000, "maxTokens": 4, "threads": 1, "minConfidence": 0}
+        options = {
+            "modelServer": proxy.url,
+            "modelServerTimeoutMs": 120_000,
+            "maxTokens": 4,
+            "threads": 1,
+            "minConfidence": 0,
+        }
         client.initialize({"cpcLsp": options}, wait_loaded=True, timeout=180)
         # What a warm keystroke takes on this machine now: the budget is a few of those.
         warm = Editor(client)
@@ -48,7 +54,9 @@ def proxied(llama_server) -> Iterator[tuple[FaultProxy, LspClient, float]]:
         warm.close("file:///warm.txt")
         budget = max(MIN_BUDGET_S, WARM_TIMES * reply.ms / 1000)
         before = len(client.notifications)
-        client.notify("workspace/didChangeConfiguration", {"settings": {"cpcLsp": {"modelServerTimeoutMs": round(budget * 1000)}}})
+        client.notify(
+            "workspace/didChangeConfiguration", {"settings": {"cpcLsp": {"modelServerTimeoutMs": round(budget * 1000)}}}
+        )
         client.wait_loaded(after=before)  # a new budget reconnects
         proxy.mode, proxy.delay_s = "cold", COLD_TIMES * budget
         yield proxy, client, budget
@@ -78,7 +86,9 @@ def test_a_slow_cold_prompt_is_kept_and_the_next_keystrokes_get_suggestions(prox
     editor.open(URI, TEXT)  # its prefetch starts the cold prompt; the keystroke below stops it
     log: list[tuple[float, float, str | None]] = []
     assert keystroke(editor, None, log, budget) is None  # missed the budget: no suggestion
-    slow = client.wait_notification(lambda n: n["method"] == "cpcLsp/status" and n["params"]["state"] == "slow", 10)["params"]
+    slow = client.wait_notification(lambda n: n["method"] == "cpcLsp/status" and n["params"]["state"] == "slow", 10)[
+        "params"
+    ]
     assert slow["message"].startswith("slow (") and "modelServerTimeoutMs" in slow["message"]
     assert "cannot load" not in slow["message"]
     # At once, another keystroke: still no suggestion (the prompt is not decoded yet), but it waits
@@ -101,6 +111,10 @@ def test_a_slow_cold_prompt_is_kept_and_the_next_keystrokes_get_suggestions(prox
     for sent, answered, shown in log:
         if shown is not None:
             continue
-        assert any(start <= answered and (end is None or end >= sent) for path, start, end in proxy.requests if path == "/completion"), (sent, answered)
+        assert any(
+            start <= answered and (end is None or end >= sent)
+            for path, start, end in proxy.requests
+            if path == "/completion"
+        ), (sent, answered)
     # Keep-alive: the whole session used a few connections, not one per request.
     assert proxy.connections < len(proxy.requests), (proxy.connections, len(proxy.requests))

@@ -40,7 +40,14 @@ def lsp() -> Iterator[list[LspClient]]:
 def connect(lsp: list[LspClient], url: str, **settings: object) -> LspClient:
     client = LspClient(["--log-level", "info"])
     lsp.append(client)
-    options = {"modelServer": url, "modelServerTimeoutMs": 30000, "maxTokens": 4, "threads": 1, "minConfidence": 0, **settings}
+    options = {
+        "modelServer": url,
+        "modelServerTimeoutMs": 30000,
+        "maxTokens": 4,
+        "threads": 1,
+        "minConfidence": 0,
+        **settings,
+    }
     client.initialize({"cpcLsp": options}, wait_loaded=True, timeout=60)
     return client
 
@@ -70,7 +77,11 @@ def test_https_with_our_ca_gives_suggestions_and_sends_no_clear_text_warning(lla
 )
 def test_a_certificate_the_checks_refuse_is_refused_and_the_reason_named(llama_server, pki, lsp, case, reason):
     folder, ca = pki
-    issued = ca.issue(f"cert-{case}", hosts=("gpu.example",) if case == "other-host" else ("127.0.0.1", "localhost"), expired=case == "expired")
+    issued = ca.issue(
+        f"cert-{case}",
+        hosts=("gpu.example",) if case == "other-host" else ("127.0.0.1", "localhost"),
+        expired=case == "expired",
+    )
     with TlsProxy(llama_server.url, issued, folder) as proxy:
         settings = {} if case == "no-ca" else {"modelServerCaFile": str(ca.cert)}
         client = connect(lsp, proxy.url, **settings)
@@ -87,7 +98,9 @@ def test_closing_a_stream_over_tls_stops_the_server_decoding(llama_server, pki):
     folder, ca = pki
     with TlsProxy(llama_server.url, ca.issue("cancel"), folder) as proxy:
         client = ModelServerClient(proxy.url, None, 30.0, ca.cert)
-        stream = client.stream("/completion", {"prompt": "Once upon a time", "n_predict": 400, "stream": True, "ignore_eos": True})
+        stream = client.stream(
+            "/completion", {"prompt": "Once upon a time", "n_predict": 400, "stream": True, "ignore_eos": True}
+        )
         assert stream.next_event() is not None
         assert any(s.get("is_processing") for s in llama_server.slot_states())
         stream.close()

@@ -56,7 +56,11 @@ def test_imports_are_resolved_from_the_documents_own_folder(folder: Path):
     for name, text, expected in (
         ("main.py", "import geometry_tools as gt\nfrom .. import secret\nimport secret\n", ["geometry_tools.py"]),
         ("main.js", "const tq = require('./turnips')\nimport x from '../secret.py'\n", ["turnips.js"]),
-        ("main.c", (folder / "main.c").read_text(), ["vexel.h", "include/wobble.h"]),  # <wobble.h>: a subfolder, as -Iinclude
+        (
+            "main.c",
+            (folder / "main.c").read_text(),
+            ["vexel.h", "include/wobble.h"],
+        ),  # <wobble.h>: a subfolder, as -Iinclude
     ):
         assert [s.path for s in ws.imports(uri(folder / name), text)] == expected, name
 
@@ -68,7 +72,10 @@ def test_nothing_is_read_through_a_symlink_out_nor_binary_nor_oversized(folder: 
     ws = Workspace()
     text = "import leak\nimport blob\nimport big\nimport geometry_tools\n"
     assert [s.path for s in ws.imports(uri(folder / "main.py"), text)] == ["geometry_tools.py"]
-    assert ws.describe(uri(folder / "leak.py"), uri(folder / "main.py")) == ("leak.py", False)  # open, but it is the secret
+    assert ws.describe(uri(folder / "leak.py"), uri(folder / "main.py")) == (
+        "leak.py",
+        False,
+    )  # open, but it is the secret
 
 
 def test_the_home_folder_and_the_root_never_stand_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):

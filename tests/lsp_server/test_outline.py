@@ -135,8 +135,14 @@ def test_pick_prefers_the_names_used_most_and_near_and_skips_what_the_file_defin
     entries = [entry("rare", 1), entry("common", 2), entry("mine", 3), entry("near_one", 4), entry("unused", 5, "b.py")]
     uses = {"rare": 1, "common": 5, "mine": 9, "near_one": 1}
     chosen = pick(entries, uses, frozenset({"near_one"}), frozenset({"mine"}), budget=1_000)
-    assert [e.name for e in chosen] == ["rare", "common", "near_one"]  # in file order; unused (a file not drawn on) and mine left out
-    tight = pick(entries, uses, frozenset({"near_one"}), frozenset({"mine"}), budget=8 + entries[1].tokens + entries[3].tokens)
+    assert [e.name for e in chosen] == [
+        "rare",
+        "common",
+        "near_one",
+    ]  # in file order; unused (a file not drawn on) and mine left out
+    tight = pick(
+        entries, uses, frozenset({"near_one"}), frozenset({"mine"}), budget=8 + entries[1].tokens + entries[3].tokens
+    )
     assert [e.name for e in tight] == ["common", "near_one"]  # 5 uses, then 1 + 3 for being near
 
 
@@ -147,7 +153,10 @@ def test_pick_fills_what_is_left_with_the_unused_members_beside_the_used_ones():
     chosen = pick(entries, {"JT_INT": 2}, frozenset(), frozenset(), budget=1_000)
     assert [e.name for e in chosen] == ["JT_INT", "JT_RAW", "JT_NULL", "encode"]  # v.h: nothing of it is used
     one_more = 8 + entries[0].tokens + len(enum[1]) // 3 + 1 + entries[1].tokens
-    assert [e.name for e in pick(entries, {"JT_INT": 2}, frozenset(), frozenset(), budget=one_more)] == ["JT_INT", "JT_RAW"]
+    assert [e.name for e in pick(entries, {"JT_INT": 2}, frozenset(), frozenset(), budget=one_more)] == [
+        "JT_INT",
+        "JT_RAW",
+    ]
 
 
 def test_pick_takes_the_name_being_typed_first():
@@ -172,12 +181,18 @@ def test_unused_names_come_from_the_imported_files_the_used_classes_and_code_lik
                entry("called_alike", 2, "r.py"), entry("_private", 3, "q.py"), entry("public", 4, "q.py")]  # fmt: skip
     chosen = pick(entries, {"Policy": 1}, frozenset(), frozenset(), 1_000)
     assert [e.name for e in chosen] == ["Policy", "handle_defect"]  # a used class: its methods are siblings
-    chosen = pick(entries, {"Policy": 1}, frozenset(), frozenset(), 1_000, drawn=["q.py"], related={"called_alike": 0.5})
+    chosen = pick(
+        entries, {"Policy": 1}, frozenset(), frozenset(), 1_000, drawn=["q.py"], related={"called_alike": 0.5}
+    )
     assert {e.name for e in chosen} == {"Policy", "handle_defect", "loner", "called_alike", "_private", "public"}
     one = 8 + entries[5].tokens
-    assert [e.name for e in pick(entries[2:], {}, frozenset(), frozenset(), one, drawn=["q.py"])] == ["loner"]  # path, line
+    assert [e.name for e in pick(entries[2:], {}, frozenset(), frozenset(), one, drawn=["q.py"])] == [
+        "loner"
+    ]  # path, line
     two = [entries[4], entries[5]]
-    assert [e.name for e in pick(two, {}, frozenset(), frozenset(), one, drawn=["q.py"])] == ["public"]  # `_private` counts half
+    assert [e.name for e in pick(two, {}, frozenset(), frozenset(), one, drawn=["q.py"])] == [
+        "public"
+    ]  # `_private` counts half
     assert private(Entry("k", "a.c", 1, "helper", "static int helper(int x)\n")) and not private(entries[5])
     assert not private(Entry("k", "a.h", 1, "helper", "static inline int helper(int x)\n"))  # a header's is shared
 
@@ -221,7 +236,9 @@ def test_fields_count_as_used_only_when_the_file_names_their_struct():
     chosen = pick(entries, {"start": 3, "JSONObjectDecoder": 1}, frozenset(), frozenset(), 1_000)
     assert {e.key for e in chosen} >= {"u.h#21", "u.h#22", "u.h#23"}  # the decoder's fields
     assert not {e.key for e in chosen} & {"u.h#11", "u.h#12"}  # none of the encoder's
-    assert unnamed_fields([entry("JT_NULL", 2, "u.h", ((1, "enum JSTYPES {\n"),))], {}) == frozenset()  # enum members are constants
+    assert (
+        unnamed_fields([entry("JT_NULL", 2, "u.h", ((1, "enum JSTYPES {\n"),))], {}) == frozenset()
+    )  # enum members are constants
 
 
 def test_a_name_the_other_files_use_comes_before_the_files_first_lines():
@@ -235,7 +252,10 @@ def test_a_name_the_other_files_use_comes_before_the_files_first_lines():
 
 def test_the_view_shows_each_line_once_in_the_file_order():
     head = ((0, "class Widget:\n"),)
-    entries = [Entry("k#5", "a.py", 5, "b", "    def b(self):\n", head), Entry("k#2", "a.py", 2, "a", "    def a(self):\n", head)]
+    entries = [
+        Entry("k#5", "a.py", 5, "b", "    def b(self):\n", head),
+        Entry("k#2", "a.py", 2, "a", "    def a(self):\n", head),
+    ]
     view = as_view([("a.py", 1, "    x = 1\n    def a(self):\n")], entries)
     assert view == [("a.py", "class Widget:\n    x = 1\n    def a(self):\n    def b(self):\n")]
 
@@ -247,9 +267,14 @@ def test_used_names_counts():
 def test_the_chooser_puts_the_definition_of_a_name_used_in_the_file_first(tmp_path: Path):
     root = tmp_path / "proj"
     root.mkdir()
-    helpers = "\n".join(f"def helper_{i}(x):\n    return x + {i}\n" for i in range(200)) + "\ndef frobnicate_widget(x):\n    return x\n"
+    helpers = (
+        "\n".join(f"def helper_{i}(x):\n    return x + {i}\n" for i in range(200))
+        + "\ndef frobnicate_widget(x):\n    return x\n"
+    )
     (root / "helpers.py").write_text(helpers)
-    preamble = '"""' + "This module is part of the project and does what its name says.\n" * 40 + '"""\n'  # room for 512 tokens
+    preamble = (
+        '"""' + "This module is part of the project and does what its name says.\n" * 40 + '"""\n'
+    )  # room for 512 tokens
     main = preamble + "from helpers import frobnicate_widget\n\n\ndef run():\n    frobnicate_widget(1)\n    \n"
     chooser = ContextChooser()
     chooser.workspace.set_roots([str(root)])
@@ -259,4 +284,6 @@ def test_the_chooser_puts_the_definition_of_a_name_used_in_the_file_first(tmp_pa
     assert context is not None
     shown = "".join(f.text for f in context.files)
     assert "def frobnicate_widget(x):\n" in shown
-    assert "helper_150" not in shown  # after the used name, the imported file's others in its order, as the budget allows
+    assert (
+        "helper_150" not in shown
+    )  # after the used name, the imported file's others in its order, as the budget allows

@@ -171,9 +171,9 @@ def test_a_stale_document_takes_only_a_whole_text_change():
 
 # --- split ----------------------------------------------------------------------------------
 
-run_texts = st.tuples(texts, st.sampled_from(["x", " ", "\t", "é", "\u0301"]), st.integers(0, 2 * MAX_RUN + 5), texts).map(
-    lambda t: t[0] + t[1] * t[2] + t[3]
-)
+run_texts = st.tuples(
+    texts, st.sampled_from(["x", " ", "\t", "é", "\u0301"]), st.integers(0, 2 * MAX_RUN + 5), texts
+).map(lambda t: t[0] + t[1] * t[2] + t[3])
 
 
 @given(texts | run_texts, st.integers(-5, 2**20))

@@ -62,10 +62,14 @@ def test_off_the_suggestion_or_across_a_line_nothing():
 
 def test_the_gate_hides_it_first_and_shows_the_rest_once_sure():
     gate = gate_for("gemma-3-270m")
-    first = gate.calibration.confidence("inside a word", sure_after_erd().signals.word_ends[0].log_prob, 10.0, True, True, -2.0)
+    first = gate.calibration.confidence(
+        "inside a word", sure_after_erd().signals.word_ends[0].log_prob, 10.0, True, True, -2.0
+    )
     now = split(DRAFT + "erd", len(DRAFT) + 3)
     again = along(sure_after_erd(), " yest", "erd", now).signals
-    later = gate.calibration.confidence("inside a word", again.word_ends[0].log_prob, 10.0, True, True, again.typed_log_prob)
+    later = gate.calibration.confidence(
+        "inside a word", again.word_ends[0].log_prob, 10.0, True, True, again.typed_log_prob
+    )
     assert again.word_ends[0].log_prob == pytest.approx(LN(0.99))
     assert first < 0.5 < later
 
@@ -90,7 +94,9 @@ def server():
     server = InProcessServer(load=lambda config: engine)
     server.engine = engine
     capabilities = {"general": {"positionEncodings": ["utf-16"]}, "textDocument": {"inlineCompletion": {}}}
-    server.client.initialize({"cpcLsp": {"maxTokens": 16, "minConfidence": 0.5}}, wait_loaded=True, capabilities=capabilities)
+    server.client.initialize(
+        {"cpcLsp": {"maxTokens": 16, "minConfidence": 0.5}}, wait_loaded=True, capabilities=capabilities
+    )
     yield server
     server.close()
 
@@ -130,4 +136,8 @@ def test_without_a_set_threshold_the_models_own_applies(server):
     editor.suggestion(uri)
     gate = editor.stats()["gate"]
     # the engine said it is Gemma: its own fitted threshold applies
-    assert gate == {"model": "gemma-3-270m", "fitted": True, "minConfidence": gate_for("gemma-3-270m").threshold}  # a .txt: prose
+    assert gate == {
+        "model": "gemma-3-270m",
+        "fitted": True,
+        "minConfidence": gate_for("gemma-3-270m").threshold,
+    }  # a .txt: prose

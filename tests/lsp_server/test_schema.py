@@ -21,7 +21,9 @@ def test_the_manifest_has_exactly_the_schemas_server_settings():
     properties = manifest["contributes"]["configuration"]["properties"]
     generated = schema.manifest_properties(Settings)
     stray = [name for name in properties if schema.is_server_entry(name) and name not in generated]
-    assert not stray, f"{stray}: not a setting of lsp_server.settings.Settings (a client key? add it to schema.CLIENT_KEYS)"
+    assert not stray, (
+        f"{stray}: not a setting of lsp_server.settings.Settings (a client key? add it to schema.CLIENT_KEYS)"
+    )
     in_manifest = {name: entry for name, entry in properties.items() if name in generated}
     assert in_manifest == generated, FIX
 
@@ -91,7 +93,10 @@ def test_the_command_line_checks_through_the_same_schema():
     s, problems = from_command_line({"maxTokens": 4, "model": "", "stop": "END"})
     assert problems == [] and (s.max_tokens, s.model, s.stop) == (4, None, ("END",))
     _, problems = from_command_line({"maxTokens": 0, "method": "fast"})
-    assert problems == ["--max-tokens: expected an integer from 1 to 512", '--method: expected one of "exact", "mask", "naive"']
+    assert problems == [
+        "--max-tokens: expected an integer from 1 to 512",
+        '--method: expected one of "exact", "mask", "naive"',
+    ]
     _, problems = from_command_line({"maxTokens": 200, "contextTokens": 256})
     assert problems == ["--max-tokens must be at most half of --context-tokens (256)"]
     # the same value from a client gets the same verdict

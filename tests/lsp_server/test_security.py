@@ -89,7 +89,9 @@ def test_tcp_binds_loopback_unless_a_host_is_given(args, address):
         assert [a for a, _ in sockets] == [address]
         port = sockets[0][1]
         with socket.create_connection((address, port), timeout=30) as conn:
-            body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"capabilities": {}}}).encode()
+            body = json.dumps(
+                {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"capabilities": {}}}
+            ).encode()
             conn.sendall(b"Content-Length: %d\r\n\r\n" % len(body) + body)
             reply = b""
             while b"inlineCompletionProvider" not in reply:
@@ -195,7 +197,9 @@ def test_the_unsafe_flag_lets_it_listen_on_all_addresses():
         pytest.skip("needs `unshare -n` (root) to listen on 0.0.0.0 where nothing can reach it")
     command = ["unshare", "-n", sys.executable, "-m", "lsp_server", "--tcp", "0", "--host", "0.0.0.0",
                "--unsafe-listen-on-network"]  # fmt: skip
-    server = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     try:
         deadline = time.monotonic() + 60
         while not (sockets := listening(server.pid)) and time.monotonic() < deadline:

@@ -43,7 +43,11 @@ NAME = "quantize_vertex_lattice"
 def start(root: Path | None, settings: dict) -> LspClient:
     client = LspClient(["--log-level", "info"])
     capabilities = {"general": {"positionEncodings": ["utf-16"]}, "textDocument": {"inlineCompletion": {}}}
-    folders = {"rootUri": root.as_uri(), "workspaceFolders": [{"uri": root.as_uri(), "name": root.name}]} if root else {"rootUri": None}
+    folders = (
+        {"rootUri": root.as_uri(), "workspaceFolders": [{"uri": root.as_uri(), "name": root.name}]}
+        if root
+        else {"rootUri": None}
+    )
     client.call("initialize", {"processId": None, "capabilities": capabilities, **folders,
                                "initializationOptions": {"cpcLsp": settings}})  # fmt: skip
     client.notify("initialized", {})
@@ -52,10 +56,20 @@ def start(root: Path | None, settings: dict) -> LspClient:
 
 
 def settings(**more) -> dict:
-    return {"model": CODE_MODEL, "threads": 1, "maxTokens": 8, "minConfidence": 0, "alternatives": 0, "extraContext": True, **more}
+    return {
+        "model": CODE_MODEL,
+        "threads": 1,
+        "maxTokens": 8,
+        "minConfidence": 0,
+        "alternatives": 0,
+        "extraContext": True,
+        **more,
+    }
 
 
-def typed_halfway(tmp_path: Path, workspace: bool, other: str, extra: dict | None = None) -> tuple[str | None, list[dict], LspClient]:
+def typed_halfway(
+    tmp_path: Path, workspace: bool, other: str, extra: dict | None = None
+) -> tuple[str | None, list[dict], LspClient]:
     """The short file typed to the name's middle, the other file `open`, `closed` (on disk: found
     by the import) or `absent`; then two letters off the suggestion (the engine answers each)."""
     folder = tmp_path / "scripts"
@@ -80,7 +94,13 @@ def typed_halfway(tmp_path: Path, workspace: bool, other: str, extra: dict | Non
         before = editor.stats()
         shown = editor.suggestion(uri, timeout=300)
         after = editor.stats()
-        keystrokes.append({**after, "engine": after["engineAnswers"] > before["engineAnswers"], "prompt_before": before["promptTokens"]})
+        keystrokes.append(
+            {
+                **after,
+                "engine": after["engineAnswers"] > before["engineAnswers"],
+                "prompt_before": before["promptTokens"],
+            }
+        )
     return first, keystrokes, client
 
 

@@ -23,7 +23,9 @@ def test_states_around_a_load():
     ok = status.loaded(LoadResult(config, None, 1.5), "x.gguf")
     assert ok == status.Status("ready", "x.gguf loaded in 1.5 s")
     routed = status.loaded(LoadResult(EngineConfig(), None, 0.01), "the default models")
-    assert routed.state == "ready" and "loaded in" not in routed.message  # nothing is loaded yet: each model says so on first use
+    assert (
+        routed.state == "ready" and "loaded in" not in routed.message
+    )  # nothing is loaded yet: each model says so on first use
     failed = status.loaded(LoadResult(config, "cannot load model (x.gguf): no such file", 0.1), "x.gguf")
     assert failed == status.Status("error", "cannot load model (x.gguf): no such file")
     kept = status.loaded(LoadResult(config, "cannot load model (x.gguf)", 0.1, kept=config), "x.gguf")
@@ -48,13 +50,16 @@ def test_a_client_that_never_answers_the_progress_request_still_gets_ready(monke
     try:
         client = server.client
         send = client.send_message
+
         def send_unless_an_answer(message, *args, **kwargs):
             return None if "result" in message and "method" not in message else send(message, *args, **kwargs)
 
         client.send_message = send_unless_an_answer
         capabilities = {"textDocument": {"inlineCompletion": {}}, "window": {"workDoneProgress": True}}
         client.initialize(capabilities=capabilities, wait_loaded=True, timeout=10)
-        ready = client.wait_notification(lambda n: n["method"] == "cpcLsp/status" and n["params"]["state"] == "ready", 10)
+        ready = client.wait_notification(
+            lambda n: n["method"] == "cpcLsp/status" and n["params"]["state"] == "ready", 10
+        )
         assert ready["params"]["state"] == "ready"
     finally:
         server.close()

@@ -15,7 +15,11 @@ def test_request_carries_the_split_and_settings():
     parts = split("the draft yest", 14)
     req = request_for(parts, Settings(max_tokens=3, stop=("X",), max_cover_decodes=2, temperature=0.5))
     assert (req.prompt, req.required, req.max_tokens, req.stop, req.max_cover_decodes) == (
-        "the draft", " yest", 3, ("X",), 2
+        "the draft",
+        " yest",
+        3,
+        ("X",),
+        2,
     )
     assert req.sampling.temperature == 0.5
 

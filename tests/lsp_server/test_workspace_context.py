@@ -30,7 +30,9 @@ def project(tmp_path: Path) -> Path:
     (root / "pkg" / "other.py").write_text("OTHER_CONSTANT = 3\n")
     (root / "web").mkdir()
     (root / "web" / "util.js").write_text("export function makeGadget() { return 1 }\n")
-    (root / "web" / "index.js").write_text("import { makeGadget } from './util'\nconst lib = require('./lib/core.js')\n")
+    (root / "web" / "index.js").write_text(
+        "import { makeGadget } from './util'\nconst lib = require('./lib/core.js')\n"
+    )
     (root / "web" / "lib").mkdir()
     (root / "web" / "lib" / "core.js").write_text("module.exports.coreThing = 1\n")
     (root / "c").mkdir()
@@ -87,7 +89,10 @@ def test_binary_large_and_git_internal_files_are_skipped(project: Path):
     ws = workspace(project)
     for name in ("blob.py", "big.py", "latin.py"):
         assert ws.read(project / "pkg" / name) is None, name
-    assert ws.read(project / "pkg" / "helpers.py") == ("pkg/helpers.py", "def frobnicate_widget(x):\n    return x * 2\n")
+    assert ws.read(project / "pkg" / "helpers.py") == (
+        "pkg/helpers.py",
+        "def frobnicate_widget(x):\n    return x * 2\n",
+    )
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
@@ -231,7 +236,9 @@ def test_the_server_sends_the_chosen_chunks_with_each_request_and_none_when_off(
         assert first.context is not None and first.context is second.context
         assert [f.path for f in first.context.files] == ["pkg/helpers.py"]
         assert first.context.path == "pkg/new.py" and first.context.name == "proj"
-        assert first.context.max_tokens == 256  # extraContextTokens, capped at half of contextTokens (a short file: the floor)
+        assert (
+            first.context.max_tokens == 256
+        )  # extraContextTokens, capped at half of contextTokens (a short file: the floor)
         client.notify("workspace/didChangeConfiguration", {"settings": {"cpcLsp": {"extraContext": False}}})
         editor.type(current, "i")
         editor.suggestion(current)

@@ -127,7 +127,9 @@ class Balancer:
         raise RuntimeError(f"nginx did not listen within {timeout:.0f} s:\n{self.errors()}")
 
     def errors(self) -> str:
-        return "".join((self.dir / n).read_text(errors="replace") for n in ("stderr.log", "error.log") if (self.dir / n).exists())
+        return "".join(
+            (self.dir / n).read_text(errors="replace") for n in ("stderr.log", "error.log") if (self.dir / n).exists()
+        )
 
     def access_log(self) -> list[str]:
         path = self.dir / "access.log"

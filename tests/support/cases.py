@@ -167,7 +167,10 @@ def _case_in(rng: random.Random, kind: str, path: Path, context_chars: int) -> C
 
 
 def build_cases(
-    per_kind: int, seed: int = 0, kinds: tuple[str, ...] = KINDS, context_chars: int = CONTEXT_CHARS,
+    per_kind: int,
+    seed: int = 0,
+    kinds: tuple[str, ...] = KINDS,
+    context_chars: int = CONTEXT_CHARS,
     exclude: frozenset[str] = frozenset(),
 ) -> list[Case]:
     """`per_kind` cases of each kind (fewer only if a kind has too few usable files), one per file,
@@ -179,7 +182,10 @@ def build_cases(
 
 
 def one_per_file(
-    kinds: Iterable[str], per_kind: int, seed: str, exclude: Collection[str],
+    kinds: Iterable[str],
+    per_kind: int,
+    seed: str,
+    exclude: Collection[str],
     make: Callable[[random.Random, str, Path], T | None],
 ) -> list[T]:
     """`per_kind` items of each kind, at most one per file, from the kind's files not in `exclude`

@@ -30,7 +30,9 @@ def case_requests(n: int, max_tokens: int) -> list[tuple[str, CompletionRequest,
     out = []
     for i, case in enumerate(build_cases(max(1, n // 4))[:n]):
         document = case.document()
-        out.append((f"{i}:{case.kind}:{case.word}", asked(document, len(document), settings).request, case.typed, case.word))
+        out.append(
+            (f"{i}:{case.kind}:{case.word}", asked(document, len(document), settings).request, case.typed, case.word)
+        )
     return out
 
 

@@ -232,7 +232,11 @@ class LspClient:
     # --- an LSP session ---------------------------------------------------------------------
 
     def initialize(
-        self, options: Any = None, encoding: str = "utf-16", wait_loaded: bool = False, timeout: float = 180.0,
+        self,
+        options: Any = None,
+        encoding: str = "utf-16",
+        wait_loaded: bool = False,
+        timeout: float = 180.0,
         capabilities: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """initialize + initialized; with `wait_loaded`, also wait for the model's load to end.
@@ -343,7 +347,9 @@ class Editor:
         self._texts[uri] += chars
         self.change(uri, chars, (at["line"], at["character"]))
 
-    def change(self, uri: str, text: str, start: tuple[int, int] | None = None, end: tuple[int, int] | None = None) -> None:
+    def change(
+        self, uri: str, text: str, start: tuple[int, int] | None = None, end: tuple[int, int] | None = None
+    ) -> None:
         """One didChange replacing start..end (the whole document when start is None) with `text`.
         The text kept here is updated only by `type` and a whole-document change."""
         self._versions[uri] = self._versions.get(uri, 1) + 1

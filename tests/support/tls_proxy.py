@@ -77,7 +77,11 @@ class Authority:
 
         key = ec.generate_private_key(ec.SECP256R1())
         now = datetime.datetime.now(datetime.timezone.utc)
-        start, end = (now - datetime.timedelta(days=10), now - datetime.timedelta(days=1)) if expired else (now - datetime.timedelta(days=1), now + datetime.timedelta(days=10))
+        start, end = (
+            (now - datetime.timedelta(days=10), now - datetime.timedelta(days=1))
+            if expired
+            else (now - datetime.timedelta(days=1), now + datetime.timedelta(days=10))
+        )
         names = []
         for host in hosts:
             try:
@@ -94,7 +98,11 @@ class Authority:
         )  # fmt: skip
         issued = Issued(self.folder / f"{stem}.pem", self.folder / f"{stem}.key")
         issued.cert.write_bytes(self._pem(cert))
-        issued.key.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+        issued.key.write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            )
+        )
         os.chmod(issued.key, 0o600)
         return issued
 
