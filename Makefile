@@ -3,7 +3,7 @@
 #   make test   install with the test extras, llama.cpp's llama-server (scripts/llama-server.sh,
 #               cached), Debian's stunnel for the https:// tests (scripts/tls-proxy.sh), Debian's nginx for
 #               the load-balancer tests (scripts/load-balancer.sh), the extension's Node packages and a real VS Code (code-server, Node 24,
-#               Chromium: scripts/vscode-env.sh, cached), then pytest on two workers
+#               Chromium: scripts/vscode-env.sh, cached), then `make lint`, then pytest on two workers
 #   make test-fast   the same install, then every test that does not need the real model (< 30 s)
 #   make lint   ruff (lint and format check) and mypy on engine/ and lsp_server/ (pyproject.toml configures them)
 #   make vsix   package the VS Code extension: editors/vscode/cpc-lsp.vsix
@@ -53,14 +53,14 @@ demo: install
 
 # Two workers, a file each at a time (module fixtures such as the llama-server stay on one): half
 # the suite waits on editors, servers and budgets, so this takes about half the wall time.
-test: install-test
+test: install-test lint
 	$(PY) -m pytest -q -n 2 --dist loadfile
 
 test-fast: install-test
 	$(PY) -m pytest -q -m "not model"
 
 # The test extra pins both tools; nothing is rewritten here (`ruff format` and `ruff check --fix` are for you).
-lint:
+lint: install-test
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy engine lsp_server

@@ -235,8 +235,8 @@ def model_id(path: Path) -> str:
         except OSError:
             continue
     digest = file_sha256(path)
-    entry = catalogue.by_sha256(digest)
-    return entry.name if entry else f"sha256:{digest}"
+    known = catalogue.by_sha256(digest)
+    return known.name if known else f"sha256:{digest}"
 
 
 # --- either --------------------------------------------------------------------------------------
@@ -245,13 +245,14 @@ def model_id(path: Path) -> str:
 def resolve(model: Path | str | None) -> ResolvedModel:
     """`model` (a catalogue name, a path, or None/"" for the default) as a file and its identity.
     A name wins over a file of the same name in the working directory. Raises ModelLoadError."""
+    entry: catalogue.CatalogueModel | None
     if model is None or str(model).strip() == "":
         entry = catalogue.DEFAULT
     else:
         entry = catalogue.by_name(str(model)) if isinstance(model, str) else None
     if entry is not None:
         return ResolvedModel(catalogue_path(entry), entry.name)
-    path = check_gguf(Path(model))
+    path = check_gguf(Path(str(model)))
     return ResolvedModel(path, model_id(path))
 
 

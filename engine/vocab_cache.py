@@ -16,6 +16,7 @@ import os
 import tempfile
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -70,7 +71,7 @@ def _read(path: Path, n_vocab: int) -> VocabIndex | None:
 def _write(path: Path, vocab: VocabIndex) -> None:
     """Save `vocab` at `path` through a temporary name (a reader never sees half a file)."""
     lengths = np.fromiter((len(p) for p in vocab.pieces), dtype=np.int64, count=vocab.size)
-    arrays = {
+    arrays: dict[str, Any] = {
         "blob": np.frombuffer(b"".join(vocab.pieces), dtype=np.uint8),
         "ends": np.cumsum(lengths),
         "eog": vocab.eog,

@@ -11,8 +11,10 @@ is cut where the retyping begins. Which place that is, the pairs decide:
 - of the qualifying places (and "nothing retyped", the whole text), the one whose line pairs
   best wins: brackets and quotes counted as they pair on the line as it would read, so
   ``r()))`` before ``)`` keeps ``r())`` and ``r())`` before ``)`` stays whole;
-- between places that pair equally well, the earliest: the model's own text ends where it first
-  reaches the user's.
+- between places that pair equally well: a retype that ends the text first (the earliest), then
+  the whole text, then a retype the model went on past (the earliest): text that merely holds the
+  rest's first characters somewhere (``"111""(111)`` before ``"``) is not cut unless that pairs
+  better.
 
 Nothing is trimmed from the kept text: a space the line needs (``tring `` before ``in x]``) stays.
 
@@ -78,7 +80,7 @@ def meet(line_before: str, added: str, suffix: str) -> str:
         return added
     before = Pairs().read(line_before[-MAX_LINE:])
     tail = suffix[:MAX_LINE]
-    best, best_rank = len(added), (before.read(added).read(tail).errors, 2, 0)
+    best, best_rank = len(added), (before.read(added).read(tail).errors, 1, 0)
     for at in range(len(added)):
         retyped = added[at:]
         if rest.startswith(retyped) or retyped.rstrip() == rest:  # the text ends retyping the rest
@@ -87,7 +89,7 @@ def meet(line_before: str, added: str, suffix: str) -> str:
                 continue  # a partial retype never begins inside a word
             kind = 0
         elif retyped.startswith(rest):  # it retyped the whole rest and went on
-            kind = 1
+            kind = 2
         else:
             continue
         rank = (before.read(added[:at]).read(tail).errors, kind, at if kind else 0)

@@ -37,7 +37,7 @@ def generate(seq: Sequence, request: CompletionRequest, required_bytes: int) -> 
         result = seq.sample_next(request.sampling.logprobs, horizon=request.max_tokens - counted, free_logprob=True)
         if result.was_cancelled:
             return replace(gen, text=text, reason="cancelled")
-        if not result.forced and not gen.first_token:
+        if not result.forced and not gen.first_token and result.token is not None:
             gen.first_token = (result.token,)
         if result.is_eos:
             if result.logprob is not None and not result.forced:

@@ -12,7 +12,8 @@ Temperature 0 is greedy.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -45,11 +46,20 @@ def row_log_norm(row: np.ndarray) -> float:
         return hit[1]
     value = log_sum_exp(row)
     if not row.flags.writeable:  # a shared (cached) row: a writable one may change under the key
-        _NORMS[key] = (weakref.ref(row, lambda _, key=key: _NORMS.pop(key, None)), value)
+        _NORMS[key] = (weakref.ref(row, _forget(_NORMS, key)), value)
     return value
 
 
 _TOPS: dict[int, tuple[weakref.ref, int, np.ndarray]] = {}
+
+
+def _forget(cache: dict[int, Any], key: int) -> Callable[[weakref.ref], None]:
+    """The callback that drops `key` from `cache` once its row is gone."""
+
+    def drop(_: weakref.ref) -> None:
+        cache.pop(key, None)
+
+    return drop
 
 
 def top_ids(row: np.ndarray, k: int) -> np.ndarray:
@@ -63,7 +73,7 @@ def top_ids(row: np.ndarray, k: int) -> np.ndarray:
         return hit[2]
     ids = np.argpartition(-row, k - 1)[:k]
     if not row.flags.writeable:
-        _TOPS[key] = (weakref.ref(row, lambda _, key=key: _TOPS.pop(key, None)), k, ids)
+        _TOPS[key] = (weakref.ref(row, _forget(_TOPS, key)), k, ids)
     return ids
 
 

@@ -34,7 +34,7 @@ class DraftConfig:
 
 
 class PromptLookup:
-    def __init__(self, config: DraftConfig, stops: Sequence[bool]) -> None:
+    def __init__(self, config: DraftConfig, stops: Sequence[bool] | np.ndarray) -> None:
         """`stops[token]`: the draft ends after this token (a line break in single-line mode, an
         end-of-generation token)."""
         self.config = config

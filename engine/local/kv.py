@@ -207,7 +207,8 @@ class KvCache:
             self.decoded += done.count
             if done.rows is None:  # cancelled between chunks: what was decoded stays for the next request
                 raise Cancelled()
-        return done.rows
+            rows: np.ndarray = done.rows
+        return rows
 
     def _switch_for(self, tokens: tuple[int, ...]) -> None:
         """Pick the sequence `tokens` decode into (see the module docstring and `placement`)."""

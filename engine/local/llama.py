@@ -186,8 +186,9 @@ class LlamaContext:
         params.kv_unified = False  # a stream per sequence: attention never scans other documents
         # threads None: as many as the cores other processes leave free, chosen again before each
         # chunk (engine.local.cores); a number: exactly that many, whatever the machine does.
-        self._meter = None if threads else CoreMeter()
-        threads = threads or self._meter.threads()
+        meter = None if threads else CoreMeter()
+        self._meter = meter
+        threads = meter.threads() if meter is not None else threads
         self.threads = threads
         params.n_threads = threads
         params.n_threads_batch = threads
@@ -250,6 +251,8 @@ class LlamaContext:
         return Decoded(done, rows)
 
     def _follow_machine(self) -> None:
+        if self._meter is None:
+            return
         threads = self._meter.threads()
         if threads != self.threads:
             llama_cpp.llama_set_n_threads(self._ctx, threads, threads)

@@ -89,8 +89,9 @@ def banned_tokens(remote: Server, prompt: tuple[int, ...], front: Frontier, spok
     banned, the greedy token there is the best of those it does not list. Only value nodes list
     anything; with an unknown row among them nothing is banned."""
     vocab = remote.vocab
-    nodes = [remote.nodes.node(prompt + path) for path, r in front.rows + front.values if r == spoken]
-    if not nodes or any(node is None for node in nodes):
+    found = [remote.nodes.node(prompt + path) for path, r in front.rows + front.values if r == spoken]
+    nodes = [node for node in found if node is not None]
+    if not nodes or len(nodes) < len(found):
         return frozenset()
     consistent = (int(t) for t in vocab.candidates(spoken).all_ids())
     return frozenset(t for t in consistent if all(t in node.exact for node in nodes))
@@ -293,7 +294,10 @@ def prove(rows: BoundedRows) -> None:
         return None if node is None else node.exact
 
     def row_at(path: Path, remaining: bytes):
-        return remote.nodes.bounded_row(remote.nodes.node(prompt + path), remaining, False)
+        node = remote.nodes.node(prompt + path)
+        if node is None:  # the search asks only for rows the batch has answered
+            raise KeyError(f"no row after {len(prompt + path)} tokens")
+        return remote.nodes.bounded_row(node, remaining, False)
 
     for _ in range(BATCH_ROUNDS + 1):
         if rows.decodes >= rows.budget:

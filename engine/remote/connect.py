@@ -24,6 +24,7 @@ import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from engine.backend import affinity_key
 from engine.core.vocab import VocabIndex
@@ -138,7 +139,7 @@ class ServerCheck:
         return slot_ctx, total_slots, props
 
 
-def identity_of(models: object) -> tuple | None:
+def identity_of(models: Any) -> tuple | None:
     """(n_params, size, n_embd, n_vocab) from a /v1/models answer; None when it has no meta."""
     try:
         meta = models["data"][0]["meta"]

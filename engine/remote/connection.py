@@ -112,11 +112,18 @@ class Connection:
             return True
         return bool(ready)
 
+    def _open_socket(self) -> socket.socket:
+        """The connected socket; a connection used before `open` (or after `close`) is broken."""
+        if self._sock is None:
+            raise self._client.unreachable("the connection broke (it is closed)")
+        return self._sock
+
     def send(self, data: bytes) -> None:
         self.received = False
+        sock = self._open_socket()
         try:
-            self._sock.settimeout(max(0.001, self._deadline - time.monotonic()))
-            self._sock.sendall(data)
+            sock.settimeout(max(0.001, self._deadline - time.monotonic()))
+            sock.sendall(data)
         except socket.timeout:
             raise self._client.timed_out() from None
         except OSError as error:
@@ -125,16 +132,17 @@ class Connection:
 
     def wait_readable(self) -> None:
         """Until a byte of the answer can be read, without reading it (so it can be resumed)."""
+        sock = self._open_socket()
         while not self._buffer:
             if self._cancel is not None and self._cancel():
                 raise StreamCancelled()
             remaining = self._deadline - time.monotonic()
             if remaining <= 0:
                 raise self._client.timed_out()
-            if isinstance(self._sock, ssl.SSLSocket) and self._sock.pending():
+            if isinstance(sock, ssl.SSLSocket) and sock.pending():
                 return
             try:
-                ready, _, _ = select.select([self._sock], [], [], min(WAIT_S, remaining))
+                ready, _, _ = select.select([sock], [], [], min(WAIT_S, remaining))
             except (OSError, ValueError) as error:
                 self.close()
                 raise self._client.unreachable(f"the connection broke ({error})") from None
@@ -143,6 +151,7 @@ class Connection:
 
     def _fill(self) -> bool:
         """Read more bytes into the buffer; False at the end of the stream."""
+        sock = self._open_socket()
         while True:
             if self._cancel is not None and self._cancel():
                 self.close()
@@ -152,8 +161,8 @@ class Connection:
                 self.close()
                 raise self._client.timed_out()
             try:
-                self._sock.settimeout(min(WAIT_S, remaining))
-                data = self._sock.recv(65536)
+                sock.settimeout(min(WAIT_S, remaining))
+                data = sock.recv(65536)
             except socket.timeout:
                 continue
             except ssl.SSLError as error:

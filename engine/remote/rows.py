@@ -84,6 +84,10 @@ PROBE_TEXT = (
 )
 
 
+def _unchecked(client: ModelServerClient, rows: RemoteRows) -> None:
+    """The check of rows made without one (tests' fakes): nothing to check."""
+
+
 class RemoteRows:
     """Distributions by token path from one llama-server (see the module docstring): an
     engine.backend `Backend`. What it knows is in `nodes` (engine.remote.nodes) and `slots`
@@ -117,7 +121,7 @@ class RemoteRows:
         self.switches = 0
         # Checks a server's model (engine.remote.connect `ServerCheck`): run again on the server a
         # balancer moved a document to, before any of its numbers are used.
-        self.check: Callable[[ModelServerClient, RemoteRows], object] | None = None
+        self.check: Callable[[ModelServerClient, RemoteRows], object] = _unchecked
         self.upstream_changes = 0  # documents a balancer moved to another server (UpstreamChanged)
 
     @property
@@ -184,8 +188,7 @@ class RemoteRows:
         with self._lock:
             self.upstream_changes += 1
             self.forget()
-            if self.check is not None:
-                self.check(self.client, self)
+            self.check(self.client, self)
         return True
 
     # --- the backend ---------------------------------------------------------------------------

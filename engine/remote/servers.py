@@ -309,7 +309,7 @@ class BalancedSet(ServerSet):
         super().__init__([first], lambda client: (), lambda url: ModelServerClient(url))
         self.upstreams = [first.client.upstream or ""]
         self._make_rows, self._check_rows = make_rows, check
-        self._where: OrderedDict[str, int] = OrderedDict()  # document key -> index of its server
+        self._where: OrderedDict[str | None, int] = OrderedDict()  # document key -> index of its server
         self._cut_retried = False
         self._probe = make_rows().client  # asks where a new document goes
 

@@ -92,7 +92,7 @@ class SlotBook:
             # docs/shared-server.md). So the call's first request goes to the server's pick, an
             # idle slot, into which the RAM cache restores the document; the answer names it.
             return -1, True
-        if where == "stay":
+        if where == "stay" and self._live is not None:
             return self._live, True
         if where == "move":
             return target, True
