@@ -111,7 +111,7 @@ def fetch(
     prompt = tuple(prompt)
     if len(front.rows) + len(front.values) == 1:
         return single(remote, rows, front)
-    remote.settle_stream(drain=True)
+    remote.stream.settle(True)
     remote.reap()
     slot, warm = remote.slots.slot_for(prompt)
     if slot < 0 or remote.filling or remote.slots.cached_in(slot, warm, prompt) < len(prompt) - 1:
@@ -153,7 +153,7 @@ def fetch(
     # in one batch.
     remote.slots.hold(slot, prompt, live=True)
     try:
-        stream = remote.client.stream("/completion", body, remote.deadline, cancel.is_set if cancel else None)
+        stream = remote.client.stream("/completion", body, remote.call.deadline, cancel.is_set if cancel else None)
     except StreamCancelled:
         raise Cancelled() from None
     _read(
@@ -187,7 +187,11 @@ def single(remote: Server, rows: BoundedRows, front: Frontier) -> set[Path]:
     banned = banned_tokens(remote, rows.prompt, front, left)
     try:
         remote.query(
-            rows.prompt + path, len(left) + remote.predict + GENERATION_SLACK, rows.cancel, literal=left, exclude=banned
+            rows.prompt + path,
+            len(left) + remote.call.predict + GENERATION_SLACK,
+            rows.cancel,
+            literal=left,
+            exclude=banned,
         )
     except Inexpressible:
         return set()
@@ -219,7 +223,7 @@ def _read(remote, stream, prompt, order, remaining, spoken, banned, boosted, can
     """Every task's token event: its row, and (for a path with the bytes spoken for) its cap. A
     boosted pick caps with BOOST_SLACK added, and only when it is one of the boosted tokens."""
     stream.set_limits(
-        remote.deadline if remote.deadline is not None else time.monotonic() + remote.client.timeout_s,
+        remote.call.deadline if remote.call.deadline is not None else time.monotonic() + remote.client.timeout_s,
         cancel.is_set if cancel else None,
     )
     progressed: set[int] = set()
@@ -243,7 +247,7 @@ def _read(remote, stream, prompt, order, remaining, spoken, banned, boosted, can
         probs = event.get("completion_probabilities")
         if not probs or event.get("stop") is True:
             continue
-        token, logprob, top = remote.parse_probs(probs)
+        token, logprob, top = remote.stream.parse_probs(probs)
         path = order[index]
         cap = None
         if spoken is not None and remaining.get(path) == spoken and (boosted is None or token in boosted):
@@ -365,7 +369,7 @@ def _descend(rows: BoundedRows, path: Path) -> None:
         remote.query(
             rows.prompt + path[:-1], len(left) + GENERATION_SLACK, rows.cancel, forced=path[-1:], literal=left, listed=1
         )
-        remote.settle_stream(drain=True)
+        remote.stream.settle(True)
     except Inexpressible:
         rows.fallback = "inexpressible"
 

@@ -13,10 +13,12 @@ import numpy as np
 
 from engine.core.covering import Covering, CoveringSearch
 from engine.core.vocab import VocabIndex
+from engine.remote.call import Call
 from engine.remote.http import ModelServerClient
 from engine.remote.nodes import NodeStore
 from engine.remote.request import GENERATION_SLACK, Inexpressible
 from engine.remote.slots import SlotBook
+from engine.remote.stream import Stream
 
 BRANCH_PREDICT = 2  # a branch the search expands: its forced token, then one under the grammar
 STALE_NATS = 1e-6  # a chosen path's value above its exact one by more than this was ranked on a bound
@@ -33,12 +35,8 @@ class Server(Protocol):
     fallbacks: list[str]
     decoded: int
     n_probs: int
-
-    @property
-    def predict(self) -> int: ...
-
-    @property
-    def deadline(self) -> float | None: ...
+    call: Call  # the current call: its deadline, how many tokens its generation wants
+    stream: Stream  # the open stream: settled before a new request, its events parsed
 
     @property
     def filling(self) -> bool: ...
@@ -58,11 +56,7 @@ class Server(Protocol):
 
     def prefill(self, tokens: tuple[int, ...], cancel: threading.Event | None = None) -> None: ...
 
-    def settle_stream(self, drain: bool = False) -> None: ...
-
     def reap(self) -> None: ...
-
-    def parse_probs(self, probs: object) -> tuple[int, float, list[tuple[int, float]]]: ...
 
 
 class BoundedRows:
@@ -116,7 +110,7 @@ class BoundedRows:
         # token's value and the best consistent token after it (BRANCH_PREDICT). Reading it further
         # made the server decode tokens no one used: 5 to 11 events (300 to 600 ms, 2.5 kB each)
         # per branch, for the several spellings of a run of indentation spaces.
-        predict = BRANCH_PREDICT if path else len(remaining) + self.remote.predict + GENERATION_SLACK
+        predict = BRANCH_PREDICT if path else len(remaining) + self.remote.call.predict + GENERATION_SLACK
         try:
             if not path:
                 self.remote.query(self.prompt, predict, self.cancel, literal=remaining)
@@ -159,7 +153,7 @@ class BoundedRows:
         remaining = self.remaining(node)
         token = covering.path[i]
         self.decodes += 1
-        predict = len(remaining) + self.remote.predict + GENERATION_SLACK
+        predict = len(remaining) + self.remote.call.predict + GENERATION_SLACK
         try:
             if i == len(covering.path) - 1:  # the covering token: the best covering token here
                 partial = [t for t, _ in self._vocab.strict_prefixes_of(remaining)]

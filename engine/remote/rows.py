@@ -60,9 +60,9 @@ from engine.core.vocab import VocabIndex
 from engine.remote.batch import prove
 from engine.remote.bounded import BoundedRows
 from engine.remote.call import Call, cancel_check
-from engine.remote.fills import Fill, Prefills
+from engine.remote.fills import Prefills
 from engine.remote.http import ModelServerClient, StreamCancelled, UpstreamChanged
-from engine.remote.nodes import CapGroup, Node, NodeStore
+from engine.remote.nodes import Node, NodeStore
 from engine.remote.request import (
     GENERATION_SLACK,
     Inexpressible,
@@ -131,35 +131,6 @@ class RemoteRows:
     @total_slots.setter
     def total_slots(self, count: int) -> None:
         self.slots.total_slots = count
-
-    @property
-    def shared(self) -> bool:
-        """Another client has taken a slot we held (a team on one server): engine.remote.slots `Sharing`."""
-        return self.slots.sharing.shared
-
-    @property
-    def taken(self) -> int:
-        """Named requests that found their slot taken."""
-        return self.slots.sharing.taken
-
-    @property
-    def predict(self) -> int:
-        """Tokens the current call's generation wants."""
-        return self.call.predict
-
-    @property
-    def deadline(self) -> float | None:
-        """When the current call's budget runs out."""
-        return self.call.deadline
-
-    @property
-    def last_fill_s(self) -> float | None:
-        """How long the last prefill took, from its request."""
-        return self.prefills.last_fill_s
-
-    @property
-    def _detached(self) -> list[Fill]:
-        return self.prefills.detached
 
     # --- which server ----------------------------------------------------------------------
 
@@ -286,7 +257,7 @@ class RemoteRows:
         document is left to finish. A timeout or a cancel leaves this one running for the next call."""
         key = tuple(tokens)
         with self._lock:
-            self.settle_stream()
+            self.stream.settle()
             self.reap()
             fill = self.prefills.running
             if fill is not None:
@@ -338,30 +309,6 @@ class RemoteRows:
     def node(self, key: tuple[int, ...]) -> Node | None:
         return self.nodes.node(key)
 
-    def _record(
-        self,
-        key: tuple[int, ...],
-        token: int,
-        logprob: float,
-        top: list[tuple[int, float]],
-        cap: CapGroup | None,
-        slack: float = 0.0,
-    ) -> None:
-        self.nodes.record(key, token, logprob, top, cap, slack)
-
-    def drop(self, keys) -> None:
-        """Forget the distributions after these token paths."""
-        self.nodes.drop(keys)
-
-    def bounded_row(self, node: Node, remaining: bytes, pessimistic: bool) -> np.ndarray:
-        return self.nodes.bounded_row(node, remaining, pessimistic)
-
-    def _slot_for(self, tokens: tuple[int, ...]) -> tuple[int, bool]:
-        return self.slots.slot_for(tokens)
-
-    def _cached_in(self, slot: int, warm: bool, tokens: tuple[int, ...]) -> int:
-        return self.slots.cached_in(slot, warm, tokens)
-
     # --- requests --------------------------------------------------------------------------
 
     def _note_timings(self, event: dict, expected: int | None = None) -> None:
@@ -401,7 +348,7 @@ class RemoteRows:
         free token bounds every consistent token but them. Reads until the forced part is through
         (or, with until_free False, one event); the stream then stays open for generation to read on.
         `listed`: tokens listed per event, if not `n_probs`."""
-        self.settle_stream()
+        self.stream.settle()
         self.reap()
         # What the server decodes as its prompt, and how: the request's prompt (in the same
         # chunks as in-process, its last token alone: engine.local.llama), then every token past
@@ -468,13 +415,6 @@ class RemoteRows:
         ))  # fmt: skip
         if until_free:
             self.stream.read_forced(cancel)
-
-    def parse_probs(self, probs: object) -> tuple[int, float, list[tuple[int, float]]]:
-        return self.stream.parse_probs(probs)
-
-    def settle_stream(self, drain: bool = False) -> None:
-        """Before a new request: the open stream read to its end or closed (engine.remote.stream `settle`)."""
-        self.stream.settle(drain)
 
     def close_stream(self) -> None:
         """Close an open stream (the server stops decoding it)."""

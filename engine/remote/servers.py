@@ -219,7 +219,7 @@ class ServerSet:
         # a retry has what was left of the call's budget
         rows.begin(cancel, max_tokens, single_line, self._deadline if self._retrying else None)
         self._retrying = False
-        self._deadline = rows.deadline
+        self._deadline = rows.call.deadline
 
     def end(self) -> None:
         self.servers[self._current].end()

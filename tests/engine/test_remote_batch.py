@@ -104,8 +104,8 @@ def test_a_cap_that_leaves_tokens_out_bounds_only_the_others():
     key = PROMPT + (S2,)
     # AB is listed (0.5), so every unlisted token is below it; with AB banned, the best token
     # consistent with "ab" was X's 0.02 (as if it were): every consistent token but AB is below that.
-    rows._record(key, X, math.log(0.02), [(AB, math.log(0.5))], (False, b"ab", frozenset({AB})))
-    row = rows.bounded_row(rows.node(key), b"ab", False)
+    rows.nodes.record(key, X, math.log(0.02), [(AB, math.log(0.5))], (False, b"ab", frozenset({AB})))
+    row = rows.nodes.bounded_row(rows.node(key), b"ab", False)
     assert row[AB] == pytest.approx(math.log(0.5))  # exact, and left out of the cap
     assert math.log(0.02) - 1e-6 < row[A] <= math.log(0.02)  # "a" (consistent, unlisted): the cap
     assert row[B] == -np.inf and row[SA] == -np.inf  # not consistent with "ab"
@@ -210,8 +210,8 @@ def test_rows_asked_ahead_stop_where_the_descent_estimated_with_the_coverings_va
     from engine.remote.rows import BoundedRows
 
     rows = RemoteRows(ModelServerClient("http://127.0.0.1:9", None, 1.0), VOCAB, 2048, 1, None, n_probs=2)
-    rows._record(PROMPT, S2, math.log(0.4), [(S2, math.log(0.4)), (S1, math.log(0.3))], None)
-    rows._record(PROMPT + (S2,), AB, math.log(0.5), [(AB, math.log(0.5))], None)
+    rows.nodes.record(PROMPT, S2, math.log(0.4), [(S2, math.log(0.4)), (S1, math.log(0.3))], None)
+    rows.nodes.record(PROMPT + (S2,), AB, math.log(0.5), [(AB, math.log(0.5))], None)
     bounded = BoundedRows(rows, PROMPT, REQUIRED, None, 8)
     ahead = continuation(VOCAB, (S1,), REQUIRED, (S2, AB))
     assert ahead == ((S1, S1),)

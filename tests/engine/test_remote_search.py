@@ -182,15 +182,17 @@ def test_a_prefill_left_for_another_document_still_names_its_slot(fake):
     rows.end()
     assert not rows.filling
     until = time.monotonic() + 10
-    while not rows._detached[0].pending.ready() and time.monotonic() < until:  # its answer comes (sent first)
+    while not rows.prefills.detached[0].pending.ready() and time.monotonic() < until:  # its answer comes (sent first)
         time.sleep(0.01)
     rows.begin(None, max_tokens=0)  # the first document again: its answer has come meanwhile
     rows.prefill(first)
     rows.end()
     prefills = [(b["prompt"], b["id_slot"]) for b in fake.bodies if not b.get("stream")]
     assert prefills == [(list(first[:-1]), -1), (list(second[:-1]), -1)], prefills  # nothing sent again
-    assert rows._cached_in(*rows._slot_for(first), first) == len(first) - 1  # slot 0, named by the late answer
-    assert rows._slot_for(first)[0] == 0 and rows._slot_for(second)[0] == 1
+    assert (
+        rows.slots.cached_in(*rows.slots.slot_for(first), first) == len(first) - 1
+    )  # slot 0, named by the late answer
+    assert rows.slots.slot_for(first)[0] == 0 and rows.slots.slot_for(second)[0] == 1
 
 
 def test_a_prefill_that_misses_the_budget_is_waited_on_again_not_sent_again(fake):

@@ -45,7 +45,7 @@ def test_alone_every_request_after_the_first_names_the_slot(fake):
     prefill(rows, LONGER)
     prefill(rows, LONGER + (A,) * 5)
     assert [b["id_slot"] for b in fake.bodies] == [-1, 0, 0]
-    assert not rows.shared and rows.taken == 0
+    assert not rows.slots.sharing.shared and rows.slots.sharing.taken == 0
 
 
 def test_a_slot_taken_by_another_user_makes_the_next_call_ask_the_server_to_place_it(fake):
@@ -53,12 +53,12 @@ def test_a_slot_taken_by_another_user_makes_the_next_call_ask_the_server_to_plac
     prefill(rows, DOCUMENT)
     fake.cache_n = 3  # another user's document, sharing 3 tokens, took the slot meanwhile
     prefill(rows, LONGER)
-    assert rows.shared and rows.taken == 1
+    assert rows.slots.sharing.shared and rows.slots.sharing.taken == 1
     fake.cache_n = len(LONGER) - 1
     prefill(rows, LONGER + (A,) * 5)  # the next call: the server's pick, with its cache
     prefill(rows, LONGER + (A,) * 9)  # and every call's first request after it
     assert [(b["id_slot"], b["cache_prompt"]) for b in fake.bodies] == [(-1, False), (0, True), (-1, True), (-1, True)]
-    assert rows.taken == 1  # the server placed the last two: nothing was expected of a slot
+    assert rows.slots.sharing.taken == 1  # the server placed the last two: nothing was expected of a slot
 
 
 def test_a_few_tokens_short_is_not_a_theft(fake):
@@ -66,4 +66,4 @@ def test_a_few_tokens_short_is_not_a_theft(fake):
     prefill(rows, DOCUMENT)
     fake.cache_n = len(DOCUMENT) - TAKEN_MIN_TOKENS  # e.g. a stream closed before its last token was decoded
     prefill(rows, LONGER)
-    assert not rows.shared
+    assert not rows.slots.sharing.shared
