@@ -55,6 +55,7 @@ class CoveringRows(Protocol):
     row is exact, so they do nothing)."""
 
     decodes: int  # rows that cost a model step (or a request), against the search's budget
+    normalised: bool  # rows are log-probabilities (a server's), not logits
     fallback: str | None  # why the proof could not be finished, if it could not
 
     def row(self, path: tuple[int, ...]) -> np.ndarray: ...

@@ -15,6 +15,11 @@ from engine import Completion, CompletionRequest, EngineConfig, Prefetched
 class EngineLike(Protocol):
     """The part of `engine.Engine` the scheduler uses (a fake in unit tests)."""
 
+    @property
+    def model_id(self) -> str | None:
+        """What makes the distributions (engine.Engine.model_id); None: not known yet."""
+        ...
+
     def complete(self, request: CompletionRequest, cancel: threading.Event) -> Completion: ...
 
     def prefetch(self, request: CompletionRequest, cancel: threading.Event) -> Prefetched: ...

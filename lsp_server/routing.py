@@ -62,7 +62,7 @@ class RoutedEngine:
             "prose": replace(config, model_path=PROSE_MODEL),
         }
         self._load = load
-        self._engines: dict[str, Any] = {}
+        self._engines: dict[str, EngineLike] = {}
         self._failed: dict[str, ModelLoadError] = {}  # a kind whose load failed: not tried on every keystroke
         self._lock = threading.Lock()  # close() may come from another thread while a load runs
         self._on_event: Callable[[Event], None] = lambda event: None
@@ -72,7 +72,7 @@ class RoutedEngine:
         """Report each model's load on first use to `on_event` (the scheduler's: the status bar)."""
         self._on_event = on_event
 
-    def engine(self, kind: str) -> Any:
+    def engine(self, kind: str) -> EngineLike:
         """The engine for `kind`, loaded on first use (ModelLoadError if that load failed)."""
         with self._lock:
             found, failed = self._engines.get(kind), self._failed.get(kind)
@@ -105,14 +105,15 @@ class RoutedEngine:
         self._on_event(LoadResult(config, None, time.perf_counter() - started))
         return found
 
-    def _for(self, request: CompletionRequest) -> Any:
+    def _for(self, request: CompletionRequest) -> EngineLike:
         self.last_kind = text_kind(request.language)
         return self.engine(self.last_kind)
 
     @property
     def model_id(self) -> str | None:
         """The id of the model that answered last (the scheduler reads it right after a call)."""
-        return getattr(self._engines.get(self.last_kind), "model_id", None)
+        engine = self._engines.get(self.last_kind)
+        return engine.model_id if engine is not None else None
 
     def complete(self, request: CompletionRequest, cancel: threading.Event) -> Completion:
         return self._for(request).complete(request, cancel=cancel)

@@ -49,7 +49,7 @@ from engine import (
 )
 from lsp_server.loading import EngineLike, Event, LoadResult, ServerHealth
 from lsp_server.logs import frames
-from lsp_server.routing import load_engine
+from lsp_server.routing import RoutedEngine, load_engine
 
 logger = logging.getLogger(__name__)
 
@@ -233,7 +233,7 @@ class Scheduler:
     def model_id(self) -> str | None:
         """The loaded model's identity (engine.Engine.model_id: a catalogue name or "sha256:<hex>");
         None while no model is loaded."""
-        return getattr(self._engine, "model_id", None)
+        return self._engine.model_id if self._engine is not None else None
 
     def _retry_wait(self) -> float | None:
         """How long the worker may sleep: until the next retry, or until woken (None)."""
@@ -282,8 +282,8 @@ class Scheduler:
         do, and the ModelServerError kind if it was one."""
         try:
             self._engine, self._config = self._load_engine(config), config
-            if callable(listen := getattr(self._engine, "listen", None)):  # loads more on first use
-                listen(self._emit)
+            if isinstance(self._engine, RoutedEngine):  # it loads a model per kind on first use
+                self._engine.listen(self._emit)
             return None, None
         except ModelServerError as exc:
             return f"cannot load model: {exc}", exc.kind
@@ -375,4 +375,4 @@ class Scheduler:
         elif self.server_trouble is not None:
             self._server_health(None)
         # read right after the call, on this thread: a routed engine says which of its models answered
-        _resolve(job.future, Answer(completion, "done", model_id=getattr(self._engine, "model_id", None)))
+        _resolve(job.future, Answer(completion, "done", model_id=self.model_id))

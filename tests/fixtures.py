@@ -59,6 +59,7 @@ class FakeEngine:
     """
 
     def __init__(self, block: bool = False, words: tuple[str, ...] = (), step_s: float = 0.0) -> None:
+        self.model_id: str | None = None  # engine.Engine.model_id; the loaders set it
         self.block = block
         self.words = words
         self.step_s = step_s

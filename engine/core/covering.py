@@ -24,10 +24,8 @@ from engine.core.vocab import VocabIndex
 
 
 class RowSource(Protocol):
-    """Logits after the prompt plus a path of tokens; `decodes` counts the real model calls.
-    A source may also have `norm(row)`, the row's log-normaliser: 0 for rows that are already
-    log-probabilities (a remote server's bounded rows, see engine.remote.rows); without it, a row is
-    logits and is normalised with row_log_norm."""
+    """Logits after the prompt plus a path of tokens (or log-probabilities: the search's
+    `normalised`); `decodes` counts the real model calls."""
 
     decodes: int
 
@@ -57,13 +55,19 @@ class _Found:
     log_probs: np.ndarray  # path log-prob + each id's log-prob
 
 
+def _already_normalised(row: np.ndarray) -> float:
+    return 0.0
+
+
 class CoveringSearch:
     """One search over one prompt; create a new one per request."""
 
-    def __init__(self, vocab: VocabIndex, rows: RowSource, max_decodes: int) -> None:
+    def __init__(self, vocab: VocabIndex, rows: RowSource, max_decodes: int, normalised: bool = False) -> None:
+        """`normalised`: the rows are log-probabilities already (a remote server's bounded rows,
+        engine.remote.bounded), not logits to normalise with row_log_norm."""
         self._vocab = vocab
         self._rows = rows
-        self._norm = getattr(rows, "norm", row_log_norm)
+        self._norm = _already_normalised if normalised else row_log_norm
         self._max_decodes = max_decodes
         self._best: Covering | None = None
         self._found: list[_Found] = []

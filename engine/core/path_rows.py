@@ -14,6 +14,8 @@ class PathRows:
     """Rows after prompt + path for the covering search, counting real decodes only. Every row is
     exact, so a covering the search chose needs no refining (see engine.remote.bounded.BoundedRows)."""
 
+    normalised = False  # logits
+
     def __init__(self, kv: Backend, prompt: tuple[int, ...], cancel: threading.Event) -> None:
         self._kv, self._prompt, self._cancel = kv, prompt, cancel
         self.decodes = 0

@@ -90,10 +90,10 @@ class Sequence:
             prompt_decoded = self._kv.decoded - decoded_before
             if required and exact:
                 rows = self._kv.covering_rows(tokens, required, self._cancel, max_cover_decodes)
-                self.search = CoveringSearch(self._vocab, rows, max_cover_decodes)
+                self.search = CoveringSearch(self._vocab, rows, max_cover_decodes, rows.normalised)
                 covering = self.search.run(required, self._sampler)
                 while covering is not None and rows.refine(covering):  # remote: prove the choice
-                    self.search = CoveringSearch(self._vocab, rows, max_cover_decodes)
+                    self.search = CoveringSearch(self._vocab, rows, max_cover_decodes, rows.normalised)
                     covering = self.search.run(required, self._sampler)
                 covering = self.covering = rows.settle(covering)
                 self.search = rows.known_search(self.search, required)  # what signals and alternatives read

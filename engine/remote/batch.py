@@ -307,7 +307,10 @@ def prove(rows: BoundedRows) -> None:
         if rows.decodes >= rows.budget:
             return
         known = CoveringSearch(
-            remote.vocab, BoundedRows(remote, prompt, required, rows.cancel, 0, pessimistic=True), 1 << 30
+            remote.vocab,
+            BoundedRows(remote, prompt, required, rows.cancel, 0, pessimistic=True),
+            1 << 30,
+            normalised=True,
         ).run(required)
         floor = known.log_prob if known is not None else float("-inf")
         left = rows.budget - rows.rows_asked

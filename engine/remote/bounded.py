@@ -63,6 +63,8 @@ class BoundedRows:
     """The covering search's RowSource on a remote server: rows of exact values and upper bounds;
     `refine` makes the chosen covering's first inexact token exact, one request at a time."""
 
+    normalised = True  # log-probabilities as the server lists them, and bounds
+
     def __init__(
         self,
         remote: Server,
@@ -78,9 +80,6 @@ class BoundedRows:
         self.decodes = 0  # requests made (each one of the budget: `refine`)
         self.rows_asked = 0  # rows asked for (the budget again: as in-process decodes, `expand`, batches)
         self.fallback: str | None = None
-
-    def norm(self, row: np.ndarray) -> float:
-        return 0.0  # rows are log-probabilities already
 
     def remaining(self, path: tuple[int, ...]) -> bytes:
         consumed = sum(len(self._vocab.pieces[t]) for t in path)
@@ -171,7 +170,10 @@ class BoundedRows:
         typed, the margin to another word) and the alternatives read its coverings, and an upper
         bound there would count probability no token is known to have, as in-process it is not."""
         known = CoveringSearch(
-            self._vocab, BoundedRows(self.remote, self.prompt, required, self.cancel, 0, pessimistic=True), 1 << 30
+            self._vocab,
+            BoundedRows(self.remote, self.prompt, required, self.cancel, 0, pessimistic=True),
+            1 << 30,
+            normalised=True,
         )
         known.run(required)
         return known
@@ -184,7 +186,10 @@ class BoundedRows:
         if covering is None and self.fallback is None:
             return None  # nothing in the vocabulary is consistent
         known = CoveringSearch(
-            self._vocab, BoundedRows(self.remote, self.prompt, self.required, self.cancel, 0, pessimistic=True), 1 << 30
+            self._vocab,
+            BoundedRows(self.remote, self.prompt, self.required, self.cancel, 0, pessimistic=True),
+            1 << 30,
+            normalised=True,
         ).run(self.required)
         if known is not None and math.isfinite(known.log_prob):
             self.remote.fallbacks.append("unproven")
