@@ -26,7 +26,7 @@ coefficients see tune only, and the live typing replay, other passages again, ve
 tables per language and per cursor class (gate off, at the default, the peer) and the plot.
 check: the same with what lsp_server ships for the model (lsp_server.confidence_gate.gate_for), or with a
 candidate (`--calibration FILE`).
-render: the tables and the plot again from the saved results; docs/gate.md sums up every model.
+render: the tables and the plot again from the saved results; bench/results/gate-summary.md sums up every model (docs/gate.md, written by hand, cites it).
 hidden: the typing replay (bench.replay) before and after hidden suggestions were carried.
 refit: record, fit and check the candidate in one go (what to run again when the server's
 suggestions change).
@@ -74,8 +74,10 @@ RECORDS = RESULTS / "gate_records_{set}.json"  # one file per set (the default m
 MODEL_RECORDS = RESULTS / "gate_records_{model}_{set}.json"  # another model's, by its identity
 OUT = RESULTS / "gate.json"
 MODEL_OUT = RESULTS / "gate-{model}.json"
-PLOT = report.output_root() / "docs" / "gate.png"
-MODEL_PLOT = report.output_root() / "docs" / "gate-{model}.png"
+# What the tool draws and tabulates goes beside its results, for review; docs/gate.md is written
+# by hand and copies what it cites (its plots: docs/gate-MODEL.png).
+PLOT = report.output_root() / "bench" / "results" / "gate.png"
+MODEL_PLOT = report.output_root() / "bench" / "results" / "gate-{model}.png"
 DEFAULT_MODEL = "gemma-3-270m"
 # SHA-256 of the catalogue's files (engine.catalogue), so a path to one of them is named as it is
 KNOWN_FILES = {
@@ -769,8 +771,8 @@ def _hidden_table(result: dict[str, Any]):
 
 
 def render(results: dict[str, Any], plot: Path = PLOT) -> int:
-    """Print the tables, write the model's plot and its tables (docs/gate-<model>.md), and the
-    summary of every model fitted (docs/gate.md)."""
+    """Print the tables, write the model's plot and its tables (bench/results/gate-<model>.png), and the
+    summary of every model fitted (bench/results/gate-summary.md), all for review."""
     from bench.plots import gate_plot
 
     c = results["calibration"]
@@ -802,11 +804,11 @@ def _tabs(results: dict[str, Any]) -> list:
     return tabs
 
 
-SUMMARY = report.output_root() / "docs" / "gate.md"
+SUMMARY = report.output_root() / "bench" / "results" / "gate-summary.md"
 
 
 def summary() -> None:
-    """docs/gate.md: per model, the default threshold and what it does on both sets, from every
+    """bench/results/gate-summary.md: per model, the default threshold and what it does on both sets, from every
     bench/results/gate*.json; and what a model without a fit gets."""
     from bench.report import pct, times
 
