@@ -341,7 +341,14 @@ class Workspace:
 
     def closed(self, key: str, uri: str, text: str) -> None:
         """Keep the regions around the lines edited in a document that closes (newest last)."""
-        lines = self._edits.pop(key, None)
+        self.keep_regions(key, uri, text, self.take_edits(key))
+
+    def take_edits(self, key: str) -> tuple[int, ...]:
+        """The lines edited lately in a document that closes, forgotten here."""
+        return tuple(self._edits.pop(key, ()))
+
+    def keep_regions(self, key: str, uri: str, text: str, lines: tuple[int, ...]) -> None:
+        """Keep the regions of `text` (the document at `uri`, closed) around the edited `lines`."""
         if not lines:
             return
         path, usable = self.describe(uri)
