@@ -7,7 +7,8 @@ its chunks are new. Between those moments every request of the document carries 
 `RepoContext` value (texts as they were when chosen), so the prompt's start never moves while
 the user types: a keystroke inside a word decodes no prompt token, context or not. A new choice
 is first sent by the prefetch that follows the edit (lsp_server.server), so its layout is decoded
-while the user reads.
+while the user reads. The server makes its choices on a worker thread (`Background`): a slow disk
+holds back the context, never a keystroke.
 """
 
 from __future__ import annotations

@@ -14,8 +14,9 @@ valid UTF-8), it is not inside ``.git`` and, when its folder is in a git work tr
 ignore it (`GitIgnore`: git's ignore files, matched in-process). Open documents pass the same
 folder and ignore checks (an open ``.env`` stays out).
 
-Everything here touches the disk: the server calls it on its context worker
-(lsp_server.context.Background), never on the event loop.
+What reads the disk (`read`, `describe`, `imports`, `set_roots`, `keep_regions`) the server
+calls on its context worker (lsp_server.context.Background), never on the event loop; the edit
+bookkeeping (`edited`, `edits`, `take_edits`) is memory only and stays on the loop.
 
 With no workspace folder (``rootUri`` null: one file opened outside a project), the folder of the
 document the context is for stands in for one, with every rule above: the open documents under it
@@ -120,7 +121,10 @@ class GitIgnore:
 
     def __init__(self) -> None:
         self._tops: dict[Path, Path | None] = {}  # folder -> its work tree's top (None: not in one)
+        self._git_dirs: dict[Path, Path | None] = {}  # work tree's top -> its repository's common folder
         self._specs: dict[Path, tuple[tuple[int, int], Patterns | None]] = {}  # file -> (stat, patterns)
+        config = os.environ.get("XDG_CONFIG_HOME") or (str(Path.home() / ".config") if home() else "")
+        self._global = Path(config) / "git" / "ignore" if config else None  # core.excludesFile's default
 
     def ignored(self, path: Path, root: Path | None = None) -> bool:
         """True when git ignores the (resolved) `path`. `root`, the folder it lies under, is not
@@ -154,11 +158,10 @@ class GitIgnore:
 
     def _outer(self, top: Path) -> list[tuple[tuple[str, ...], Patterns | None]]:
         """The ignore files below every ``.gitignore`` in precedence: global, then info/exclude."""
-        files = []
-        config = os.environ.get("XDG_CONFIG_HOME") or (str(Path.home() / ".config") if home() else "")
-        if config:
-            files.append(Path(config) / "git" / "ignore")
-        git_dir = _git_dir(top)
+        files = [] if self._global is None else [self._global]
+        if top not in self._git_dirs:
+            self._git_dirs[top] = _git_dir(top)
+        git_dir = self._git_dirs[top]
         if git_dir is not None:
             files.append(git_dir / "info" / "exclude")
         return [((), self._spec(f)) for f in files]
