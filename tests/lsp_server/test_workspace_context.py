@@ -228,6 +228,7 @@ def test_the_server_sends_the_chosen_chunks_with_each_request_and_none_when_off(
         editor.open(uri(helpers), helpers.read_text(), "python")
         current = uri(project / "pkg" / "new.py")
         editor.open(current, PREAMBLE + "def go(x):\n    return frob", "python")
+        editor.stats()  # a round trip: the server has handled both didOpens (and asked for their contexts)
         assert server.server.context.idle(30)  # chosen off the event loop: made before the first request here
         editor.suggestion(current)
         editor.type(current, "n")
