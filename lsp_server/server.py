@@ -46,6 +46,14 @@ PROGRESS_WAIT_SECONDS = 5.0  # how long a load's progress bar waits for the clie
 TELL_AGAIN_SECONDS = 300.0  # a model server failure's message is shown again only after this long
 
 
+def capability(server: LanguageServer, path: str) -> Any:
+    """The client's capability at a dotted path (`text_document.inline_completion`); None if absent."""
+    node: Any = getattr(server.protocol, "client_capabilities", None)
+    for name in path.split("."):
+        node = getattr(node, name, None)
+    return node
+
+
 class CpcServer(LanguageServer):
     """Holds the state the handlers share; the handlers themselves are in `build_server`."""
 
@@ -101,17 +109,6 @@ class CpcServer(LanguageServer):
         self.context.set_folders(folders)
         self.apply_settings(params.initialization_options)
         logger.info("position encoding %s", self.encoding)
-
-    # --- client capabilities ---------------------------------------------------------------
-
-    def capability(self, path: str) -> Any:
-        node: Any = getattr(self.protocol, "client_capabilities", None)
-        for name in path.split("."):
-            node = getattr(node, name, None)
-        return node
-
-    def supports_inline_completion(self) -> bool:
-        return self.capability("text_document.inline_completion") is not None
 
     # --- settings and model ----------------------------------------------------------------
 
@@ -222,7 +219,7 @@ class CpcServer(LanguageServer):
             self._tell_once(health.kind, f"cpc-lsp: {health.message}")
 
     async def _begin_progress(self, title: str) -> str | None:
-        if not self.capability("window.work_done_progress"):
+        if not capability(self, "window.work_done_progress"):
             return None
         token = f"cpc-lsp/load/{uuid.uuid4()}"
         try:  # bounded: a client that never answers would hold back the "ready" status for good
@@ -450,7 +447,7 @@ def build_server(
     @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
     async def did_change_configuration(ls: CpcServer, params: types.DidChangeConfigurationParams) -> None:
         raw = params.settings
-        if raw is None and ls.capability("workspace.configuration"):
+        if raw is None and capability(ls, "workspace.configuration"):
             query = types.ConfigurationParams([types.ConfigurationItem(section=SECTION)])
             raw = (await ls.workspace_configuration_async(query) or [None])[0]
         ls.apply_settings(raw)
@@ -503,7 +500,7 @@ def build_server(
         keystroke's two requests supersede each other.
         """
         result = None
-        if not ls.supports_inline_completion():
+        if capability(ls, "text_document.inline_completion") is None:
             result = await ls.suggest(params.text_document.uri, params.position)
         if result is None:
             return types.CompletionList(is_incomplete=True, items=[])
