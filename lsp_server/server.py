@@ -24,7 +24,6 @@ from pygls.lsp.server import LanguageServer
 
 from engine import EngineConfig, Signals
 from lsp_server import __version__, routing, status
-from lsp_server.context import Background
 from lsp_server.documents import UTF16, Document, Range
 from lsp_server.loading import EngineLike, Event, LoadResult, ModelLoading, ServerHealth
 from lsp_server.logs import TextGuard, frames, installed
@@ -70,8 +69,7 @@ class CpcServer(LanguageServer):
         )
         self.defaults = settings or Settings()
         self.settings = self.defaults
-        # from a cursor to suggestions, without LSP; other files' context chosen off the event loop
-        self.pipeline = Pipeline.fresh(self.settings, Background(on_ready=self._context_ready))
+        self.pipeline = Pipeline.fresh(self.settings)  # from a cursor to suggestions, without LSP
         self.lexicon = self.pipeline.lexicon  # the words of the open documents, kept by `documents`
         self.documents = self.pipeline.documents
         self.context = self.pipeline.context  # other files' chunks per document (lsp_server.context)
@@ -106,7 +104,7 @@ class CpcServer(LanguageServer):
         folders = [f.uri for f in params.workspace_folders or ()]
         if not folders and (root := params.root_uri or params.root_path):
             folders = [root]
-        self.context.set_folders(folders)
+        self.context.workspace.set_roots(folders)
         self.apply_settings(params.initialization_options)
         logger.info("position encoding %s", self.encoding)
 
@@ -281,13 +279,7 @@ class CpcServer(LanguageServer):
         if edit is not None:
             cursor = doc.offset_at(edit[0].start_line, edit[0].start_character, self.encoding) + edit[1]
         request = self.pipeline.prefetch_request(uri, doc, cursor, self.settings)
-        if request is not None:  # None: the document's first context is being chosen (_context_ready)
-            self.scheduler.prefetch(request, tag=unquote(uri))
-
-    def _context_ready(self, uri: str) -> None:
-        """On the context worker: a document's first context is chosen; prefetch with it."""
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self.prefetch, uri, None)
+        self.scheduler.prefetch(request, tag=unquote(uri))
 
     async def suggest(
         self, uri: str, position: types.Position, selected: types.SelectedCompletionInfo | None = None
@@ -477,7 +469,7 @@ def build_server(
         ls.pipeline.forget(params.text_document.uri)
         key = unquote(params.text_document.uri)
         if (doc := ls.documents.get(params.text_document.uri)) is not None:
-            ls.context.closed(key, doc.uri, doc.text)
+            ls.context.workspace.closed(key, doc.uri, doc.text)
         ls.context.forget(key)
         ls.documents.close(params.text_document.uri)
 
