@@ -9,7 +9,15 @@ from typing import Any
 from tests.support.lsp_client import Editor, LspClient, insert_text
 
 MODEL = "qwen2.5-coder-0.5b"
-SERVER_SETTINGS = {"model": MODEL, "threads": 1, "maxTokens": 12, "minConfidence": 0, "multiLine": "off"}
+# extraContext off: the other document this test opens would join the plain prompt as context
+SERVER_SETTINGS = {
+    "model": MODEL,
+    "threads": 1,
+    "maxTokens": 12,
+    "minConfidence": 0,
+    "multiLine": "off",
+    "extraContext": False,
+}
 SERVER_LOG_LEVEL = "warning"
 
 # Only the text after the cursor defines this name; the lexicon (off by default) is not asked.
