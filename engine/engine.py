@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import TypeVar
 
 from engine.backend import Backend, Cancelled, Window, affinity_key
-from engine.core.generation import Generated, cut_text, generate
+from engine.core.generation import Generated, generate
 from engine.core.sequence import Sequence
 from engine.core.speculative import DraftConfig, PromptLookup
 from engine.core.vocab import VocabIndex
@@ -47,8 +47,6 @@ class Engine(PromptWindow):
     """Not thread-safe: run `complete` on one worker thread. To stop it from another thread, set
     the `cancel` event passed to `complete` (each request has its own, so a cancel can never
     reach the request that follows it); it returns within one decode step."""
-
-    _cut = staticmethod(cut_text)  # where generated text ends early (engine.core.generation)
 
     def __init__(
         self,
@@ -193,7 +191,7 @@ class Engine(PromptWindow):
         seq = self.sequence(request.sampling, cancel)
         gen = Generated()
         if seq.decode_prompt(prompt, required, request.exact, request.max_cover_decodes):
-            gen = generate(seq, request, len(required))
+            gen = generate(seq, request, len(required), self.headers)
         choice, lexicon_decodes = None, 0
         first, first_seq = seq.diagnostics(), seq  # the prompt's cost, paid by the first pass only
         if request.candidates and gen.reason != "cancelled" and seq.required_satisfied:
@@ -207,7 +205,7 @@ class Engine(PromptWindow):
                 gen = Generated()
                 spelled = chosen.required.encode("utf-8", "replace")
                 if seq.decode_prompt(prompt, spelled, request.exact, request.max_cover_decodes):
-                    gen = generate(seq, chosen, len(required))
+                    gen = generate(seq, chosen, len(required), self.headers)
         signals, alternatives, alternative_decodes = None, (), 0
         if gen.reason == "cancelled":
             gen = replace(gen, text="")  # never a stale suggestion

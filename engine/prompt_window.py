@@ -70,6 +70,8 @@ class PromptWindow:
         self._last_context: tuple[object, tuple[int, ...]] = (None, ())  # (RepoContext, budget) -> tokens
         # the budget each recent context was laid out with (context_budget): kept while it stays within the bound
         self._context_budgets: OrderedDict[RepoContext, int] = OrderedDict()
+        # set by prompt_tokens: the prompt names other files in comment lines (a line like them ends a suggestion)
+        self.headers = False
 
     @property
     def n_ctx(self) -> int:
@@ -125,6 +127,7 @@ class PromptWindow:
         head = len(self._bos)
         context = self.context_tokens(request, self._before_line(clipped, plain) if request.context is not None else 0)
         reserve += len(context)
+        self.headers = bool(context) and self.repo is None
         if self.fim is None or request.suffix is None:
             kept = self.window(plain, reserve)
             return layout(kept[:head], context, kept[head:], None, None, self.repo)

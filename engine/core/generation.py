@@ -6,6 +6,7 @@ from __future__ import annotations
 import codecs
 from dataclasses import dataclass, field, replace
 
+from engine.core.prompt import header_line
 from engine.core.sequence import Sequence
 from engine.core.stops import first_stop
 from engine.types import CompletionRequest
@@ -25,9 +26,10 @@ class Generated:
     first_token: tuple[int, ...] = ()  # the first sampled token (the "covering" when none is required)
 
 
-def generate(seq: Sequence, request: CompletionRequest, required_bytes: int) -> Generated:
+def generate(seq: Sequence, request: CompletionRequest, required_bytes: int, headers: bool = False) -> Generated:
     """Sample until end, stop sequence, line break, budget or cancel. A token counts against
-    `max_tokens` when it adds bytes beyond the required prefix (what the user already typed)."""
+    `max_tokens` when it adds bytes beyond the required prefix (what the user already typed).
+    `headers`: the prompt names other files in comment lines, and a line like them ends it too."""
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
     produced = 0
     gen = Generated()
@@ -53,20 +55,23 @@ def generate(seq: Sequence, request: CompletionRequest, required_bytes: int) -> 
         counted += produced > required_bytes
         text += decoder.decode(result.piece)
         free_from = len(request.required) if seq.required_satisfied else 0
-        cut = cut_text(text, free_from, request)
+        cut = cut_text(text, free_from, request, headers)
         if cut is not None:
             return replace(gen, text=cut[0], reason=cut[1])
     return replace(gen, text=text, reason="length")
 
 
-def cut_text(text: str, free_from: int, request: CompletionRequest) -> tuple[str, str] | None:
-    """Where generated text ends early: a stop sequence or, in single-line mode, a line break
-    (multi-line: a line indented below `indent_floor`, the end of the block)."""
+def cut_text(text: str, free_from: int, request: CompletionRequest, headers: bool = False) -> tuple[str, str] | None:
+    """Where generated text ends early: a stop sequence, a file's header line (with `headers`,
+    engine.core.prompt.header_line) or, in single-line mode, a line break (multi-line: a line
+    indented below `indent_floor`, the end of the block)."""
     free = text[free_from:]
     found = first_stop(free, request.stop) if request.stop else None
     ends = []
     if found is not None:
         ends.append((found[0], "stop"))
+    if headers and (header := header_line(free)) is not None:
+        ends.append((header, "stop"))
     if request.sampling.single_line:
         breaks = [i for i in (free.find(b) for b in LINE_BREAKS) if i >= 0]
         if breaks and request.next_line and not free[: min(breaks)].strip():

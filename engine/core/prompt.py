@@ -29,6 +29,7 @@ the KV cache keeps while the user types. Two layouts:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -96,6 +97,19 @@ def comment_line(path: str) -> str:
     if ext in DASH_COMMENT:
         return f"-- {path}\n"
     return f"// {path}\n"
+
+
+# A line as `comment_line` writes it: a comment mark, a space, one path-like word (a `.` or `/` in it).
+_HEADER_LINE = re.compile(r"[\r\n](?://|#|--) [^\s./]*[./]\S*[ \t]*(?:[\r\n]|$)")
+
+
+def header_line(text: str) -> int | None:
+    """Where a line that looks like a file's header (`comment_line`) begins in `text`, at the end
+    of the text before it; None if none does. After other files laid out with such lines, the model
+    may start another file of its own (`// long.txt`, a name it made up), never text the user
+    wants in this one: the suggestion ends there."""
+    found = _HEADER_LINE.search(text)
+    return None if found is None else len(text[: found.start()].rstrip())  # the blank lines before it too
 
 
 def _with_newline(text: str) -> str:
