@@ -145,10 +145,11 @@ class Pipeline:
         self.last_gate: tuple[gates.ModelGate, float] | None = None  # the gate and threshold used last, for stats
 
     @classmethod
-    def fresh(cls, settings: Settings) -> Pipeline:
-        """A pipeline with no document open yet (the document words counted if `settings.lexicon`)."""
+    def fresh(cls, settings: Settings, context: ContextChooser | None = None) -> Pipeline:
+        """A pipeline with no document open yet (the document words counted if `settings.lexicon`);
+        other files' context chosen by `context` (on the caller's thread when None)."""
         lexicon = Lexicon(settings.lexicon)  # the words of the open documents, kept by `documents`
-        return cls(Documents(lexicon), lexicon, ContextChooser())
+        return cls(Documents(lexicon), lexicon, context or ContextChooser())
 
     def begin(
         self, uri: str, doc: Document, cursor: int, settings: Settings, selected: Selected | None = None
@@ -196,25 +197,31 @@ class Pipeline:
         self.carry.remember(snap.uri, snap.text, snap.cursor, added, complete, completion.stats.fim)
         return found
 
-    def prefetch_request(self, uri: str, doc: Document, cursor: int, settings: Settings) -> CompletionRequest:
-        """The prompt a request at `cursor` will likely need, for the idle engine to decode."""
+    def prefetch_request(self, uri: str, doc: Document, cursor: int, settings: Settings) -> CompletionRequest | None:
+        """The prompt a request at `cursor` will likely need, for the idle engine to decode; None
+        while the document's first context is being chosen (lsp_server.context.Background)."""
         parts = split(doc.text, cursor, settings.fim_suffix_lines or None)
-        context = self.context_for(uri, doc, cursor, settings)
+        context = self.context_for(uri, doc, cursor, settings, carried=False)
+        if self.context.waiting(unquote(uri)):
+            return None
         return request_for(parts, settings, context=context, language=doc.language_id, document=uri)
 
     def forget(self, uri: str | None = None) -> None:
         """What was shown and computed in one document (closed), or in all (new settings)."""
         self.carry.forget(uri)
 
-    def context_for(self, uri: str, doc: Document, cursor: int, settings: Settings) -> RepoContext | None:
+    def context_for(
+        self, uri: str, doc: Document, cursor: int, settings: Settings, carried: bool = True
+    ) -> RepoContext | None:
         """Other files' chunks for `doc`'s prompt (lsp_server.context); None when the setting is
-        off. A failure there costs the context, never the suggestion."""
+        off. `carried`: a request carries it (not a prefetch). A failure there costs the context,
+        never the suggestion."""
         budget = min(settings.extra_context_tokens, settings.context_tokens // 2)  # the engine's cap (CONTEXT_SHARE)
         if not settings.extra_context or budget <= 0:
             return None
         try:
             return self.context.context_for(
-                unquote(uri), doc, cursor, self.documents.items(), budget, settings.context_tokens
+                unquote(uri), doc, cursor, self.documents.items(), budget, settings.context_tokens, carried
             )
         except Exception as exc:
             logger.error("choosing context failed: %s", frames(exc))

@@ -24,6 +24,7 @@ from pygls.lsp.server import LanguageServer
 
 from engine import EngineConfig, Signals
 from lsp_server import __version__, routing, status
+from lsp_server.context import Background
 from lsp_server.documents import UTF16, Document, Range
 from lsp_server.loading import EngineLike, Event, LoadResult, ModelLoading, ServerHealth
 from lsp_server.logs import TextGuard, frames, installed
@@ -69,7 +70,8 @@ class CpcServer(LanguageServer):
         )
         self.defaults = settings or Settings()
         self.settings = self.defaults
-        self.pipeline = Pipeline.fresh(self.settings)  # from a cursor to suggestions, without LSP
+        # from a cursor to suggestions, without LSP; other files' context chosen off the event loop
+        self.pipeline = Pipeline.fresh(self.settings, Background(on_ready=self._context_ready))
         self.lexicon = self.pipeline.lexicon  # the words of the open documents, kept by `documents`
         self.documents = self.pipeline.documents
         self.context = self.pipeline.context  # other files' chunks per document (lsp_server.context)
@@ -104,7 +106,7 @@ class CpcServer(LanguageServer):
         folders = [f.uri for f in params.workspace_folders or ()]
         if not folders and (root := params.root_uri or params.root_path):
             folders = [root]
-        self.context.workspace.set_roots(folders)
+        self.context.set_folders(folders)
         self.apply_settings(params.initialization_options)
         logger.info("position encoding %s", self.encoding)
 
@@ -279,7 +281,13 @@ class CpcServer(LanguageServer):
         if edit is not None:
             cursor = doc.offset_at(edit[0].start_line, edit[0].start_character, self.encoding) + edit[1]
         request = self.pipeline.prefetch_request(uri, doc, cursor, self.settings)
-        self.scheduler.prefetch(request, tag=unquote(uri))
+        if request is not None:  # None: the document's first context is being chosen (_context_ready)
+            self.scheduler.prefetch(request, tag=unquote(uri))
+
+    def _context_ready(self, uri: str) -> None:
+        """On the context worker: a document's first context is chosen; prefetch with it."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self.prefetch, uri, None)
 
     async def suggest(
         self, uri: str, position: types.Position, selected: types.SelectedCompletionInfo | None = None
@@ -469,7 +477,7 @@ def build_server(
         ls.pipeline.forget(params.text_document.uri)
         key = unquote(params.text_document.uri)
         if (doc := ls.documents.get(params.text_document.uri)) is not None:
-            ls.context.workspace.closed(key, doc.uri, doc.text)
+            ls.context.closed(key, doc.uri, doc.text)
         ls.context.forget(key)
         ls.documents.close(params.text_document.uri)
 

@@ -11,8 +11,12 @@ Three sources, and nothing else:
 A file is read from disk only when its resolved path (symlinks followed) lies under a resolved
 workspace folder, it is a regular file of at most MAX_FILE_BYTES, it looks like text (no NUL byte,
 valid UTF-8), it is not inside ``.git`` and, when its folder is in a git work tree, git does not
-ignore it (``git check-ignore``, asked once per path). Open documents pass the same folder and
-ignore checks (an open ``.env`` stays out).
+ignore it (`GitIgnore`: git's ignore files, matched in-process). Open documents pass the same
+folder and ignore checks (an open ``.env`` stays out).
+
+What reads the disk (`read`, `describe`, `imports`, `set_roots`, `keep_regions`) the server
+calls on its context worker (lsp_server.context.Background), never on the event loop; the edit
+bookkeeping (`edited`, `edits`, `take_edits`) is memory only and stays on the loop.
 
 With no workspace folder (``rootUri`` null: one file opened outside a project), the folder of the
 document the context is for stands in for one, with every rule above: the open documents under it
@@ -24,13 +28,16 @@ context from untitled buffers only.
 from __future__ import annotations
 
 import logging
+import os
 import re
-import subprocess
+import stat
 from collections import OrderedDict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from urllib.parse import unquote, urlparse
+
+from pathspec import GitIgnoreSpec, PathSpec
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +48,7 @@ IMPORT_SCAN_CHARS = 32_768  # imports are looked for in the document's start onl
 EDITS_KEPT = 8  # edited lines remembered per document
 RING = 16  # regions of closed documents kept
 REGION_LINES = 64  # the lines kept around an edit of a document that closes
-GIT_TIMEOUT_S = 2.0
+MAX_IGNORE_BYTES = 1024 * 1024  # an ignore file bigger than this is not read (as if absent)
 
 PYTHON = frozenset({".py", ".pyi"})
 JAVASCRIPT = frozenset({".js", ".mjs", ".cjs", ".jsx", ".ts", ".tsx", ".mts", ".cts"})
@@ -92,33 +99,125 @@ def language_of(path: str) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class Patterns:
+    """One ignore file's lines, compiled twice by pathspec: matched against a folder (plain
+    last-match-wins) and against a file (git's precedence of file lines over folder lines)."""
+
+    folders: PathSpec
+    files: GitIgnoreSpec
+
+
 class GitIgnore:
-    """`git check-ignore` per path, asked once; only in folders that are in a git work tree."""
+    """Whether git ignores a path, decided in-process (no `git` process) from the files git reads
+    for it: the default global excludes file (``$XDG_CONFIG_HOME/git/ignore``), the repository's
+    ``info/exclude``, and each ``.gitignore`` from the work tree's top down to the path's folder,
+    a deeper one overriding a higher one, the last matching line of a file deciding (``!``
+    negates). As in git, a path inside an ignored folder is ignored: git never looks inside it,
+    so no negation below brings it back. Only in folders that are in a git work tree (the nearest
+    one above the path holding ``.git``). Unlike ``git check-ignore`` it does not read git's index:
+    a tracked file that the patterns match counts as ignored (left out of the context).
+    An ignore file is read again when it changes."""
 
     def __init__(self) -> None:
-        self._repos: dict[Path, bool] = {}
-        self._paths: dict[Path, bool] = {}
+        self._tops: dict[Path, Path | None] = {}  # folder -> its work tree's top (None: not in one)
+        self._git_dirs: dict[Path, Path | None] = {}  # work tree's top -> its repository's common folder
+        self._specs: dict[Path, tuple[tuple[int, int], Patterns | None]] = {}  # file -> (stat, patterns)
+        config = os.environ.get("XDG_CONFIG_HOME") or (str(Path.home() / ".config") if home() else "")
+        self._global = Path(config) / "git" / "ignore" if config else None  # core.excludesFile's default
 
-    def _is_repo(self, root: Path) -> bool:
-        if root not in self._repos:
-            self._repos[root] = self._git(root, "rev-parse", "--is-inside-work-tree") == 0
-        return self._repos[root]
-
-    def ignored(self, path: Path, root: Path) -> bool:
-        if path not in self._paths:
-            self._paths[path] = self._is_repo(root) and self._git(root, "check-ignore", "-q", "--", str(path)) == 0
-        return self._paths[path]
+    def ignored(self, path: Path, root: Path | None = None) -> bool:
+        """True when git ignores the (resolved) `path`. `root`, the folder it lies under, is not
+        needed: the work tree is the nearest one above the path."""
+        top = self._top(path.parent)
+        if top is None or path == top:
+            return False
+        parts = path.relative_to(top).parts
+        levels = [*self._outer(top), *((parts[:k], self._spec(top.joinpath(*parts[:k], ".gitignore")))
+                                       for k in range(len(parts)))]  # fmt: skip
+        for end in range(1, len(parts)):  # each folder on the way down
+            if self._decides(parts[:end], True, [lv for lv in levels if len(lv[0]) < end]):
+                return True
+        return self._decides(parts, path.is_dir(), levels)
 
     @staticmethod
-    def _git(root: Path, *args: str) -> int:
+    def _decides(parts: tuple[str, ...], is_dir: bool, levels: list[tuple[tuple[str, ...], Patterns | None]]) -> bool:
+        """Whether the entry at `parts` is excluded: the deepest ignore file with a line matching
+        it decides, by its last matching line. A folder is matched as a folder (``name/``, last
+        line wins); a file with pathspec's git rules, where a line naming a file outranks a
+        folder line (``!*/`` re-includes folders, not the files in them)."""
+        for base, patterns in reversed(levels):
+            if patterns is None:
+                continue
+            rel = "/".join(parts[len(base) :])
+            spec = patterns.folders if is_dir else patterns.files
+            include = spec.check_file(rel + "/" if is_dir else rel).include
+            if include is not None:
+                return include
+        return False
+
+    def _outer(self, top: Path) -> list[tuple[tuple[str, ...], Patterns | None]]:
+        """The ignore files below every ``.gitignore`` in precedence: global, then info/exclude."""
+        files = [] if self._global is None else [self._global]
+        if top not in self._git_dirs:
+            self._git_dirs[top] = _git_dir(top)
+        git_dir = self._git_dirs[top]
+        if git_dir is not None:
+            files.append(git_dir / "info" / "exclude")
+        return [((), self._spec(f)) for f in files]
+
+    def _top(self, folder: Path) -> Path | None:
+        """The top of the work tree `folder` is in: the nearest folder upward holding ``.git``."""
+        if folder not in self._tops:
+            try:
+                here = (folder / ".git").exists()
+            except OSError:
+                here = False
+            parent = folder.parent
+            self._tops[folder] = folder if here else (None if parent == folder else self._top(parent))
+        return self._tops[folder]
+
+    def _spec(self, path: Path) -> Patterns | None:
+        """The patterns of one ignore file (None: none there, or not a regular file of text)."""
         try:
-            done = subprocess.run(
-                ["git", "-C", str(root), *args], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL, timeout=GIT_TIMEOUT_S, check=False,
-            )  # fmt: skip
-            return done.returncode
-        except (OSError, subprocess.SubprocessError):
-            return -1  # no git, or it hung: not a repo, nothing ignored by it (the other checks remain)
+            info = path.stat()
+        except OSError:
+            self._specs.pop(path, None)
+            return None
+        stamp = (info.st_mtime_ns, info.st_size)
+        cached = self._specs.get(path)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        spec = None
+        if stat.S_ISREG(info.st_mode) and info.st_size <= MAX_IGNORE_BYTES:  # never a FIFO: it could block
+            try:
+                lines = path.read_bytes().decode("utf-8", "replace").splitlines()
+                spec = Patterns(PathSpec.from_lines("gitignore", lines), GitIgnoreSpec.from_lines(lines))
+            except (OSError, ValueError):
+                spec = None  # unreadable, or a line pathspec refuses: as if there were no such file
+        self._specs[path] = (stamp, spec)
+        return spec
+
+
+def _git_dir(top: Path) -> Path | None:
+    """The repository's common folder for a work tree's top: ``.git`` itself, or where a ``.git``
+    file points (a linked work tree or a submodule: ``gitdir: ...``, then its ``commondir``)."""
+    dot_git = top / ".git"
+    try:
+        if dot_git.is_dir():
+            return dot_git
+        if not dot_git.is_file() or dot_git.stat().st_size > 4096:
+            return None
+        line = dot_git.read_text(errors="replace").strip()
+        if not line.startswith("gitdir:"):
+            return None
+        git_dir = top / line[len("gitdir:") :].strip()
+        common = git_dir / "commondir"
+        if common.is_file() and common.stat().st_size <= 4096:
+            git_dir = git_dir / common.read_text(errors="replace").strip()
+        return git_dir
+    except OSError:
+        return None
 
 
 def home() -> Path | None:
@@ -219,7 +318,7 @@ class Workspace:
             return None
         cached = self._files.get(resolved)
         if cached is None or cached[:2] != (info.st_mtime_ns, info.st_size):
-            cached = (info.st_mtime_ns, info.st_size, _text_of(resolved))
+            cached = (info.st_mtime_ns, info.st_size, text_of(resolved))
             self._files[resolved] = cached
         return None if cached[2] is None else (rel, cached[2])
 
@@ -245,7 +344,14 @@ class Workspace:
 
     def closed(self, key: str, uri: str, text: str) -> None:
         """Keep the regions around the lines edited in a document that closes (newest last)."""
-        lines = self._edits.pop(key, None)
+        self.keep_regions(key, uri, text, self.take_edits(key))
+
+    def take_edits(self, key: str) -> tuple[int, ...]:
+        """The lines edited lately in a document that closes, forgotten here."""
+        return tuple(self._edits.pop(key, ()))
+
+    def keep_regions(self, key: str, uri: str, text: str, lines: tuple[int, ...]) -> None:
+        """Keep the regions of `text` (the document at `uri`, closed) around the edited `lines`."""
         if not lines:
             return
         path, usable = self.describe(uri)
@@ -363,7 +469,7 @@ def js_candidates(folder: Path, spec: str) -> list[Path]:
     return [Path(str(folder / spec) + ending) for ending in JS_RESOLVE]
 
 
-def _text_of(path: Path) -> str | None:
+def text_of(path: Path) -> str | None:
     """The file's text, or None when it looks binary or is not UTF-8."""
     try:
         data = path.read_bytes()

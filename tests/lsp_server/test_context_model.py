@@ -58,6 +58,7 @@ def start(root: Path, settings: dict) -> LspClient:
 
 
 CODE_MODEL = "qwen2.5-coder-0.5b"  # the repo-level layout (<|file_sep|>)
+CHOSEN = "context chosen"  # the server's log line when a choice of context is made (lsp_server.context.Background)
 
 
 @pytest.fixture(params=["default", CODE_MODEL])
@@ -72,6 +73,8 @@ def suggestion_after_typing(root: Path, extra_context: bool, model: dict) -> tup
     editor.open((root / "helpers.py").as_uri(), HELPERS, "python")
     uri = (root / "main.py").as_uri()
     editor.open(uri, MAIN, "python")
+    if extra_context:  # chosen on the server's worker once a document opens: before the first request here
+        client.wait_stderr(CHOSEN, count=2)
     first = shown = editor.suggestion(uri)
     typed = "frob"
     keystrokes = []
@@ -123,6 +126,7 @@ def test_nothing_outside_the_workspace_folder_reaches_the_prompt(tmp_path: Path)
         editor.open(outside.as_uri(), HELPERS, "python")
         uri = (root / "main.py").as_uri()
         editor.open(uri, MAIN, "python")
+        client.wait_stderr(CHOSEN, count=2)
         shown = editor.suggestion(uri)
         assert shown is None or not shown.startswith("frobnicate_widget"), shown
         assert editor.stats()["contextChoices"] == 0  # nothing was chosen: the only other file is outside

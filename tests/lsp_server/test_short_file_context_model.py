@@ -38,6 +38,7 @@ def weld_close_points(points, tolerance=1e-6):
 '''
 SHORT = 'import geometry_tools as gt\n\npts = gt.load_mesh_points("bunny.obj")\nsnapped = gt.quantize_ver'
 NAME = "quantize_vertex_lattice"
+CHOSEN = "context chosen"  # the server's log line when a choice of context is made (lsp_server.context.Background)
 
 
 def start(root: Path | None, settings: dict) -> LspClient:
@@ -83,6 +84,7 @@ def typed_halfway(
         editor.open((folder / "geometry_tools.py").as_uri(), GEOMETRY, "python")
     uri = (folder / "snap.py").as_uri()
     editor.open(uri, SHORT, "python")
+    client.wait_stderr(CHOSEN, count=2 if other == "open" else 1)  # chosen on the server's worker
     first = shown = editor.suggestion(uri, timeout=300)
     typed = "quantize_ver"
     keystrokes = []
@@ -135,6 +137,7 @@ def test_without_a_folder_an_open_document_outside_the_files_own_folder_stays_ou
         editor.open(elsewhere.as_uri(), GEOMETRY, "python")
         uri = (tmp_path / "scripts" / "snap.py").as_uri()
         editor.open(uri, SHORT, "python")
+        client.wait_stderr(CHOSEN, count=2)
         shown = editor.suggestion(uri, timeout=300)
         assert shown is None or not shown.startswith(NAME), shown
         assert editor.stats()["contextChoices"] == 0  # nothing was chosen: the only other file is outside

@@ -228,6 +228,8 @@ def test_the_server_sends_the_chosen_chunks_with_each_request_and_none_when_off(
         editor.open(uri(helpers), helpers.read_text(), "python")
         current = uri(project / "pkg" / "new.py")
         editor.open(current, PREAMBLE + "def go(x):\n    return frob", "python")
+        editor.stats()  # a round trip: the server has handled both didOpens (and asked for their contexts)
+        assert server.server.context.idle(30)  # chosen off the event loop: made before the first request here
         editor.suggestion(current)
         editor.type(current, "n")
         editor.suggestion(current)
@@ -261,3 +263,76 @@ def test_each_line_of_the_context_carries_its_definitions_rank_and_chunks_come_a
     assert files["a.py"].text == "class Job:\n    def run(self):\nLIMIT = 3\n"
     assert files["a.py"].ranks == (2, 2, 0)  # the class line ranks with the method that brought it
     assert files["b.py"].ranks == (1,) and files["c.py"].ranks == (4, 4)  # chunks after every definition
+
+
+# Paths and what git says of them, in a work tree with nested ignore files, negations, a folder
+# excluded whole, the repository's info/exclude and the global excludes file.
+IGNORE_FILES = {
+    ".gitignore": "*.log\n!keep.log\n/top_only.py\nbuild/\ndocs/**/draft.md\n",
+    "sub/.gitignore": "local.py\n!*.log\n/anchored.py\n",
+    "sub/deeper/.gitignore": "!local.py\n",
+    "build/.gitignore": "!wanted.py\n",  # inside an excluded folder: git never reads it
+    "vendor/.gitignore": "*\n!*.py\n!*/\n",
+    "lib/.gitignore": "*.c\n!x\n",
+}
+IGNORE_PATHS = (
+    "a.log", "keep.log", "sub/a.log", "top_only.py", "sub/top_only.py", "build/out.py", "build/wanted.py",
+    "docs/a/b/draft.md", "docs/draft.md", "sub/local.py", "sub/deeper/local.py", "sub/anchored.py",
+    "sub/deeper/anchored.py", "vendor/lib.py", "vendor/lib.c", "vendor/x/y.py", "secret.env", "sub/secret.env",
+    "global.tmp", "sub/x/global.tmp", "plain.py", "lib/x/y.c", "lib/x.c", "lib/y.py",
+)  # fmt: skip
+
+
+def git_ignores(top: Path, rel: str, env: dict[str, str]) -> bool:
+    done = subprocess.run(["git", "-C", str(top), "check-ignore", "-q", "--", rel], env=env, check=False)
+    assert done.returncode in (0, 1), done
+    return done.returncode == 0
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_the_in_process_ignore_rules_agree_with_git(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from lsp_server.workspace import GitIgnore
+
+    top = tmp_path / "repo"
+    top.mkdir()
+    subprocess.run(["git", "init", "-q", str(top)], check=True)
+    for rel, text in IGNORE_FILES.items():
+        (top / rel).parent.mkdir(parents=True, exist_ok=True)
+        (top / rel).write_text(text)
+    (top / ".git" / "info").mkdir(exist_ok=True)
+    (top / ".git" / "info" / "exclude").write_text("*.env\n")
+    config = tmp_path / "config"
+    (config / "git").mkdir(parents=True)
+    (config / "git" / "ignore").write_text("*.tmp\n")
+    (tmp_path / "gitconfig").write_text("")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(config))
+    env = {**os.environ, "GIT_CONFIG_GLOBAL": str(tmp_path / "gitconfig"), "GIT_CONFIG_NOSYSTEM": "1"}
+    for rel in IGNORE_PATHS:
+        (top / rel).parent.mkdir(parents=True, exist_ok=True)
+        (top / rel).write_text("x = 1\n")
+    rules = GitIgnore()
+    said = {rel: rules.ignored(top / rel) for rel in IGNORE_PATHS}
+    assert said == {rel: git_ignores(top, rel, env) for rel in IGNORE_PATHS}
+    assert said["build/wanted.py"] and said["sub/a.log"] is False and said["sub/deeper/local.py"] is False
+    (top / "sub" / ".gitignore").write_text("")  # an ignore file that changes is read again
+    assert rules.ignored(top / "sub" / "local.py") is False
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_a_linked_work_tree_reads_the_repositorys_info_exclude(tmp_path: Path):
+    from lsp_server.workspace import GitIgnore
+
+    main = tmp_path / "main"
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}  # fmt: skip
+    subprocess.run(["git", "init", "-q", str(main)], check=True)
+    subprocess.run(["git", "-C", str(main), "commit", "-q", "--allow-empty", "-m", "x"], check=True, env=env)
+    subprocess.run(["git", "-C", str(main), "worktree", "add", "-q", str(tmp_path / "linked")], check=True, env=env)
+    (main / ".git" / "info").mkdir(exist_ok=True)
+    (main / ".git" / "info" / "exclude").write_text("secret.py\n")
+    (tmp_path / "linked" / "secret.py").write_text("x = 1\n")
+    (tmp_path / "linked" / "open.py").write_text("x = 1\n")
+    rules = GitIgnore()
+    assert (tmp_path / "linked" / ".git").is_file()
+    assert rules.ignored(tmp_path / "linked" / "secret.py") and not rules.ignored(tmp_path / "linked" / "open.py")
+    assert git_ignores(tmp_path / "linked", "secret.py", dict(os.environ))

@@ -229,6 +229,15 @@ class LspClient:
         self._stderr.flush()
         return self.stderr_path.read_text(errors="replace")
 
+    def wait_stderr(self, text: str, count: int = 1, timeout: float = 60.0) -> None:
+        """Wait until `text` has been logged `count` times by a server started by this client
+        (e.g. "context chosen": other files' context is chosen on a worker, after a document opens)."""
+        deadline = time.monotonic() + timeout
+        while self.stderr().count(text) < count:
+            if time.monotonic() > deadline or not self.alive():
+                raise AssertionError(f"{text!r} logged fewer than {count} times:\n{self.stderr()[-2000:]}")
+            time.sleep(0.02)
+
     # --- an LSP session ---------------------------------------------------------------------
 
     def initialize(
