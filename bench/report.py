@@ -151,8 +151,9 @@ def markdown(table: Table) -> str:
 
 
 def write_json(path: Path, results: dict[str, Any]) -> None:
+    """Compact (no indent): results are kept in git small; `python -m json.tool` reads them."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results, indent=1, ensure_ascii=False, default=str) + "\n")
+    path.write_text(json.dumps(results, ensure_ascii=False, default=str, separators=(",", ":")) + "\n")
 
 
 def write_markdown(

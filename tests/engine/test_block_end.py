@@ -1,8 +1,7 @@
 """The engine's end of a multi-line completion: the first later line indented below the floor."""
 
 from engine import CompletionRequest, SamplingConfig
-from engine.core.generation import _dedent
-from engine.engine import Engine
+from engine.core.generation import _dedent, cut_text
 
 
 def test_dedent_is_the_line_break_before_the_first_shallower_line():
@@ -15,20 +14,20 @@ def test_dedent_is_the_line_break_before_the_first_shallower_line():
 
 def test_cut_ends_a_multi_line_completion_at_the_block_end():
     multi = CompletionRequest("p", sampling=SamplingConfig(single_line=False), indent_floor=4)
-    assert Engine._cut(":\n    a = 1\nb = 2", 0, multi) == (":\n    a = 1", "block")
-    assert Engine._cut(":\n    a = 1\n    b", 0, multi) is None
+    assert cut_text(":\n    a = 1\nb = 2", 0, multi) == (":\n    a = 1", "block")
+    assert cut_text(":\n    a = 1\n    b", 0, multi) is None
     single = CompletionRequest("p", indent_floor=4)  # single-line: the line break wins
-    assert Engine._cut(":\n    a = 1", 0, single) == (":", "line")
+    assert cut_text(":\n    a = 1", 0, single) == (":", "line")
 
 
 def test_next_line_goes_on_past_a_line_the_model_ends_at_once():
     at_end = CompletionRequest("p", next_line=True)
-    assert Engine._cut("\n    return x\n}", 0, at_end) == ("\n    return x", "line")
-    assert Engine._cut("\n\n}\n", 0, at_end) == ("\n\n}", "line")  # blank lines are passed over
-    assert Engine._cut("\n    ret", 0, at_end) is None  # the next line may still grow
-    assert Engine._cut("  \r\n  x\r\n", 0, at_end) == ("  \r\n  x", "line")
+    assert cut_text("\n    return x\n}", 0, at_end) == ("\n    return x", "line")
+    assert cut_text("\n\n}\n", 0, at_end) == ("\n\n}", "line")  # blank lines are passed over
+    assert cut_text("\n    ret", 0, at_end) is None  # the next line may still grow
+    assert cut_text("  \r\n  x\r\n", 0, at_end) == ("  \r\n  x", "line")
     # a first line with something on it ends at its line break, as without next_line
-    assert Engine._cut("x;\n    y", 0, at_end) == ("x;", "line")
+    assert cut_text("x;\n    y", 0, at_end) == ("x;", "line")
     # counted after the required prefix: "ret" + "urn" is the first line
-    assert Engine._cut("return\n  x", 3, at_end) == ("return", "line")
-    assert Engine._cut("   \n  x\n", 3, at_end) == ("   \n  x", "line")
+    assert cut_text("return\n  x", 3, at_end) == ("return", "line")
+    assert cut_text("   \n  x\n", 3, at_end) == ("   \n  x", "line")
