@@ -337,7 +337,10 @@ class Background(ContextChooser):
         with self._cond:
             if previous is None:
                 self._carried.discard(key)
-            free = previous is None or new_line or key not in self._carried  # may the context change now?
+            # May the context change now? Also inside a line while the one in force is the
+            # provisional none (the first choice was not ready): one prompt decoded again, once.
+            provisional = previous is not None and previous.budget == PROVISIONAL
+            free = previous is None or new_line or key not in self._carried or provisional
             made = self._ready.pop(key, None) if free else None
             busy = key == self._running or key in self._wanted
         if made is not None and made.settings != settings:
@@ -361,13 +364,27 @@ class Background(ContextChooser):
 
     def waiting(self, key: str) -> bool:
         """True while the document's first choice is being made; `on_ready` is told when it is."""
-        chosen = self._chosen.get(key)
         with self._cond:
-            busy = key == self._running or key in self._wanted
-            if busy and (chosen is None or chosen.budget == PROVISIONAL):
+            if self._choosing_first(key):
                 self._deferred.add(key)
                 return True
             return False
+
+    def first_choice(self, key: str, timeout: float) -> bool:
+        """Wait, on a thread other than the loop's, until the document's first choice is made (a
+        request for a just-opened file then carries it from its first keystroke); False on timeout."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._choosing_first(key), timeout)
+
+    def choosing_first(self, key: str) -> bool:
+        """True while the document's first choice is being made and not yet ready."""
+        with self._cond:
+            return self._choosing_first(key)
+
+    def _choosing_first(self, key: str) -> bool:  # with self._cond held
+        chosen = self._chosen.get(key)
+        busy = key == self._running or key in self._wanted
+        return busy and key not in self._ready and (chosen is None or chosen.budget == PROVISIONAL)
 
     def set_folders(self, folders: Iterable[str]) -> None:
         folders = list(folders)
@@ -419,6 +436,7 @@ class Background(ContextChooser):
                 self._ready[key] = made
                 tell = key in self._deferred
                 self._deferred.discard(key)
+                self._cond.notify_all()  # first_choice
             files = len(made.context.files) if made.context is not None else 0
             logger.info("context chosen in %.0f ms (%d files)", (time.perf_counter() - started) * 1000, files)
             if tell and self.on_ready is not None:

@@ -42,6 +42,9 @@ logger = logging.getLogger(__name__)
 
 STATS_METHOD = "cpcLsp/stats"
 LOAD_WAIT_SECONDS = 60.0  # how long a request waits for a model that is still loading
+# How long a just-opened file's request waits for its first choice of other files' context (made
+# off the loop): tens of ms on a local disk; a slow one answers without, and takes it after.
+FIRST_CONTEXT_WAIT_SECONDS = 0.5
 PROGRESS_WAIT_SECONDS = 5.0  # how long a load's progress bar waits for the client to accept it
 TELL_AGAIN_SECONDS = 300.0  # a model server failure's message is shown again only after this long
 
@@ -71,7 +74,8 @@ class CpcServer(LanguageServer):
         self.defaults = settings or Settings()
         self.settings = self.defaults
         # from a cursor to suggestions, without LSP; other files' context chosen off the event loop
-        self.pipeline = Pipeline.fresh(self.settings, Background(on_ready=self._context_ready))
+        self.background = Background(on_ready=self._context_ready)  # other files' context, chosen off the loop
+        self.pipeline = Pipeline.fresh(self.settings, self.background)
         self.lexicon = self.pipeline.lexicon  # the words of the open documents, kept by `documents`
         self.documents = self.pipeline.documents
         self.context = self.pipeline.context  # other files' chunks per document (lsp_server.context)
@@ -303,6 +307,9 @@ class CpcServer(LanguageServer):
         settings = self.settings
         cursor = doc.offset_at(position.line, position.character, self.encoding)
         chosen = None if selected is None else self._selected(doc, selected)
+        if not await self._first_context(uri, doc, cursor, settings):
+            logger.info("#%d superseded while the file's first context was chosen", number)
+            return None
         step = self.pipeline.begin(uri, doc, cursor, settings, chosen)
         if isinstance(step, Now):
             if step.carried:
@@ -327,6 +334,22 @@ class CpcServer(LanguageServer):
         parts = step.snapshot.parts
         self._log_answer(number, answer, parts, found[0] if found else None, settings.log_document_text, len(found))
         return (doc, found) if found else None
+
+    async def _first_context(self, uri: str, doc: Document, cursor: int, settings: Settings) -> bool:
+        """A just-opened file's request waits (off the loop, FIRST_CONTEXT_WAIT_SECONDS at most)
+        for its first choice of other files' context, so it carries it from the first keystroke
+        (the prefetch that would have asked for it may be off or not yet run). False: the
+        document was edited meanwhile (a newer request follows)."""
+        if not settings.extra_context:
+            return True
+        self.pipeline.context_for(uri, doc, cursor, settings, carried=False)  # asks for it if not yet asked
+        key = unquote(uri)
+        if not self.background.choosing_first(key):
+            return True
+        await asyncio.get_running_loop().run_in_executor(
+            None, self.background.first_choice, key, FIRST_CONTEXT_WAIT_SECONDS
+        )
+        return self.documents.get(uri) is doc
 
     def _selected(self, doc: Document, selected: types.SelectedCompletionInfo) -> Selected:
         """The selected completion item in the document's offsets (lsp_server.pipeline.with_selected)."""
