@@ -19,11 +19,25 @@ import pytest
 from lsp_server import server as server_module
 from lsp_server import workspace
 from tests.fixtures import InProcessServer
-from tests.support.lsp_client import Editor
+from tests.support.lsp_client import Editor, LspClient
 
 HELPERS = "def frobnicate_widget(x):\n    return x * 2\n"
 PREAMBLE = '"""' + "This module is part of the project and does what its name says.\n" * 16 + '"""\n\n'
 MAIN = PREAMBLE + "from helpers import frobnicate_widget\n\nvalue = frob"
+
+
+def initialized(server: InProcessServer, root: Path, prefetch: bool = True) -> LspClient:
+    """The server initialized on the workspace `root`, context on, its model loaded."""
+    client = server.client
+    capabilities = {"general": {"positionEncodings": ["utf-16"]}, "textDocument": {"inlineCompletion": {}}}
+    options = {"contextTokens": 512, "extraContextTokens": 4096, "extraContext": True, "prefetch": prefetch}
+    client.call("initialize", {
+        "processId": None, "rootUri": root.as_uri(), "capabilities": capabilities,
+        "workspaceFolders": [{"uri": root.as_uri(), "name": "proj"}], "initializationOptions": {"cpcLsp": options},
+    })  # fmt: skip
+    client.notify("initialized", {})
+    client.wait_loaded(timeout=30)
+    return client
 
 
 def test_keystrokes_are_answered_while_the_workspace_scan_is_stuck(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
@@ -45,15 +59,7 @@ def test_keystrokes_are_answered_while_the_workspace_scan_is_stuck(tmp_path: Pat
     monkeypatch.setattr(workspace, "text_of", slow_text_of)
     server = InProcessServer()
     try:
-        client = server.client
-        capabilities = {"general": {"positionEncodings": ["utf-16"]}, "textDocument": {"inlineCompletion": {}}}
-        client.call("initialize", {
-            "processId": None, "rootUri": root.as_uri(), "capabilities": capabilities,
-            "workspaceFolders": [{"uri": root.as_uri(), "name": "proj"}],
-            "initializationOptions": {"cpcLsp": {"contextTokens": 512, "extraContextTokens": 4096, "extraContext": True}},
-        })  # fmt: skip
-        client.notify("initialized", {})
-        client.wait_loaded(timeout=30)
+        client = initialized(server, root)
         editor = Editor(client)
         main = (root / "main.py").as_uri()
         editor.open(main, MAIN, "python")
@@ -112,16 +118,7 @@ def test_a_files_first_request_waits_for_its_first_context(tmp_path: Path, monke
 
     monkeypatch.setattr(server.server.background, "first_choice", noted_first_choice)
     try:
-        client = server.client
-        capabilities = {"general": {"positionEncodings": ["utf-16"]}, "textDocument": {"inlineCompletion": {}}}
-        client.call("initialize", {
-            "processId": None, "rootUri": root.as_uri(), "capabilities": capabilities,
-            "workspaceFolders": [{"uri": root.as_uri(), "name": "proj"}],
-            "initializationOptions": {"cpcLsp": {"contextTokens": 512, "extraContextTokens": 4096,
-                                                 "extraContext": True, "prefetch": False}},
-        })  # fmt: skip
-        client.notify("initialized", {})
-        client.wait_loaded(timeout=30)
+        client = initialized(server, root, prefetch=False)
         editor = Editor(client)
         main = (root / "main.py").as_uri()
         editor.open(main, MAIN, "python")
