@@ -18,7 +18,12 @@ from bench.stats import median
 from lsp_server.settings import Settings
 from tests.support.asking import alone, asked
 
-LAYOUTS = {"plain (no suffix)": (0, "psm"), "FIM psm": (8, "psm"), "FIM spm": (8, "spm")}
+LAYOUTS = {
+    "plain (no suffix)": (0, "psm"),
+    "FIM psm": (8, "psm"),
+    "FIM spm": (8, "spm"),
+    "FIM psm-line": (8, "psm-line"),
+}
 
 
 def measure(items: list[Passage], suffix_tokens: int = 64) -> list[dict[str, Any]]:

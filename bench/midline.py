@@ -205,8 +205,7 @@ def run(args: argparse.Namespace, todo: list[tuple[str, FunctionCase]], out: dic
 def start_server(settings: dict[str, Any], code: Path | None = None) -> LspClient:
     """Our server over stdio, initialized with `settings` and its model loaded; with `code`, the
     server's code from that folder first on its import path (the baseline)."""
-    env = None if code is None else {"PYTHONPATH": str(Path(code).resolve())}
-    client = LspClient(["--log-level", "warning"], env=env)
+    client = LspClient(["--log-level", "warning"], code=code)
     client.initialize({"cpcLsp": settings}, encoding="utf-8", wait_loaded=True, timeout=600)
     return client
 

@@ -190,8 +190,8 @@ def lay_out(work: Path, state: str) -> Path:
     return root
 
 
-def start(root: Path, mode: str, settings: dict[str, Any], env: dict[str, str] | None) -> LspClient:
-    client = LspClient(["--log-level", "warning"], env=env)
+def start(root: Path, mode: str, settings: dict[str, Any], code: Path | None) -> LspClient:
+    client = LspClient(["--log-level", "warning"], code=code)
     capabilities = {
         "general": {"positionEncodings": ["utf-16"]},
         "textDocument": {"inlineCompletion": {}, "synchronization": {}},
@@ -324,13 +324,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--model-server", action="store_true", help="through a llama-server (modelServer) on the same model"
     )
-    parser.add_argument("--server-path", type=Path, default=None, help="run the server from this checkout (PYTHONPATH)")
+    parser.add_argument("--server-path", type=Path, default=None, help="run the server's code from this checkout")
     parser.add_argument("--label", default="this branch")
     parser.add_argument("--work", type=Path, default=WORK)
     parser.add_argument("--out", type=Path, default=report.output_root() / "bench" / "results" / "shortfile.json")
     args = parser.parse_args(argv)
     say = lambda m: print(f"[shortfile] {m}", file=sys.stderr, flush=True)  # noqa: E731
-    env = {"PYTHONPATH": str(args.server_path)} if args.server_path else None
     settings: dict[str, Any] = {"model": args.model, "threads": args.threads, "maxTokens": 16, "minConfidence": 0,
                                 "alternatives": 0, "memoryBudgetMib": 0, "prefetch": False, "extraContext": True}  # fmt: skip
     server = None
@@ -347,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
         for mode in args.modes.split(","):
             for state in args.states.split(","):
                 root = lay_out(args.work / mode.replace(" ", "-"), state)
-                client = start(root, mode, settings, env)
+                client = start(root, mode, settings, args.server_path)
                 try:
                     cases = [run_case(client, root, case, state) for case in CASES]
                     if mode == "workspace" and state == "open" and args.reps:

@@ -18,6 +18,7 @@ from typing import TypeVar
 
 from engine.backend import Backend, Cancelled, Window, affinity_key
 from engine.core.generation import Generated, generate
+from engine.core.prompt import PSM_LINE
 from engine.core.sequence import Sequence
 from engine.core.speculative import DraftConfig, PromptLookup
 from engine.core.vocab import VocabIndex
@@ -206,19 +207,23 @@ class Engine(PromptWindow):
                 spelled = chosen.required.encode("utf-8", "replace")
                 if seq.decode_prompt(prompt, spelled, request.exact, request.max_cover_decodes):
                     gen = generate(seq, chosen, len(required), self.headers)
-        signals, alternatives, alternative_decodes = None, (), 0
+        signals, alternatives, alternative_decodes, deferred = None, (), 0, False
         if gen.reason == "cancelled":
             gen = replace(gen, text="")  # never a stale suggestion
         elif seq.required_satisfied:
             seen = self._readings.seen_alike(request, prompt, first_seq)  # read by the signals and the alternatives'
             signals = self._readings.signals(request, first_seq, seq, gen, seen)
             if request.alternatives > 0:
-                # Free when typed along a suggestion, and always over the network, where every row is
-                # a round trip: there they come from the rows the keystroke already brought back.
-                free = self.backend.decoded == decoded_before or self.backend.networked
+                # Over the network every row is a round trip: they come from the rows the keystroke
+                # already brought back. `alternatives_later` (answer first): from remembered rows only,
+                # and the caller asks again for the rest, unless nothing was decoded (typed along a
+                # suggestion: their rows are remembered from the keystroke that made it).
+                later = request.alternatives_later or self.backend.networked
                 alternatives, alternative_decodes = self._readings.alternatives(
-                    request, prompt, first_seq, gen, signals, seen, 0 if free else None, cancel
+                    request, prompt, first_seq, gen, signals, seen, 0 if later else None, cancel
                 )
+                new_rows = self.backend.decoded != decoded_before and not self.backend.networked
+                deferred = request.alternatives_later and new_rows and len(alternatives) < request.alternatives
         diag = seq.diagnostics()
         again = choice is not None and choice.word != choice.base_word  # a second pass was made
         reused, decoded = first.reused_tokens, first.decoded_tokens + (diag.decoded_tokens if again else 0)
@@ -240,7 +245,9 @@ class Engine(PromptWindow):
             lexicon_decodes=lexicon_decodes,
             lexicon_changed=again,
             alternative_decodes=alternative_decodes,
+            alternatives_deferred=deferred,
             fim=self.fim is not None and request.suffix is not None,
+            fim_line=self.fim is not None and request.suffix is not None and request.fim_order == PSM_LINE,
         )
         return Completion(
             gen.text, gen.reason, stats, seq.required_satisfied, tuple(gen.logprobs), signals, alternatives

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from engine.backend import Window
 from engine.core.prompt import (
     FIM_EXTRA_TOKENS,
+    PSM_LINE,
     FimTokens,
     RepoTokens,
     context_tokens,
@@ -125,7 +126,8 @@ class PromptWindow:
         clipped = self.clip(request.prompt)
         plain = self.tokenize(clipped)
         head = len(self._bos)
-        context = self.context_tokens(request, self._before_line(clipped, plain) if request.context is not None else 0)
+        before_line = self._before_line(clipped, plain)
+        context = self.context_tokens(request, before_line if request.context is not None else 0)
         reserve += len(context)
         self.headers = bool(context) and self.repo is None
         if self.fim is None or request.suffix is None:
@@ -140,7 +142,11 @@ class PromptWindow:
         fits = max(0, min(room // 2, room - MIN_PROMPT_TOKENS))
         suffix = self._last_suffix.tokens[: min(request.suffix_tokens, fits)]
         kept = self.window(plain, reserve + len(suffix) + FIM_EXTRA_TOKENS)
-        return layout(kept[:head], context, kept[head:], suffix, self.fim, self.repo, request.fim_order)
+        split = len(kept)
+        if request.fim_order == PSM_LINE:  # the cursor's line goes after MID (the window dropped from the front)
+            split = max(head, head + before_line - (len(plain) - len(kept)))
+        prefix, line = kept[head:split], kept[split:]
+        return layout(kept[:head], context, prefix, suffix, self.fim, self.repo, request.fim_order, line)
 
     def context_tokens(self, request: CompletionRequest, file_tokens: int | None = None) -> tuple[int, ...]:
         """The tokens of the other files' text (engine.core.prompt.context_tokens), remembered for an
@@ -181,19 +187,27 @@ class PromptWindow:
             self._context_budgets.popitem(last=False)
         return kept
 
+    _last_before_line: tuple[str | None, int] = (None, 0)  # (text, `_before_line`'s count) of the last call
+
     def _before_line(self, text: str, tokens: tuple[int, ...]) -> int:
         """How many of `tokens` (the prompt `text` tokenized, BOS first) spell only text before the
         start of its last line: a token that crosses the line's start is not counted (a count
-        that errs low, and that every keystroke of the line shares)."""
+        that errs low, and that every keystroke of the line shares). Remembered for the last text."""
+        if self._last_before_line[0] == text:
+            return self._last_before_line[1]
         line_start = max(text.rfind("\n"), text.rfind("\r")) + 1
         room = len(text[:line_start].encode("utf-8", "replace"))
         count = spelled = 0
         pieces = self.vocab.pieces
-        for t in tokens[len(self._bos) :]:
+        body = tokens[len(self._bos) :]
+        if body and pieces[body[0]].startswith(b" ") and not text.startswith(" "):
+            room += 1  # a SentencePiece tokenizer's space prefix
+        for t in body:
             spelled += len(pieces[t])
             if spelled > room:
                 break
             count += 1
+        self._last_before_line = (text, count)
         return count
 
     def _context_text_tokens(self, text: str) -> tuple[int, ...]:

@@ -83,7 +83,7 @@ class CompletionRequest:
 
     `suffix` is the text after the cursor (already bounded in lines by the caller), used only when
     the model has FIM tokens; None leaves it out. Its first `suffix_tokens` tokens are kept, laid
-    out in `fim_order` ("psm" or "spm", see engine.core.prompt)."""
+    out in `fim_order` ("psm", "spm" or "psm-line", see engine.core.prompt)."""
 
     prompt: str
     required: str = ""
@@ -94,12 +94,16 @@ class CompletionRequest:
     exact: bool = True  # False: per-step masking only, kept for comparison with the exact search
     suffix: str | None = None
     suffix_tokens: int = 64
-    fim_order: str = "psm"
+    fim_order: str = "psm-line"
     # Document words that begin with the typed word (see engine.core.word_choice); () leaves it out.
     candidates: tuple[str, ...] = ()
     lexicon_prior: float = 1.0  # nats added to a document word's score
     lexicon_decodes: int = 8  # extra decodes the scoring may spend
     alternatives: int = 0  # other first words to return (decodes bounded by max_cover_decodes)
+    # Answer first: the alternatives only from rows the call computed anyway (no decodes of their
+    # own); `DecodeStats.alternatives_deferred` says when the caller should ask again for the rest.
+    # Without it the alternatives may cost up to `max_cover_decodes` decodes (the user asked for them).
+    alternatives_later: bool = False
     # Multi-line only (sampling.single_line False): generation ends before the first later line
     # indented less than this many spaces/tabs (the end of the block being written); None: no such end.
     indent_floor: int | None = None
@@ -137,8 +141,10 @@ class DecodeStats:
     bytes_received: int = 0
     fallback: str | None = None  # e.g. "mask" when per-step masking on the server had to be used
     alternative_decodes: int = 0  # extra decodes spent finishing the alternatives' words
+    alternatives_deferred: bool = False  # `alternatives_later` left some out: the same request without it has them
     server: str | None = None  # the model server that answered (its URL; behind a balancer, its upstream)
     fim: bool = False  # the prompt held the text after the cursor (FIM layout): where it ends moves the answer
+    fim_line: bool = False  # ... with the cursor's line in the middle (psm-line): only a new line moves it
 
 
 @dataclass(frozen=True)

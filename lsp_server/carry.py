@@ -22,7 +22,9 @@ carried rest's next word is the very one the user just typed past instead of acc
 inside a word, or more whitespace, leaves the prompt where it was; an accept (several characters)
 keeps the carry, as the engine's answer there was right as often as the carried rest. On a plain
 prompt the engine's answer after such a character is the carried rest (the same tokens), so it
-stays carried (docs/benchmarks.md, "The typing replay on the code model"). Anything else
+stays carried (docs/benchmarks.md, "The typing replay on the code model"). In the `psm-line`
+layout (engine.core.prompt) the cursor's line is in the middle, and the word typed stays there: as
+on a plain prompt, only a new line moves the prompt (`DecodeStats.fim_line`). Anything else
 (another edit, a cursor moved, a different selected completion item, new settings) misses, and
 the engine answers as usual.
 
@@ -53,6 +55,7 @@ class Shown:
     added: tuple[str, ...]  # most probable first, as the items were sent
     complete: bool = True  # False: cut by the token budget (the engine would go on)
     fim: bool = False  # made from a FIM prompt: not carried past a typed character that moves its end
+    fim_line: bool = False  # ... whose middle holds the cursor's line: only a new line moves it
 
 
 @dataclass(frozen=True)
@@ -105,23 +108,34 @@ class Carry:
         if not (text.startswith(kept.text[: kept.cursor]) and text.endswith(kept.text[kept.cursor :])):
             return None
         typed = text[kept.cursor : cursor]
-        if kept.completion.stats.fim and _prompt_end_moved(kept.text, kept.cursor, text, cursor):
+        stats = kept.completion.stats
+        if stats.fim and _prompt_end_moved(kept.text, kept.cursor, text, cursor, stats.fim_line):
             return None  # the prompt's end moved: the engine's answer is another one
         along = kept.along(typed)
         return None if along is None else (kept, typed, along)
 
     def remember(
-        self, uri: str, text: str, cursor: int, added: tuple[str, ...], complete: bool = True, fim: bool = False
+        self,
+        uri: str,
+        text: str,
+        cursor: int,
+        added: tuple[str, ...],
+        complete: bool = True,
+        fim: bool = False,
+        fim_line: bool = False,
     ) -> None:
         if added:
-            self._shown[uri] = Shown(text, cursor, added, complete, fim)
+            self._shown[uri] = Shown(text, cursor, added, complete, fim, fim_line)
         else:
             self._shown.pop(uri, None)
 
     def moved(self, uri: str, text: str, cursor: int, added: tuple[str, ...]) -> None:
         """What is shown now that the rest of the last suggestions (`rest`) is: made as they were."""
         shown = self._shown.get(uri)
-        self.remember(uri, text, cursor, added, shown is None or shown.complete, shown is not None and shown.fim)
+        if shown is None:
+            self.remember(uri, text, cursor, added)
+        else:
+            self.remember(uri, text, cursor, added, shown.complete, shown.fim, shown.fim_line)
 
     def forget(self, uri: str | None = None) -> None:
         """One document's (closed, stale), or every document's (new settings, a new model): what
@@ -132,6 +146,14 @@ class Carry:
         else:
             self._shown.pop(uri, None)
             self._computed.pop(uri, None)
+
+    def shown(self, uri: str, text: str, cursor: int) -> tuple[str, ...] | None:
+        """What was shown in `uri` at `cursor` of `text` (each item's text added), if that is
+        what the document last showed; None otherwise."""
+        shown = self._shown.get(uri)
+        if shown is None or shown.text != text or shown.cursor != cursor:
+            return None
+        return shown.added
 
     def rest(self, uri: str, text: str, cursor: int) -> tuple[str, ...] | None:
         """What is left of the suggestions shown in `uri` (each non-empty, order kept), if `text` is
@@ -147,7 +169,7 @@ class Carry:
             return None  # one letter typed along a suggestion the budget cut: the engine goes further
         if not (text.startswith(shown.text[: shown.cursor]) and text.endswith(shown.text[shown.cursor :])):
             return None
-        if inserted == 1 and shown.fim and _prompt_end_moved(shown.text, shown.cursor, text, cursor):
+        if inserted == 1 and shown.fim and _prompt_end_moved(shown.text, shown.cursor, text, cursor, shown.fim_line):
             return None  # one character typed past the suggestion's word: the engine answers anew
         typed = text[shown.cursor : cursor]
         first = shown.added[0]
@@ -156,6 +178,11 @@ class Carry:
         return tuple(a[inserted:] for a in shown.added if a.startswith(typed) and a[inserted:].strip())
 
 
-def _prompt_end_moved(old_text: str, old_cursor: int, text: str, cursor: int) -> bool:
-    """Whether the prompt ends elsewhere now (on a FIM prompt the engine's answer is then another)."""
-    return prompt_end(text, cursor) != prompt_end(old_text, old_cursor)
+def _prompt_end_moved(old_text: str, old_cursor: int, text: str, cursor: int, line: bool = False) -> bool:
+    """Whether the prompt ends elsewhere now (on a FIM prompt the engine's answer is then
+    another); `line`: the cursor's line is in the middle, and only a new line between the two
+    ends moves it. `text` is `old_text` with something inserted at `old_cursor`."""
+    old_end, end = prompt_end(old_text, old_cursor), prompt_end(text, cursor)
+    if end == old_end:
+        return False
+    return not line or any(ch in "\r\n" for ch in text[min(end, old_end) : max(end, old_end)])

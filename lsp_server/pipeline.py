@@ -152,13 +152,22 @@ class Pipeline:
         return cls(Documents(lexicon), lexicon, context or ContextChooser())
 
     def begin(
-        self, uri: str, doc: Document, cursor: int, settings: Settings, selected: Selected | None = None
+        self,
+        uri: str,
+        doc: Document,
+        cursor: int,
+        settings: Settings,
+        selected: Selected | None = None,
+        invoked: bool = False,
     ) -> Now | Ask:
         """What to do for a request at `cursor` of `doc`: answer now, or ask the engine. With
-        `selected`, the text is read as if that item replaced its range (nothing is carried)."""
+        `selected`, the text is read as if that item replaced its range (nothing is carried).
+        `invoked` (the user asked, e.g. for the next item) where what is shown has no
+        alternatives (not yet made, `more`, or not carried along): the engine is asked for them."""
         snap = snapshot(uri, doc, cursor, settings, selected)
         text, parts = snap.text, snap.parts
-        if selected is None and (rest := self.carry.rest(uri, text, cursor)) is not None:
+        rest = self.carry.rest(uri, text, cursor) if selected is None else None
+        if rest is not None and not (invoked and settings.alternatives > 0 and len(rest) < 2):
             self.carried += 1
             self.carry.moved(uri, text, cursor, rest)
             return Now([Suggestion(parts.word_start, cursor, parts.word + added) for added in rest], carried=True)
@@ -192,10 +201,33 @@ class Pipeline:
                 )
                 for f in found
             ]
-        complete = completion.stop_reason != "length"
-        added = tuple(f.insert_text[len(snap.parts.word) :] for f in found)
-        self.carry.remember(snap.uri, snap.text, snap.cursor, added, complete, completion.stats.fim)
+        self._remember(snap, completion, found)
         return found
+
+    def _remember(self, snap: Snapshot, completion: Completion, found: list[Suggestion]) -> None:
+        """What is shown at the snapshot's cursor, for carrying (lsp_server.carry)."""
+        added = tuple(f.insert_text[len(snap.parts.word) :] for f in found)
+        made = completion.stats
+        complete = completion.stop_reason != "length"
+        self.carry.remember(snap.uri, snap.text, snap.cursor, added, complete, made.fim, made.fim_line)
+
+    def more(self, asked: Ask, completion: Completion, model_id: str | None) -> None:
+        """The answer to `asked` made again with what its first making left for later (the
+        alternatives: CompletionRequest.alternatives_later), after it was sent: remembered for the
+        next keystrokes (cycling to them, typing along one) while what the document shows is
+        still that answer's first item. The item shown is never changed by it."""
+        snap = asked.snapshot
+        if snap.start is not None or asked.settings.method == "naive":
+            return
+        model = gates.identity(model_id)
+        block, found = shape(asked, completion, model)
+        first = found[0].insert_text[len(snap.parts.word) :] if found else None
+        shown = self.carry.shown(snap.uri, snap.text, snap.cursor)
+        if (shown[0] if shown else None) != first:
+            return
+        self._keep_if_cut(snap.uri, snap.text, snap.cursor, snap.parts, completion, block, found, model)
+        if found:
+            self._remember(snap, completion, found)
 
     def prefetch_request(self, uri: str, doc: Document, cursor: int, settings: Settings) -> CompletionRequest | None:
         """The prompt a request at `cursor` will likely need, for the idle engine to decode; None
@@ -273,5 +305,6 @@ class Pipeline:
         )
         self.judged_again += 1
         added = tuple(f.insert_text[len(parts.word) :] for f in shown)
-        self.carry.remember(uri, text, cursor, added, completion.stop_reason != "length", kept.completion.stats.fim)
+        made = kept.completion.stats
+        self.carry.remember(uri, text, cursor, added, completion.stop_reason != "length", made.fim, made.fim_line)
         return shown

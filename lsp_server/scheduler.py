@@ -9,6 +9,8 @@ so the request it belongs to answers immediately and never with a stale suggesti
 A prefetch (`prefetch`) is the lowest priority: it runs only when no request waits, decodes the
 prompt a request on that document would need, and any request stops it at once (within one
 decode chunk). What it decoded stays in the engine's KV cache, so the request continues from it.
+A completion made after an answer was sent (`later`: its alternatives) has the same priority: the
+next keystroke's prefetch or request stops it.
 
 Loading runs on the same thread, so completions submitted before or while a model loads simply
 wait for it; once a load has failed they answer "no-model" at once. An engine that loads more on
@@ -75,6 +77,7 @@ class Job:
     request: CompletionRequest
     tag: str | None = None  # the document it belongs to, so an edit can cancel it
     prefetch: bool = False  # decode the prompt only, at the lowest priority
+    later: bool = False  # a completion at the lowest priority (what an answer already sent left out)
     cancel_flag: threading.Event = field(default_factory=threading.Event)
     started: threading.Event = field(default_factory=threading.Event)  # the engine has it
     future: Future[Answer] = field(default_factory=Future)
@@ -98,7 +101,7 @@ class Scheduler:
         self.on_event = on_event
         self._cond = threading.Condition()
         self._pending: Job | None = None
-        self._prefetch: Job | None = None  # runs only when nothing is pending
+        self._idle: Job | None = None  # a prefetch or a later completion: runs only when nothing is pending
         self._running: Job | None = None
         self._wanted: tuple[EngineConfig, list[Future[LoadResult]]] | None = None
         self._engine: EngineLike | None = None
@@ -137,7 +140,7 @@ class Scheduler:
             if self._closed:
                 _resolve(job.future, Answer(None, "closed"))
                 return job
-            for old in (self._pending, self._running, self._prefetch):
+            for old in (self._pending, self._running, self._idle):
                 if old is not None:
                     self._stop(old, "superseded")
             self._pending = job
@@ -147,15 +150,22 @@ class Scheduler:
     def prefetch(self, request: CompletionRequest, tag: str | None = None) -> Job:
         """Decode `request`'s prompt when the engine has nothing else to do. Replaces an older
         prefetch; never stops a request, and any request stops it."""
-        job = Job(request, tag, prefetch=True)
+        return self._when_idle(Job(request, tag, prefetch=True))
+
+    def later(self, request: CompletionRequest, tag: str | None = None) -> Job:
+        """Complete `request` when the engine has nothing else to do, in a prefetch's place: any
+        prefetch or request stops it, and it replaces an older one."""
+        return self._when_idle(Job(request, tag, later=True))
+
+    def _when_idle(self, job: Job) -> Job:
         with self._cond:
             if self._closed:
                 _resolve(job.future, Answer(None, "closed"))
                 return job
-            for old in (self._prefetch, self._running):
-                if old is not None and old.prefetch:
+            for old in (self._idle, self._running):
+                if old is not None and (old.prefetch or old.later):
                     self._stop(old, "superseded")
-            self._prefetch = job
+            self._idle = job
             self._cond.notify()
         return job
 
@@ -166,7 +176,7 @@ class Scheduler:
     def cancel_tag(self, tag: str, reason: str = "superseded") -> None:
         """Stop whatever work belongs to `tag` (a document that just changed)."""
         with self._cond:
-            for job in (self._pending, self._running, self._prefetch):
+            for job in (self._pending, self._running, self._idle):
                 if job is not None and job.tag == tag:
                     self._stop(job, reason)
 
@@ -174,7 +184,7 @@ class Scheduler:
         """Stop all work, close the engine, end the thread."""
         with self._cond:
             self._closed = True
-            for job in (self._pending, self._running, self._prefetch):
+            for job in (self._pending, self._running, self._idle):
                 if job is not None:
                     self._stop(job, "closed")
             if self._wanted:
@@ -192,8 +202,8 @@ class Scheduler:
         job.cancel_flag.set()
         if self._pending is job:
             self._pending = None
-        if self._prefetch is job:
-            self._prefetch = None
+        if self._idle is job:
+            self._idle = None
         _resolve(job.future, Answer(None, reason))
 
     def _work(self) -> None:
@@ -201,7 +211,7 @@ class Scheduler:
             with self._cond:
                 while not (
                     self._closed or self._wanted or self._retry_due()
-                    or ((self._pending or self._prefetch) and self._ready())
+                    or ((self._pending or self._idle) and self._ready())
                 ):  # fmt: skip
                     self._cond.wait(self._retry_wait())
                 if self._closed:
@@ -214,7 +224,7 @@ class Scheduler:
                 elif self._pending is not None:
                     job, self._pending = self._pending, None
                 else:
-                    job, self._prefetch = self._prefetch, None
+                    job, self._idle = self._idle, None
                 self._running = job
             if wanted is not None:
                 self._load(*wanted)
@@ -319,11 +329,11 @@ class Scheduler:
         since = self._slow_since
         self.server_trouble = "timeout"
         self._emit(ServerHealth("timeout", str(error), time.monotonic() - since, self._budget()))
-        if job.prefetch:
+        if job.prefetch or job.later:
             return
         with self._cond:
-            if self._pending is None and self._prefetch is None and not self._closed and not job.cancel_flag.is_set():
-                self._prefetch = Job(job.request, job.tag, prefetch=True, slow_since=since)
+            if self._pending is None and self._idle is None and not self._closed and not job.cancel_flag.is_set():
+                self._idle = Job(job.request, job.tag, prefetch=True, slow_since=since)
                 self._cond.notify()
 
     def _complete(self, job: Job) -> None:
@@ -342,7 +352,9 @@ class Scheduler:
                 self.last_prefetch = self._engine.prefetch(job.request, job.cancel_flag)
                 stopped = not self.last_prefetch.finished
             else:
-                completion = self.last = self._engine.complete(job.request, cancel=job.cancel_flag)
+                completion = self._engine.complete(job.request, cancel=job.cancel_flag)
+                if not job.later:
+                    self.last = completion  # what stats report: the answer the client got
                 stopped = completion.cancelled
         except BudgetError as exc:  # a setting, not a bug: the server tells the user
             _resolve(job.future, Answer(None, "budget", str(exc)))

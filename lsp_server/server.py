@@ -14,7 +14,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any, BinaryIO
 from urllib.parse import unquote
 
@@ -29,7 +29,7 @@ from lsp_server.documents import UTF16, Document, Range
 from lsp_server.loading import EngineLike, Event, LoadResult, ModelLoading, ServerHealth
 from lsp_server.logs import TextGuard, frames, installed
 from lsp_server.model_messages import clear_text_warning, model_name
-from lsp_server.pipeline import Now, Pipeline, Selected
+from lsp_server.pipeline import Ask, Now, Pipeline, Selected
 from lsp_server.protocol import CpcProtocol, serve_stdio, serve_tcp
 from lsp_server.routing import load_engine
 from lsp_server.scheduler import Answer, Job, Scheduler
@@ -294,11 +294,17 @@ class CpcServer(LanguageServer):
             self._loop.call_soon_threadsafe(self.prefetch, uri, None)
 
     async def suggest(
-        self, uri: str, position: types.Position, selected: types.SelectedCompletionInfo | None = None
+        self,
+        uri: str,
+        position: types.Position,
+        selected: types.SelectedCompletionInfo | None = None,
+        invoked: bool = False,
     ) -> tuple[Document, list[Suggestion]] | None:
         """The suggestions at `position` (most probable first) and the document they were made
         from; None when there is none. With `selected` (the item highlighted in an open completion
-        menu), the text is read as if that item replaced its range: each suggestion begins with it."""
+        menu), the text is read as if that item replaced its range: each suggestion begins with it.
+        Answer first: unless the user asked (`invoked`), the alternatives that cost decodes of
+        their own are made after the answer is sent (`_alternatives_later`)."""
         doc = self.documents.get(uri)
         if doc is None or doc.stale:
             return None
@@ -310,7 +316,7 @@ class CpcServer(LanguageServer):
         if not await self._first_context(uri, doc, cursor, settings):
             logger.info("#%d superseded while the file's first context was chosen", number)
             return None
-        step = self.pipeline.begin(uri, doc, cursor, settings, chosen)
+        step = self.pipeline.begin(uri, doc, cursor, settings, chosen, invoked)
         if isinstance(step, Now):
             if step.carried:
                 logger.info("#%d shown: the rest of the suggestion already shown (no engine work)", number)
@@ -318,7 +324,7 @@ class CpcServer(LanguageServer):
                 logger.info("#%d %s: typed along a suggestion the gate cut, judged again (no engine work)",
                             number, "shown" if step.suggestions else "hidden")  # fmt: skip
             return (doc, step.suggestions) if step.suggestions else None
-        job = self.scheduler.submit(step.request, tag=unquote(uri))
+        job = self.scheduler.submit(replace(step.request, alternatives_later=not invoked), tag=unquote(uri))
         try:
             answer = await self._wait(job)
         except asyncio.CancelledError:  # $/cancelRequest: re-raised, pygls answers -32800
@@ -328,12 +334,26 @@ class CpcServer(LanguageServer):
         if self.documents.get(uri) is not doc:  # edited while we worked: the answer is stale
             answer = Answer(None, "superseded")
         found = self.pipeline.finish(step, answer.completion, answer.model_id)
+        if answer.completion is not None and answer.completion.stats.alternatives_deferred:
+            self._alternatives_later(uri, doc, step)
         if answer.completion is None and answer.reason == "budget" and self._budget_warned is not settings:
             self._budget_warned = settings  # once per settings, not on every keystroke
             self.tell(types.MessageType.Warning, f"cpc-lsp: {answer.detail}")
         parts = step.snapshot.parts
         self._log_answer(number, answer, parts, found[0] if found else None, settings.log_document_text, len(found))
         return (doc, found) if found else None
+
+    def _alternatives_later(self, uri: str, doc: Document, step: Ask) -> None:
+        """Make the alternatives an answer left out while the user is idle (the next keystroke
+        stops it), for cycling to them and typing along one (Pipeline.more)."""
+        job = asyncio.wrap_future(self.scheduler.later(step.request, tag=unquote(uri)).future)
+
+        def done(future: asyncio.Future[Answer]) -> None:
+            answer = future.result()
+            if answer.completion is not None and self.documents.get(uri) is doc:
+                self.pipeline.more(step, answer.completion, answer.model_id)
+
+        job.add_done_callback(done)
 
     async def _first_context(self, uri: str, doc: Document, cursor: int, settings: Settings) -> bool:
         """A just-opened file's request waits (off the loop, FIRST_CONTEXT_WAIT_SECONDS at most)
@@ -509,7 +529,10 @@ def build_server(
         ls: CpcServer, params: types.InlineCompletionParams
     ) -> list[types.InlineCompletionItem]:
         selected = params.context.selected_completion_info if params.context else None
-        result = await ls.suggest(params.text_document.uri, params.position, selected)
+        invoked = (
+            params.context is not None and params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
+        )
+        result = await ls.suggest(params.text_document.uri, params.position, selected, invoked)
         if result is None:
             return []
         doc, found = result

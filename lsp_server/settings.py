@@ -56,10 +56,20 @@ MULTI_LINE = (
     ("always", "Several lines wherever the model goes on, up to the end of the block the cursor is in."),
 )
 FIM_ORDERS = (
-    ("psm", "Prefix, suffix, middle: what most FIM models are trained on (Qwen2.5-Coder, StarCoder2, CodeGemma)."),
+    (
+        "psm",
+        "Prefix, suffix, middle: what most FIM models are trained on (Qwen2.5-Coder, StarCoder2, CodeGemma); "
+        "each new word decodes the text after the cursor again.",
+    ),
     (
         "spm",
         "Suffix, prefix, middle (llama.cpp's suffix-first layout): for models trained on it; a new word decodes only itself.",
+    ),
+    (
+        "psm-line",
+        "Prefix, suffix, middle, with the cursor's line in the middle (as llama.cpp's /infill does): the PSM order, "
+        "and a new word decodes only itself; a new line decodes the text after the cursor again. At the end of a "
+        "finished line (after `;`, `{`, `:`...) the middle begins at the cursor, as in psm.",
     ),
 )
 
@@ -160,13 +170,13 @@ class Settings:
     fim_suffix_tokens: int = setting(
         _REQUEST.suffix_tokens,
         Int(0, 4_096),
-        "Most tokens of that text after the cursor that go in the prompt (its first ones). In the "
-        '"psm" order they are decoded again after each new word, so this bounds that cost.',
+        "Most tokens of that text after the cursor that go in the prompt (its first ones). They are "
+        'decoded again after each new line ("psm-line"), or after each new word ("psm"), so this bounds that cost.',
     )
     fim_order: str = setting(
         _REQUEST.fim_order,
         Choice(FIM_ORDERS),
-        "The fill-in-the-middle layout the model was trained on.",
+        "The fill-in-the-middle layout: the order the model was trained on, and where the cursor's line goes.",
     )
     lexicon: bool = setting(
         False,
@@ -207,7 +217,8 @@ class Settings:
         Int(0, 16),
         "Other ways to finish the typed word offered beside the suggestion (next/previous "
         "suggestion), most probable first; 0: none. Finding them costs at most `maxCoverDecodes` "
-        "extra model steps, and none on a keystroke typed along a suggestion.",
+        "extra model steps, made after the suggestion is shown (while you pause; the next keystroke "
+        "stops them) or when you ask for the next one, and none on a keystroke typed along a suggestion.",
     )
     prefetch: bool = setting(
         True,

@@ -27,6 +27,23 @@ class Suggestion:
     insert_text: str  # the partial word followed by what the model adds
 
 
+# The last character of a finished line: after it at the line's end, what comes next is a new line.
+LINE_FINISHERS = frozenset(";{}:)],")
+
+
+def fim_order_at(split: Split, order: str) -> str:
+    """The FIM layout for a request at `split`. `psm-line` keeps the cursor's line in the middle,
+    where the model goes on with that line: right for a line being written (a new word decodes
+    only itself), wrong at the end of a finished one (the cursor right after `;`, `{`, `:`, `)`...,
+    nothing after it on its line), where on the 0.5B it added a comment to the line instead of
+    starting the next one or the block's body (tests/lsp_server/test_block_code_model.py). There
+    the middle begins at the cursor (`psm`), as the model was trained; the next keystroke is
+    usually a new line, which decodes the text after the cursor again in either layout."""
+    if order != "psm-line" or split.required or split.prompt[-1:] not in LINE_FINISHERS:
+        return order
+    return "psm" if not split.suffix.strip() else order
+
+
 def request_for(
     split: Split,
     settings: Settings,
@@ -66,7 +83,7 @@ def request_for(
         exact=settings.method == "exact",
         suffix=split.after,
         suffix_tokens=settings.fim_suffix_tokens,
-        fim_order=settings.fim_order,
+        fim_order=fim_order_at(split, settings.fim_order),
         candidates=candidates if settings.lexicon and settings.method == "exact" else (),
         lexicon_prior=settings.lexicon_prior,
         lexicon_decodes=settings.lexicon_decodes,

@@ -98,11 +98,13 @@ class FakeEngine:
             if partial
             else ()
         )
+        # As the real engine: alternatives that would cost decodes are left for later when asked so.
+        deferred = request.alternatives_later and decoded > 0 and bool(others)
         stats = DecodeStats(
             prompt_tokens=prompt_tokens, decoded_tokens=decoded, reused_tokens=prompt_tokens - decoded,
-            generated_tokens=2, kv_tokens=prompt_tokens + 2,
+            generated_tokens=2, kv_tokens=prompt_tokens + 2, alternatives_deferred=deferred,
         )  # fmt: skip
-        return Completion(text, "eos", stats, alternatives=others)
+        return Completion(text, "eos", stats, alternatives=() if deferred else others)
 
     def prefetch(self, request: CompletionRequest, cancel: threading.Event) -> Prefetched:
         """Like the real one: the prompt is warm afterwards, unless cancelled first."""

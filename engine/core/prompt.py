@@ -9,6 +9,10 @@ a plain prompt's continuation does. Two orders exist:
   changes the prompt before the suffix, so the suffix is decoded again (hence its token bound).
 - SPM, ``SUF suffix PRE prefix MID``: for models trained on it (CodeLlama, and models trained on
   both orders). The suffix sits first, so a new word in the prefix decodes only that word.
+- PSM with the cursor's line in the middle, ``PRE prefix up to the line SUF suffix MID line``
+  (`psm-line`, what llama.cpp's `/infill` does with llama.vim's `prompt`): the model sees the
+  PSM order it was trained on, with the middle's first characters given. A new word changes only
+  the tokens after MID, so it decodes only itself; a new line decodes the suffix again.
 
 Either way, typing inside a word changes nothing here (the word-boundary split keeps the prefix
 and the suffix as they are), so the whole prompt's KV is reused on every such keystroke.
@@ -36,8 +40,8 @@ from pathlib import PurePosixPath
 
 from engine.types import RepoContext
 
-PSM, SPM = "psm", "spm"
-ORDERS = (PSM, SPM)
+PSM, SPM, PSM_LINE = "psm", "spm", "psm-line"
+ORDERS = (PSM, SPM, PSM_LINE)
 
 
 @dataclass(frozen=True)
@@ -57,14 +61,21 @@ class FimTokens:
 
 
 def fim_prompt(
-    head: tuple[int, ...], prefix: tuple[int, ...], suffix: tuple[int, ...], fim: FimTokens, order: str = PSM
+    head: tuple[int, ...],
+    prefix: tuple[int, ...],
+    suffix: tuple[int, ...],
+    fim: FimTokens,
+    order: str = PSM,
+    line: tuple[int, ...] = (),
 ) -> tuple[int, ...]:
-    """The FIM prompt in the model's order; `head` (BOS, if the model adds one) goes first."""
+    """The FIM prompt in the model's order; `head` (BOS, if the model adds one) goes first. `line`:
+    the tokens of the cursor's line before the cursor, which `prefix` leaves out in `psm-line`
+    (they go after MID); the other orders take the whole prefix and no `line`."""
     if order == SPM:
         return head + (fim.suf,) + suffix + (fim.pre,) + prefix + (fim.mid,)
-    if order != PSM:
+    if order not in (PSM, PSM_LINE):
         raise ValueError(f"unknown FIM order {order!r}; expected one of {', '.join(ORDERS)}")
-    return head + (fim.pre,) + prefix + (fim.suf,) + suffix + (fim.mid,)
+    return head + (fim.pre,) + prefix + (fim.suf,) + suffix + (fim.mid,) + line
 
 
 FIM_EXTRA_TOKENS = 3  # PRE, SUF and MID
@@ -217,14 +228,16 @@ def layout(
     fim: FimTokens | None,
     repo: RepoTokens | None,
     order: str = PSM,
+    line: tuple[int, ...] = (),
 ) -> tuple[int, ...]:
     """The whole prompt: `context` (from `context_tokens`) before the current file. In the
     repo-level layout it precedes the FIM tokens (the current file is the last file of the
-    repository); in the plain one it is the start of the FIM prefix. `suffix` None: no FIM."""
+    repository); in the plain one it is the start of the FIM prefix. `suffix` None: no FIM (and
+    `line` follows `prefix`). `line`: see `fim_prompt`."""
     if fim is None or suffix is None:
-        return head + context + prefix
+        return head + context + prefix + line
     if repo is not None:
-        return fim_prompt(head + context, prefix, suffix, fim, order)
+        return fim_prompt(head + context, prefix, suffix, fim, order, line)
     if order == SPM:
-        return head + (fim.suf,) + suffix + (fim.pre,) + context + prefix + (fim.mid,)
-    return fim_prompt(head, context + prefix, suffix, fim, order)
+        return head + (fim.suf,) + suffix + (fim.pre,) + context + prefix + line + (fim.mid,)
+    return fim_prompt(head, context + prefix, suffix, fim, order, line)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from engine import CompletionRequest, Engine
-from engine.core.prompt import PSM, SPM, FimTokens, fim_prompt
+from engine.core.prompt import PSM, PSM_LINE, SPM, FimTokens, fim_prompt
 from engine.local.llama import LlamaContext
 from tests.support.tiny_gguf import load
 
@@ -64,6 +64,7 @@ def ids(engine: Engine, *pieces: str) -> list[int]:
 
 def request(required: str, prefix: str = PREFIX, suffix: str | None = SUFFIX, **kw) -> CompletionRequest:
     kw.setdefault("max_tokens", 4)
+    kw.setdefault("fim_order", PSM)
     return CompletionRequest(prompt=prefix, required=required, suffix=suffix, **kw)
 
 
@@ -80,6 +81,7 @@ def test_layouts():
     fim = FimTokens(10, 11, 12)
     assert fim_prompt((1,), (5, 6), (7,), fim, PSM) == (1, 10, 5, 6, 11, 7, 12)
     assert fim_prompt((1,), (5, 6), (7,), fim, SPM) == (1, 11, 7, 10, 5, 6, 12)
+    assert fim_prompt((1,), (5,), (7,), fim, PSM_LINE, (6,)) == (1, 10, 5, 11, 7, 12, 6)
     assert FimTokens.of(3, -1, 5) is None
     with pytest.raises(ValueError):
         fim_prompt((), (), (), fim, "msp")
@@ -162,6 +164,30 @@ def test_a_new_word_decodes_the_suffix_again_in_psm_but_not_in_spm(fim_engine):
     spm = dict((req, dec) for req, dec, _ in keystrokes(fim_engine, SPM))
     assert psm[" "] == word + 1 + suffix + 1
     assert spm[" "] == word + 1
+
+
+def test_psm_line_puts_the_cursors_line_after_mid(fim_engine, sent):
+    """`psm-line`: the text before the cursor's line is the prefix, the line's own text up to the
+    word boundary goes after MID (llama.cpp's /infill with llama.vim's `prompt`)."""
+    fim_engine.kv.forget()
+    pre, suf, mid = fim_engine._model.fim_ids()
+    head, line = PREFIX.rsplit("\n", 1)
+    result = fim_engine.complete(request(" yest", fim_order=PSM_LINE))
+    before, whole = tok(fim_engine, head + "\n"), tok(fim_engine, PREFIX)
+    assert whole[: len(before)] == before  # this tokenizer keeps the line's start a token boundary
+    expected = [1, pre, *before, suf, *fim_engine.suffix_tokens(SUFFIX), mid, *whole[len(before) :]]
+    assert sent.tokens(len(expected)) == expected
+    assert result.required_satisfied and result.text.startswith(" yest")
+
+
+def test_in_psm_line_a_new_word_decodes_only_itself_and_a_new_line_the_suffix(fim_engine):
+    word = len(tok(fim_engine, PREFIX + " yesterday")) - len(tok(fim_engine, PREFIX))
+    steps = dict((req, dec) for req, dec, _ in keystrokes(fim_engine, PSM_LINE))
+    assert steps[" "] <= word  # 0 when the word typed is what the KV holds after MID already
+    suffix = len(list(fim_engine.suffix_tokens(SUFFIX)))
+    fim_engine.complete(request(" yest", fim_order=PSM_LINE))
+    below = fim_engine.complete(request(" yest", prefix=PREFIX + " now\n    x =", fim_order=PSM_LINE))
+    assert below.stats.decoded_tokens >= suffix  # the prefix before the line changed
 
 
 def test_a_model_without_fim_tokens_ignores_the_suffix(plain_engine, sent):

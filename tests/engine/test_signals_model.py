@@ -74,12 +74,18 @@ def test_alternatives_are_distinct_words_beginning_with_the_typed_prefix_most_pr
 
 
 def test_alternatives_spend_no_decode_on_a_keystroke_typed_along_the_suggestion(engine):
+    """As the server asks while the user types (`alternatives_later`): the keystroke that decodes
+    leaves the alternatives that cost decodes for later and says so; made then (the same request
+    without it), they cost at most the budget; typed along, they come from remembered rows."""
     prompt = "The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the"
-    first = complete(engine, prompt, " la", alternatives=3, max_cover_decodes=4)
-    assert first.stats.alternative_decodes <= 4
-    along = complete(engine, prompt, " laz", alternatives=3, max_cover_decodes=4)
+    engine.kv.forget()
+    first = complete(engine, prompt, " la", alternatives=3, max_cover_decodes=4, alternatives_later=True)
+    assert first.stats.alternative_decodes == 0 and first.stats.alternatives_deferred
+    later = complete(engine, prompt, " la", alternatives=3, max_cover_decodes=4)
+    assert 0 < later.stats.alternative_decodes <= 4 and len(later.alternatives) > len(first.alternatives)
+    along = complete(engine, prompt, " laz", alternatives=3, max_cover_decodes=4, alternatives_later=True)
     assert along.stats.decoded_tokens == 0 and along.stats.cover_decodes == 0
-    assert along.stats.alternative_decodes == 0
+    assert along.stats.alternative_decodes == 0 and not along.stats.alternatives_deferred
     assert all(a.text.startswith(" laz") for a in along.alternatives)
 
 

@@ -91,7 +91,9 @@ def test_typing_along_a_long_multi_line_suggestion_costs_no_model_work(model_ser
             stats = editor.stats()
             assert stats["engineAnswers"] == answers + 1, stats  # cut by the budget: asked again
             assert again is not None and again.startswith(typed_word + rest.split("\n")[0]), (typed_word, rest, again)
-            assert stats["decodedTokens"] == 0 and stats["coverDecodes"] == 0, stats
+            # The covering may need one row: the one an alternative had decoded, before the
+            # alternatives were made after the answer (a letter typed at once stops them).
+            assert stats["decodedTokens"] == 0 and stats["coverDecodes"] <= 1, stats
             rest = again[len(typed_word) :]
     finally:
         editor.close(uri)

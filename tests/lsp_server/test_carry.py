@@ -6,6 +6,7 @@ the completion menu's selected item (LSP 3.18 `selectedCompletionInfo`) read as 
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 import pytest
@@ -152,6 +153,39 @@ def test_the_alternatives_are_further_items_most_probable_first(server, editor):
     assert [item["insertText"] for item in editor.inline(uri).result] == ["review done"]
 
 
+def test_alternatives_that_cost_decodes_come_after_the_answer_unless_asked_for(server, editor):
+    """Answer first: a keystroke's answer does not wait for alternatives that cost decodes of
+    their own; the same request is made again after it, while the user is idle, and its
+    alternatives are there for cycling (an Invoked request at the same place) with no engine call.
+    A request the user invoked gets them at once."""
+    engine = server.loader.engine
+    editor.client.notify("workspace/didChangeConfiguration", {"settings": {"cpcLsp": {"prefetch": False}}})
+    uri = "file:///tmp/carry/later.py"
+    editor.open(uri, "total = add(a, b)\nre")
+    assert [item["insertText"] for item in editor.inline(uri).result] == ["return done"]
+    assert engine.requests[0].alternatives_later  # (the later job may have begun already)
+    deadline, items = time.monotonic() + 10, []
+    while len(items) < 2 and time.monotonic() < deadline:  # answered from what was shown meanwhile
+        items = [item["insertText"] for item in editor.inline(uri, invoked=True).result]
+    assert items == ["return done", "review"]
+    assert len(engine.requests) == 2 and not engine.requests[1].alternatives_later  # the later job alone
+    uri = "file:///tmp/carry/invoked.py"
+    editor.open(uri, "total = add(a, b)\nre")
+    assert [item["insertText"] for item in editor.inline(uri, invoked=True).result] == ["return done", "review"]
+    assert not engine.requests[-1].alternatives_later and len(engine.requests) == 3
+
+
+def test_asking_for_the_next_item_before_the_alternatives_are_made_asks_the_engine_for_them(server, editor):
+    engine = server.loader.engine
+    editor.client.notify("workspace/didChangeConfiguration", {"settings": {"cpcLsp": {"prefetch": False}}})
+    engine.step_s = 0.3  # each engine call takes this long: the later job is still running
+    uri = "file:///tmp/carry/next-item.py"
+    editor.open(uri, "total = add(a, b)\nre")
+    assert [item["insertText"] for item in editor.inline(uri).result] == ["return done"]
+    assert [item["insertText"] for item in editor.inline(uri, invoked=True).result] == ["return done", "review"]
+    assert not engine.requests[-1].alternatives_later
+
+
 def test_the_rest_after_accepting_part_of_an_alternative_is_carried(server, editor):
     uri = "file:///tmp/carry/alternative-accept.py"
     editor.open(uri, "total = add(a, b)\nre")
@@ -224,6 +258,21 @@ def test_on_a_fim_prompt_a_character_that_moves_the_prompts_end_is_not_carried_p
     plain = Carry()  # on a plain prompt the engine's answer after the space is the carried rest
     plain.remember(URI, text, cursor, (" + count(a)",))
     assert plain.rest(URI, text + " ", cursor + 1) == ("+ count(a)",)
+
+
+def test_with_the_line_in_the_middle_only_a_new_line_moves_the_prompt():
+    """psm-line: the word typed stays after MID, as on a plain prompt; a line break does not."""
+    text, cursor = "x = total", len("x = total")
+    carry = Carry()
+    carry.remember(URI, text, cursor, (" + count(a)",), fim=True, fim_line=True)
+    assert carry.rest(URI, text + " ", cursor + 1) == ("+ count(a)",)
+    carry.remember(URI, text + " + count", cursor + 8, ("(a)",), fim=True, fim_line=True)
+    assert carry.rest(URI, text + " + count(", cursor + 9) == ("a)",)
+    carry.remember(URI, text, cursor, ("\n    y = 1",), fim=True, fim_line=True)
+    assert carry.rest(URI, text + "\n", cursor + 1) is None  # the line before the cursor changed
+    made = Completion(" total + count(a)", "eos", DecodeStats(fim=True, fim_line=True))
+    carry.keep(URI, Computed(text, cursor, " total", made))
+    assert carry.typed_along(URI, text + " ", cursor + 1) is not None  # judged again
 
 
 def test_on_a_fim_prompt_a_hidden_completion_is_not_judged_again_past_a_moved_prompt_end():

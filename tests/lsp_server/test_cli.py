@@ -84,7 +84,8 @@ def cli_items(text: str, suffix: str, language: str) -> list[str]:
 @pytest.mark.model
 def test_complete_shows_what_the_server_shows(model_server):
     """`complete` and the editor go through one pipeline (lsp_server.pipeline): the same items,
-    in the same order, for the same text (the server with the CLI's `--max-tokens 4 --threads 1`)."""
+    in the same order, for the same text (the server with the CLI's `--max-tokens 4 --threads 1`),
+    asked as the user asks (Invoked: the alternatives with the answer, not after it)."""
     from tests.support.lsp_client import Editor, insert_texts
 
     editor = Editor(model_server)
@@ -93,7 +94,7 @@ def test_complete_shows_what_the_server_shows(model_server):
         uri = f"untitled:cpc-lsp-same-{n}"
         editor.open(uri, text + suffix, language)
         line, column = text.count("\n"), len(text) - (text.rfind("\n") + 1)
-        served = insert_texts(editor.inline(uri, (line, column)))
+        served = insert_texts(editor.inline(uri, (line, column), invoked=True))
         editor.close(uri)
         compared.append((served, cli_items(text, suffix, language)))
     assert all(served == cli for served, cli in compared), compared

@@ -119,3 +119,30 @@ def test_close_answers_everything():
     assert job.future.result(WAIT).reason == "closed"
     assert scheduler.submit(CompletionRequest("late")).future.result(WAIT).reason == "closed"
     assert not scheduler.load(EngineConfig()).result(WAIT).ok
+
+
+def test_a_later_completion_waits_for_idle_and_any_new_work_stops_it():
+    """`later` (what an answer sent left out) runs at a prefetch's priority: a request or a
+    prefetch stops it, and what stats report stays the answer the client got."""
+    engine = FakeEngine(block=True)
+    scheduler = loaded(engine)
+    answered = scheduler.submit(CompletionRequest("p", "r"))
+    assert engine.started.wait(WAIT)
+    later = scheduler.later(CompletionRequest("later"))
+    assert not later.future.done() and engine.calls == ["p"]  # it waits for the request
+    engine.block = False
+    assert answered.future.result(WAIT).reason == "done"
+    assert later.future.result(WAIT).reason == "done" and engine.calls == ["p", "later"]
+    assert scheduler.last is answered.future.result().completion
+    engine.block = True
+    for stop in (
+        lambda: scheduler.prefetch(CompletionRequest("edit")),
+        lambda: scheduler.submit(CompletionRequest("q")),
+    ):
+        engine.started.clear()
+        job = scheduler.later(CompletionRequest("later"))
+        assert engine.started.wait(WAIT)
+        stop()
+        assert job.future.result(WAIT).reason == "superseded" and job.cancel_flag.is_set()
+    engine.block = False
+    scheduler.close()

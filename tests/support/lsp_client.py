@@ -66,10 +66,17 @@ def frame(message: Any) -> bytes:
 
 class LspClient:
     """`LspClient(args)` starts `python -m lsp_server *args`; `LspClient.over(reader, writer)`
-    talks to a server already running elsewhere (the tests' in-process server, over pipes)."""
+    talks to a server already running elsewhere (the tests' in-process server, over pipes).
+    `code`: run the server's code from that folder (an earlier checkout, for a benchmark's
+    baseline): `python -m` puts its working folder first on the import path, before PYTHONPATH,
+    so the folder is where it starts (a PYTHONPATH alone ran this checkout's code)."""
 
     def __init__(
-        self, args: list[str] | tuple[str, ...] = (), stderr_path: Path | None = None, env: dict[str, str] | None = None
+        self,
+        args: list[str] | tuple[str, ...] = (),
+        stderr_path: Path | None = None,
+        env: dict[str, str] | None = None,
+        code: Path | None = None,
     ) -> None:
         self._own_stderr = stderr_path is None
         if stderr_path is None:
@@ -84,6 +91,7 @@ class LspClient:
             stdout=subprocess.PIPE,
             stderr=self._stderr,
             env=None if env is None else {**os.environ, **env},
+            cwd=None if code is None else Path(code).resolve(),
         )
         self._start(self.process.stdout, self.process.stdin)
 
@@ -370,17 +378,22 @@ class Editor:
         params = {"textDocument": {"uri": uri, "version": self._versions[uri]}, "contentChanges": [change]}
         self.client.notify("textDocument/didChange", params)
 
-    def inline_params(self, uri: str, position: tuple[int, int] | None = None) -> dict[str, Any]:
+    def inline_params(self, uri: str, position: tuple[int, int] | None = None, invoked: bool = False) -> dict[str, Any]:
+        """Asked as an editor asks while the user types (trigger Automatic), or as when the user
+        asks for a suggestion or the next one (`invoked`: trigger Invoked)."""
         at = self.end(uri) if position is None else _pos(*position)
-        return {"textDocument": {"uri": uri}, "position": at, "context": {"triggerKind": 2}}
+        return {"textDocument": {"uri": uri}, "position": at, "context": {"triggerKind": 1 if invoked else 2}}
 
     def send_inline(self, uri: str, position: tuple[int, int] | None = None, msg_id: Any = None) -> Any:
         """Send `textDocument/inlineCompletion` (at the end of the document by default); returns its id."""
         return self.client.send("textDocument/inlineCompletion", self.inline_params(uri, position), msg_id)[0]
 
-    def inline(self, uri: str, position: tuple[int, int] | None = None, timeout: float = 120.0) -> Reply:
+    def inline(
+        self, uri: str, position: tuple[int, int] | None = None, timeout: float = 120.0, invoked: bool = False
+    ) -> Reply:
         """`textDocument/inlineCompletion`, at the end of the document by default."""
-        return self.client.request("textDocument/inlineCompletion", self.inline_params(uri, position), timeout)
+        params = self.inline_params(uri, position, invoked)
+        return self.client.request("textDocument/inlineCompletion", params, timeout)
 
     def suggestion(self, uri: str, position: tuple[int, int] | None = None, timeout: float = 120.0) -> str | None:
         """The first suggested insertText (None for an empty answer); an error answer fails."""
