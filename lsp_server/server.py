@@ -334,8 +334,9 @@ class CpcServer(LanguageServer):
         if self.documents.get(uri) is not doc:  # edited while we worked: the answer is stale
             answer = Answer(None, "superseded")
         found = self.pipeline.finish(step, answer.completion, answer.model_id)
-        if answer.completion is not None and answer.completion.stats.alternatives_deferred:
-            self._alternatives_later(uri, doc, step)
+        made = answer.completion
+        if made is not None and (made.stats.alternatives_deferred or made.stop_reason == "hidden"):
+            self._rest_later(uri, doc, step)
         if answer.completion is None and answer.reason == "budget" and self._budget_warned is not settings:
             self._budget_warned = settings  # once per settings, not on every keystroke
             self.tell(types.MessageType.Warning, f"cpc-lsp: {answer.detail}")
@@ -343,10 +344,12 @@ class CpcServer(LanguageServer):
         self._log_answer(number, answer, parts, found[0] if found else None, settings.log_document_text, len(found))
         return (doc, found) if found else None
 
-    def _alternatives_later(self, uri: str, doc: Document, step: Ask) -> None:
-        """Make the alternatives an answer left out while the user is idle (the next keystroke
-        stops it), for cycling to them and typing along one (Pipeline.more)."""
-        job = asyncio.wrap_future(self.scheduler.later(step.request, tag=unquote(uri)).future)
+    def _rest_later(self, uri: str, doc: Document, step: Ask) -> None:
+        """Make what an answer left out while the user is idle (the next keystroke stops it): its
+        alternatives, for cycling to them, and the text past what the gate could show, for typing
+        along it (Pipeline.more)."""
+        request = replace(step.request, hidden=None)
+        job = asyncio.wrap_future(self.scheduler.later(request, tag=unquote(uri)).future)
 
         def done(future: asyncio.Future[Answer]) -> None:
             answer = future.result()
@@ -429,6 +432,7 @@ class CpcServer(LanguageServer):
             "carried": self.pipeline.carried,
             "contextChoices": self.context.choices,
             "judgedAgain": self.pipeline.judged_again,
+            "madeLater": self.pipeline.made_later,
             "signals": signals_json(last.signals),
             "alternatives": [signals_json(a.signals) for a in last.alternatives],  # in the items' order after the first
             "gate": self.gate_json(),
@@ -546,8 +550,8 @@ def build_server(
         keystroke's two requests supersede each other.
         """
         result = None
-        if capability(ls, "text_document.inline_completion") is None:
-            result = await ls.suggest(params.text_document.uri, params.position)
+        if capability(ls, "text_document.inline_completion") is None:  # a menu lists the alternatives with it
+            result = await ls.suggest(params.text_document.uri, params.position, invoked=True)
         if result is None:
             return types.CompletionList(is_incomplete=True, items=[])
         doc, found = result

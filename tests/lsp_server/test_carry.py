@@ -144,10 +144,10 @@ def test_a_selected_item_with_punctuation_is_kept_whole(editor):
 def test_the_alternatives_are_further_items_most_probable_first(server, editor):
     uri = "file:///tmp/carry/alternatives.py"
     editor.open(uri, "total = add(a, b)\nre")
-    items = editor.inline(uri).result
+    items = editor.inline(uri, invoked=True).result  # asked for: with its alternatives
     assert [item["insertText"] for item in items] == ["return done", "review"]
     assert items[0]["range"] == items[1]["range"]  # both replace the partial word
-    assert server.loader.engine.requests[-1].alternatives == 3  # the `alternatives` setting
+    assert server.loader.engine.requests[0].alternatives == 3  # the `alternatives` setting
     editor.client.notify("workspace/didChangeConfiguration", {"settings": {"cpcLsp": {"alternatives": 0}}})
     editor.type(uri, "v")  # not along the first item: the engine is asked again
     assert [item["insertText"] for item in editor.inline(uri).result] == ["review done"]
@@ -189,7 +189,7 @@ def test_asking_for_the_next_item_before_the_alternatives_are_made_asks_the_engi
 def test_the_rest_after_accepting_part_of_an_alternative_is_carried(server, editor):
     uri = "file:///tmp/carry/alternative-accept.py"
     editor.open(uri, "total = add(a, b)\nre")
-    assert [item["insertText"] for item in editor.inline(uri).result] == ["return done", "review"]
+    assert [item["insertText"] for item in editor.inline(uri, invoked=True).result] == ["return done", "review"]
     calls = len(server.loader.engine.calls)
     editor.type(uri, "vi")  # the user cycled to "review" and typed along it
     assert [item["insertText"] for item in editor.inline(uri).result] == ["review"]
@@ -213,7 +213,7 @@ def test_an_unlikely_alternative_typed_along_is_judged_by_the_gate(server, edito
     editor.client.notify("workspace/didChangeConfiguration", {"settings": {"cpcLsp": {"minConfidence": 0.5}}})
     uri = "file:///tmp/carry/alternative-unsure.py"
     editor.open(uri, "total = add(a, b)\nre")
-    assert [item["insertText"] for item in editor.inline(uri).result] == ["return done", "review"]
+    assert [item["insertText"] for item in editor.inline(uri, invoked=True).result] == ["return done", "review"]
     calls = len(engine.calls)
     editor.type(uri, "vi")
     assert not editor.inline(uri).result  # hidden by the gate, as the engine's own answer would be
