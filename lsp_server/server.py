@@ -312,7 +312,7 @@ class CpcServer(LanguageServer):
         number = self.requests
         settings = self.settings
         cursor = doc.offset_at(position.line, position.character, self.encoding)
-        chosen = None if selected is None else self._selected(doc, selected)
+        chosen = None if selected is None else selected_in(doc, selected, self.encoding)
         if not await self._first_context(uri, doc, cursor, settings):
             logger.info("#%d superseded while the file's first context was chosen", number)
             return None
@@ -341,7 +341,7 @@ class CpcServer(LanguageServer):
             self._budget_warned = settings  # once per settings, not on every keystroke
             self.tell(types.MessageType.Warning, f"cpc-lsp: {answer.detail}")
         parts = step.snapshot.parts
-        self._log_answer(number, answer, parts, found[0] if found else None, settings.log_document_text, len(found))
+        log_answer(number, answer, parts, found[0] if found else None, settings.log_document_text, len(found))
         return (doc, found) if found else None
 
     def _rest_later(self, uri: str, doc: Document, step: Ask) -> None:
@@ -374,13 +374,6 @@ class CpcServer(LanguageServer):
         )
         return self.documents.get(uri) is doc
 
-    def _selected(self, doc: Document, selected: types.SelectedCompletionInfo) -> Selected:
-        """The selected completion item in the document's offsets (lsp_server.pipeline.with_selected)."""
-        r = selected.range
-        start = doc.offset_at(r.start.line, r.start.character, self.encoding)
-        end = doc.offset_at(r.end.line, r.end.character, self.encoding)
-        return Selected(start, end, selected.text)
-
     async def _wait(self, job: Job) -> Answer:
         """The job's answer. Waiting for a model to load is bounded; a running completion is
         bounded by its token budget (and by newer requests), so it is awaited to the end."""
@@ -392,29 +385,6 @@ class CpcServer(LanguageServer):
                 return await answer
             self.scheduler.cancel(job, "timeout")
             return Answer(None, "timeout: no model after waiting")
-
-    def _log_answer(
-        self, number: int, answer: Answer, parts: Split, found: Suggestion | None, with_text: bool, items: int = 1
-    ) -> None:
-        """One line per request: what the engine did, in numbers; text only when asked for."""
-        if answer.completion is None:
-            logger.info("#%d %s", number, answer.reason)
-            return
-        s = answer.completion.stats
-        logger.info(
-            "#%d %s: stop=%s required=%d chars prompt=%d reused=%d decoded=%d cover=%d "
-            "generated=%d alternatives=%d ms=%.0f",
-            number, "shown" if found else "nothing to add", answer.completion.stop_reason,
-            len(parts.required), s.prompt_tokens, s.reused_tokens, s.decoded_tokens,
-            s.cover_decodes, s.generated_tokens, max(0, items - 1), s.ms,
-        )  # fmt: skip
-        if with_text:
-            logger.debug("#%d required=%r suggestion=%r", number, parts.required, found)
-
-    def range_of(self, doc: Document, found: Suggestion) -> types.Range:
-        start = doc.position_at(found.word_start, self.encoding)
-        end = doc.position_at(found.cursor, self.encoding)
-        return types.Range(types.Position(*start), types.Position(*end))
 
     def stats(self) -> dict[str, Any] | None:
         """The last engine call's diagnostics, without text."""
@@ -435,15 +405,50 @@ class CpcServer(LanguageServer):
             "madeLater": self.pipeline.made_later,
             "signals": signals_json(last.signals),
             "alternatives": [signals_json(a.signals) for a in last.alternatives],  # in the items' order after the first
-            "gate": self.gate_json(),
+            "gate": gate_json(self.pipeline),
         }
 
-    def gate_json(self) -> dict[str, Any] | None:
-        """Which calibration the gate used last and the threshold in force then."""
-        if self.pipeline.last_gate is None:
-            return None
-        gate, min_confidence = self.pipeline.last_gate
-        return {"model": gate.model, "fitted": gate.fitted, "minConfidence": min_confidence}
+
+def selected_in(doc: Document, selected: types.SelectedCompletionInfo, encoding: str) -> Selected:
+    """The selected completion item in the document's offsets (lsp_server.pipeline.with_selected)."""
+    r = selected.range
+    start = doc.offset_at(r.start.line, r.start.character, encoding)
+    end = doc.offset_at(r.end.line, r.end.character, encoding)
+    return Selected(start, end, selected.text)
+
+
+def range_of(doc: Document, found: Suggestion, encoding: str) -> types.Range:
+    """The item's range in client units: from the partial word's start to the cursor."""
+    start = doc.position_at(found.word_start, encoding)
+    end = doc.position_at(found.cursor, encoding)
+    return types.Range(types.Position(*start), types.Position(*end))
+
+
+def log_answer(
+    number: int, answer: Answer, parts: Split, found: Suggestion | None, with_text: bool, items: int = 1
+) -> None:
+    """One line per request: what the engine did, in numbers; text only when asked for."""
+    if answer.completion is None:
+        logger.info("#%d %s", number, answer.reason)
+        return
+    s = answer.completion.stats
+    logger.info(
+        "#%d %s: stop=%s required=%d chars prompt=%d reused=%d decoded=%d cover=%d "
+        "generated=%d alternatives=%d ms=%.0f",
+        number, "shown" if found else "nothing to add", answer.completion.stop_reason,
+        len(parts.required), s.prompt_tokens, s.reused_tokens, s.decoded_tokens,
+        s.cover_decodes, s.generated_tokens, max(0, items - 1), s.ms,
+    )  # fmt: skip
+    if with_text:
+        logger.debug("#%d required=%r suggestion=%r", number, parts.required, found)
+
+
+def gate_json(pipeline: Pipeline) -> dict[str, Any] | None:
+    """Which calibration the gate used last and the threshold in force then."""
+    if pipeline.last_gate is None:
+        return None
+    gate, min_confidence = pipeline.last_gate
+    return {"model": gate.model, "fitted": gate.fitted, "minConfidence": min_confidence}
 
 
 def signals_json(signals: Signals | None) -> dict[str, Any] | None:
@@ -540,7 +545,9 @@ def build_server(
         if result is None:
             return []
         doc, found = result
-        return [types.InlineCompletionItem(insert_text=f.insert_text, range=ls.range_of(doc, f)) for f in found]
+        return [
+            types.InlineCompletionItem(insert_text=f.insert_text, range=range_of(doc, f, ls.encoding)) for f in found
+        ]
 
     @server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions())
     async def completion(ls: CpcServer, params: types.CompletionParams) -> types.CompletionList:
@@ -562,7 +569,7 @@ def build_server(
                 detail="cpc-lsp",
                 sort_text=f"{n:02d}",  # most probable first, also past ten items
                 insert_text_format=types.InsertTextFormat.PlainText,
-                text_edit=types.TextEdit(ls.range_of(doc, f), f.insert_text),
+                text_edit=types.TextEdit(range_of(doc, f, ls.encoding), f.insert_text),
             )
             for n, f in enumerate(found)
         ]

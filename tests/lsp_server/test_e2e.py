@@ -123,11 +123,18 @@ async def test_completion_fallback(client: LanguageClient):
 async def test_a_keystroke_inside_a_word_decodes_no_prompt_tokens(client: LanguageClient):
     uri = open_doc(client, "keystroke.txt", DRAFT)
     assert await inline(client, uri, end_of(client, DRAFT))
+    before = await client.protocol.send_request_async("cpcLsp/stats", None)
     type_text(client, uri, 2, end_of(client, DRAFT), "e")
     items = await inline(client, uri, end_of(client, DRAFT + "e"))
     assert items and items[0].insert_text.startswith("yeste")
     stats = await client.protocol.send_request_async("cpcLsp/stats", None)
-    assert stats.decodedTokens == 0  # the prompt ends before " yest": unchanged by the keystroke
+    # The prompt ends before " yest": unchanged by the keystroke. Either the engine answered it
+    # with no prompt token decoded, or it was answered from what was shown (no engine call: the
+    # stats are then the first request's, which may have decoded the prompt cold).
+    if stats.engineAnswers > before.engineAnswers:
+        assert stats.decodedTokens == 0
+    else:
+        assert stats.carried == before.carried + 1
     assert stats.promptTokens > 0 and stats.stopReason in {"eos", "stop", "line", "length"}
     assert not any(isinstance(value, str) and "yest" in value for value in stats)  # no text
 
