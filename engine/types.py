@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -78,11 +77,6 @@ class RepoContext:
     max_tokens: int = 1024
 
 
-# Whether nothing more of a completion could be shown, from (the identity of the model making it:
-# Engine.model_id, the text so far, its signals): the caller's gate. Generation stops when it says so.
-HiddenCheck = Callable[[str | None, str, "Signals"], bool]
-
-
 @dataclass(frozen=True)
 class CompletionRequest:
     """One completion: `prompt` ends at a word boundary; the output must begin with `required`.
@@ -127,9 +121,6 @@ class CompletionRequest:
     # (engine.remote.servers.affinity_key), as the key that keeps a document on one model server; None:
     # the start of the prompt names it. Never sent, never logged.
     document: str | None = field(default=None, repr=False)
-    # Called at each word end generation confirms (engine.core.generation): True stops it there,
-    # with stop reason "hidden" (the rest could not be shown; the same request without it goes on).
-    hidden: HiddenCheck | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -229,7 +220,7 @@ class Completion:
     """The generated text (beginning with the required prefix unless the constraint was dropped)."""
 
     text: str
-    stop_reason: str  # "eos" | "stop" | "line" (also next_line's) | "block" (indent_floor) | "length" | "hidden" | "cancelled" | "empty" (no prompt token)
+    stop_reason: str  # "eos" | "stop" | "line" (also next_line's) | "block" (indent_floor) | "length" | "cancelled" | "empty" (no prompt token)
     stats: DecodeStats
     required_satisfied: bool = True
     logprobs: tuple[float, ...] = ()

@@ -37,13 +37,12 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from engine import HiddenCheck, Signals
+from engine import Signals
 from lsp_server.split import LINE_BREAKS, Split, is_word_char
 
 CURSOR_CLASSES = ("inside a word", "word start", "after punctuation")
@@ -212,26 +211,6 @@ def confidences(
         )
         out.append((end.chars, c))
     return out
-
-
-def hidden_check(split: Split, min_confidence: float | None) -> HiddenCheck:
-    """The engine's stop check for a one-line suggestion at `split` (CompletionRequest.hidden):
-    True once a word end on its first line is below the gate of the model making it.
-    `confident_length` stops at the first such end, so nothing after it can be shown, and
-    generating on is work no one sees (32 of 48 fresh engine calls showed nothing, docs/speed.md).
-    Never while the first line has nothing on it (the next line, shaped as a block)."""
-    cursor, line_start, start = cursor_class(split), at_line_start(split), len(split.required)
-
-    def hidden(model: str | None, text: str, signals: Signals) -> bool:
-        first = re.split(r"[\r\n]", text[start:], maxsplit=1)[0]
-        gate = gate_for(model)
-        least = threshold(gate, min_confidence)
-        if not first.strip() or least <= 0:
-            return False
-        ends = confidences(text, start, signals, cursor, gate.calibration, line_start)
-        return any(c < least for chars, c in ends if chars <= start + len(first))
-
-    return hidden
 
 
 def confident_length(

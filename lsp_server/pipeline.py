@@ -17,7 +17,7 @@ the counts the stats report.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from urllib.parse import unquote
 
 from engine import Completion, CompletionRequest, RepoContext
@@ -107,8 +107,6 @@ def ask(
         snap.parts, settings, candidates, block, alternatives=settings.alternatives, context=context,
         language=snap.doc.language_id, document=snap.uri, next_line=next_line,
     )  # fmt: skip
-    if block is None and settings.method == "exact" and settings.min_confidence != 0:
-        request = replace(request, hidden=gates.hidden_check(snap.parts, settings.min_confidence))
     return Ask(request, snap, settings, block, next_line)
 
 
@@ -211,15 +209,14 @@ class Pipeline:
         """What is shown at the snapshot's cursor, for carrying (lsp_server.carry)."""
         added = tuple(f.insert_text[len(snap.parts.word) :] for f in found)
         made = completion.stats
-        complete = completion.stop_reason != "length"  # a gate's cut ("hidden") is judged again, not carried further
+        complete = completion.stop_reason != "length"
         self.carry.remember(snap.uri, snap.text, snap.cursor, added, complete, made.fim, made.fim_line)
 
     def more(self, asked: Ask, completion: Completion, model_id: str | None) -> None:
         """The answer to `asked` made again with what its first making left for later (the
-        alternatives: CompletionRequest.alternatives_later; the text past what the gate could show:
-        CompletionRequest.hidden), after it was sent: remembered for the next keystrokes (cycling
-        to an alternative, typing along either, judged again) while what the document shows is
-        still that answer's first item. The item shown is never changed by it."""
+        alternatives: CompletionRequest.alternatives_later), after it was sent: remembered for the
+        next keystrokes (cycling to an alternative, typing along one, judged again) while what the
+        document shows is still that answer's first item. The item shown is never changed by it."""
         snap = asked.snapshot
         if snap.start is not None or asked.settings.method == "naive":
             return

@@ -335,7 +335,7 @@ class CpcServer(LanguageServer):
             answer = Answer(None, "superseded")
         found = self.pipeline.finish(step, answer.completion, answer.model_id)
         made = answer.completion
-        if made is not None and (made.stats.alternatives_deferred or made.stop_reason == "hidden"):
+        if made is not None and made.stats.alternatives_deferred:
             self._rest_later(uri, doc, step)
         if answer.completion is None and answer.reason == "budget" and self._budget_warned is not settings:
             self._budget_warned = settings  # once per settings, not on every keystroke
@@ -346,10 +346,8 @@ class CpcServer(LanguageServer):
 
     def _rest_later(self, uri: str, doc: Document, step: Ask) -> None:
         """Make what an answer left out while the user is idle (the next keystroke stops it): its
-        alternatives, for cycling to them, and the text past what the gate could show, for typing
-        along it (Pipeline.more)."""
-        request = replace(step.request, hidden=None)
-        job = asyncio.wrap_future(self.scheduler.later(request, tag=unquote(uri)).future)
+        alternatives, for cycling to them and typing along one (Pipeline.more)."""
+        job = asyncio.wrap_future(self.scheduler.later(step.request, tag=unquote(uri)).future)
 
         def done(future: asyncio.Future[Answer]) -> None:
             answer = future.result()
