@@ -304,7 +304,7 @@ class CpcServer(LanguageServer):
         from; None when there is none. With `selected` (the item highlighted in an open completion
         menu), the text is read as if that item replaced its range: each suggestion begins with it.
         Answer first: unless the user asked (`invoked`), the alternatives that cost decodes of
-        their own are made after the answer is sent (`_alternatives_later`)."""
+        their own are made after the answer is sent (`_rest_later`)."""
         doc = self.documents.get(uri)
         if doc is None or doc.stale:
             return None
