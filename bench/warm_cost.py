@@ -26,6 +26,7 @@ prints where its CPU went per engine call. Results: a small JSON file (`--out`).
     python -m bench.warm_cost --quick            # one short Python passage, one cold document
     python -m bench.warm_cost --out bench/results/warm_cost.json
     python -m bench.warm_cost --quick --profile /tmp/warm   # and the CPU profile by function
+    python -m bench.warm_cost --quick --model-server        # ours through a shared llama-server
 """
 
 from __future__ import annotations
@@ -390,7 +391,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         None if args.no_peer else LlamaServer(slots=1, model=MODEL, threads=args.threads, extra_args=SEED_ARGS)
     )
     peer = None if llama_server is None else InfillPeer(llama_server.start(600))
+    # ours through its own llama-server (the README's command): the peer's seed settings keep one
+    # slot and its own cache; the two replay in turn, never at once
+    shared = LlamaServer(model=MODEL, threads=args.threads).start(600) if args.model_server else None
     server = Server(args.threads, args.profile)
+    if shared is not None:
+        server.settings["modelServer"] = shared.url
     client_ms: dict[int, float] = {}
     number = 1  # the server numbers its requests from 1: the warm-up is #1
     ours: list[float] = []
@@ -416,14 +422,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if peer is not None:
                 theirs += replay_infill(peer, passage, True)["ms"]
             say(f"passage {n + 1}/{len(items)} ({passage.kind}): {len(result['ms'])} keystrokes")
-        pids = [server.process.pid] + ([llama_server.process.pid] if llama_server and llama_server.process else [])
+        pids = [server.process.pid] + [s.process.pid for s in (llama_server, shared) if s is not None and s.process]
         server_cpu = sum(process_cpu_seconds(pid) or 0.0 for pid in pids)
     finally:
         server.close()
         if peer is not None:
             peer.close()
-        if llama_server is not None:
-            llama_server.stop()
+        for started in (llama_server, shared):
+            if started is not None:
+                started.stop()
         floor.close()
     calls = [replace(c, client_ms=client_ms.get(c.number)) for c in parse_calls(server.text)]
     calls = [
@@ -614,6 +621,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2, help="threads of the server, the floor and the peer")
     parser.add_argument("--no-peer", action="store_true", help="leave out llama.vim's request (e.g. for a profile)")
     parser.add_argument(
+        "--model-server",
+        action="store_true",
+        help="ours through a llama-server of the same build and model (modelServer, the README's command)",
+    )
+    parser.add_argument(
         "--profile",
         type=Path,
         default=None,
@@ -639,6 +651,7 @@ def main(argv: list[str] | None = None) -> int:
         "chars": args.chars,
         "cold": args.cold,
         "peer": not args.no_peer,
+        "model_server": args.model_server,
         "profiled": args.profile is not None,
         "command": "python -m bench.warm_cost " + " ".join(sys.argv[1:] if argv is None else argv),
     }

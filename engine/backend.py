@@ -49,6 +49,24 @@ class Traffic:
     connections: int = 0  # TCP connections opened (keep-alive reuses them)
 
 
+class PromptSpeed:
+    """How fast a backend evaluates a prompt: the fastest batch of TIMED_TOKENS or more it has
+    timed, in ms a token (None before one). What a cold request's extra tokens cost on this
+    machine and model when it is quiet (engine.prompt_window.cold_extra); the fastest, so the
+    bound it sets only grows and a context laid out under it is never laid out again for it."""
+
+    TIMED_TOKENS = 32  # a smaller batch times the call more than its tokens
+
+    def __init__(self) -> None:
+        self.ms_per_token: float | None = None
+
+    def note(self, tokens: int, ms: float) -> None:
+        if tokens >= self.TIMED_TOKENS and ms > 0:
+            rate = ms / tokens
+            if self.ms_per_token is None or rate < self.ms_per_token:
+                self.ms_per_token = rate
+
+
 class CoveringRows(Protocol):
     """The covering search's rows for one prompt and required prefix (engine.core.covering): read
     by path; `refine` and `settle` are how a server backend proves its choice (in-process every
@@ -77,6 +95,7 @@ class Backend(Protocol):
     # (True for a server): alternatives then read known rows only, and a call's prompt work is
     # the server's count.
     networked: bool
+    speed: PromptSpeed  # the prompt evaluation it has timed (in-process) or been told of (a server's timings)
 
     @property
     def decoded(self) -> int:
@@ -86,6 +105,15 @@ class Backend(Protocol):
     @property
     def held(self) -> int:
         """Tokens the live sequence (or slot) holds."""
+        ...
+
+    @property
+    def kept_prompts(self) -> int:
+        """How many prompts stay decoded at once (sequences in-process, one slot on a server)."""
+        ...
+
+    def cached_prefix(self, tokens: tuple[int, ...]) -> int:
+        """How many of `tokens`' first tokens a kept prompt already holds (no decode needed)."""
         ...
 
     @property

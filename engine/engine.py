@@ -24,11 +24,13 @@ from engine.core.speculative import DraftConfig, PromptLookup
 from engine.core.vocab import VocabIndex
 from engine.local.llama import LlamaModel
 from engine.local.load import open_local
-from engine.prompt_window import PromptWindow
+from engine.prompt_window import Cut, PromptWindow
 from engine.readings import Readings, typed_word
 from engine.remote.connect import connect
 from engine.types import (
+    COLD_EXTRA_MS,
     MIN_PROMPT_TOKENS,
+    UNTIMED_EXTRA_TOKENS,
     Completion,
     CompletionRequest,
     DecodeStats,
@@ -41,6 +43,7 @@ from engine.types import (
 # A remote call that failed may be made again at once when its backend says so (engine.remote.servers: on
 # the next server; behind a balancer: once through it, and once with the server it moved to).
 RETRIES = 2
+UNTIMED_MS_PER_TOKEN = COLD_EXTRA_MS / UNTIMED_EXTRA_TOKENS  # before the backend has timed a prompt
 T = TypeVar("T")
 
 
@@ -62,7 +65,7 @@ class Engine(PromptWindow):
         `context`: what sets the window (the llama context; a server backend is its own);
         `backend`: where the distributions come from (engine.backend). `model_id`: what makes the
         distributions (engine.model_files.model_id: a catalogue name or "sha256:<hex>")."""
-        super().__init__(model, context, vocab)
+        super().__init__(model, context, vocab, backend.speed)
         self.config = config
         self.model_path = model.path
         self.model_id = model_id
@@ -137,6 +140,9 @@ class Engine(PromptWindow):
 
         def decode() -> bool:
             try:
+                first = self.first_prompt(request, prompt)
+                if first is not None:  # what a request made now would read, then the whole prompt
+                    self.backend.prefill(first[1], cancel)
                 if prompt:  # see `complete` for an empty one
                     self.backend.prefill(prompt, cancel)
                 return True
@@ -179,10 +185,35 @@ class Engine(PromptWindow):
         t = self.backend.traffic()
         return t.round_trips, t.bytes_sent, t.bytes_received, len(self.backend.fallbacks)
 
+    def first_prompt(self, request: CompletionRequest, prompt: tuple[int, ...]) -> tuple[Cut, tuple[int, ...]] | None:
+        """A first answer's prompt while `prompt` is not decoded enough to answer at once, when the
+        backend keeps another prompt beside it (the whole one then decodes into another sequence,
+        by the prefetch the server sends after such an answer): the text near the cursor alone
+        when more than twice `request.first_window` tokens are missing (a long file just opened: it
+        answers after about 400 tokens, not 1,500); other files' text within what COLD_EXTRA_MS
+        evaluate when the rest of it would cost more (a short file, whose whole context is a few
+        hundred tokens). (Which, its tokens); None: `prompt` itself (docs/first-contact.md)."""
+        if request.first_window <= 0 or self.backend.kept_prompts < 2:
+            return None
+        reserve = self._reserve(request)
+        missing = len(prompt) - self.backend.cached_prefix(prompt)
+        if missing > 2 * request.first_window:
+            return "near", self.prompt_tokens(request, reserve, "near")
+        if request.context is None:
+            return None
+        lean = self.prompt_tokens(request, reserve, "lean")
+        saved = missing - (len(lean) - self.backend.cached_prefix(lean))
+        if saved * (self.backend.speed.ms_per_token or UNTIMED_MS_PER_TOKEN) > COLD_EXTRA_MS:
+            return "lean", lean
+        self.prompt_tokens(request, reserve)  # the whole prompt's state again (`headers`)
+        return None
+
     def _complete(self, request: CompletionRequest, cancel: threading.Event) -> Completion:
         started = time.perf_counter()
         required = request.required.encode("utf-8", "replace")
         prompt = self.prompt_tokens(request, self._reserve(request))
+        first_prompt = self.first_prompt(request, prompt)
+        prompt = prompt if first_prompt is None else first_prompt[1]
         if not prompt:
             # An empty text and a model that adds no BOS (e.g. Qwen2.5-Coder without FIM): the
             # model has nothing to condition on, so there is no suggestion rather than a guess.
@@ -248,6 +279,7 @@ class Engine(PromptWindow):
             alternatives_deferred=deferred,
             fim=self.fim is not None and request.suffix is not None,
             fim_line=self.fim is not None and request.suffix is not None and request.fim_order == PSM_LINE,
+            first_prompt=None if first_prompt is None else first_prompt[0],
         )
         return Completion(
             gen.text, gen.reason, stats, seq.required_satisfied, tuple(gen.logprobs), signals, alternatives

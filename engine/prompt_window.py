@@ -9,8 +9,9 @@ import math
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Literal
 
-from engine.backend import Window
+from engine.backend import PromptSpeed, Window
 from engine.core.prompt import (
     FIM_EXTRA_TOKENS,
     PSM_LINE,
@@ -23,27 +24,40 @@ from engine.core.vocab import VocabIndex
 from engine.local.llama import LlamaModel
 from engine.local.load import MAX_REMEMBERED
 from engine.types import (
+    COLD_EXTRA_MS,
     COLD_EXTRA_TOKENS,
     COLD_SHARE,
     MIN_PROMPT_TOKENS,
+    UNTIMED_EXTRA_TOKENS,
     BudgetError,
     CompletionRequest,
     RepoContext,
 )
 
+Cut = Literal["whole", "near", "lean"]  # a request's prompt, or a first answer's (PromptWindow.prompt_tokens)
 CHARS_PER_CONTEXT_TOKEN = 8  # text kept before tokenizing: generous, the token window trims the rest
 CONTEXT_SHARE = 2  # other files' text takes at most 1/CONTEXT_SHARE of the context window (and cold_cap)
 
 
-def cold_cap(file_tokens: int, n_ctx: int) -> int | None:
+def cold_cap(file_tokens: int, n_ctx: int, extra_tokens: int = COLD_EXTRA_TOKENS) -> int | None:
     """The most tokens of other files' text beside `file_tokens` of the current file's text, so
     that a cold request costs at most 1 + COLD_SHARE times what it costs without them, or
-    COLD_EXTRA_TOKENS more (a short file's bound is the wait, not a ratio of its few tokens): None
-    (no cap beyond CONTEXT_SHARE) once the file's tokens fill 1 / (1 + COLD_SHARE) of the window
-    (the prompt is then at most the window either way)."""
+    `extra_tokens` more (a short file's bound is the wait, not a ratio of its few tokens:
+    `cold_extra`): None (no cap beyond CONTEXT_SHARE) once the file's tokens fill
+    1 / (1 + COLD_SHARE) of the window (the prompt is then at most the window either way)."""
     if file_tokens * (1 + COLD_SHARE) >= n_ctx:
         return None
-    return max(int(file_tokens * COLD_SHARE), COLD_EXTRA_TOKENS)
+    return max(int(file_tokens * COLD_SHARE), extra_tokens)
+
+
+def cold_extra(ms_per_token: float | None) -> int:
+    """The tokens a short file's context may add to a first answer's cold request (the "lean"
+    prompt of engine.Engine.first_prompt): what COLD_EXTRA_MS evaluates at the backend's fastest
+    timed prompt speed (engine.backend.PromptSpeed), at most COLD_EXTRA_TOKENS;
+    UNTIMED_EXTRA_TOKENS before it has timed one."""
+    if ms_per_token is None:
+        return UNTIMED_EXTRA_TOKENS
+    return min(COLD_EXTRA_TOKENS, int(COLD_EXTRA_MS / ms_per_token))
 
 
 @dataclass
@@ -57,8 +71,10 @@ class PromptWindow:
     is one. Its state is the last tokenizations and the budgets other files' context was laid
     out with."""
 
-    def __init__(self, model: LlamaModel, context: Window, vocab: VocabIndex) -> None:
+    def __init__(self, model: LlamaModel, context: Window, vocab: VocabIndex, speed: PromptSpeed) -> None:
+        """`speed`: the backend's timed prompt speed, which bounds a short file's context (`cold_extra`)."""
         self._model = model
+        self._speed = speed
         # What sets the window (n_ctx): the llama context in-process, the backend for a server.
         # "context" alone means other files' text here (`request.context`, `context_tokens`).
         self._context = context
@@ -68,7 +84,9 @@ class PromptWindow:
         self._last_suffix = _TokenizedPrompt()
         self.fim = FimTokens.of(*model.fim_ids())  # None: the model has no FIM tokens
         self.repo = RepoTokens.of(*model.repo_ids())  # None: no repository-level tokens (plain layout)
-        self._last_context: tuple[object, tuple[int, ...]] = (None, ())  # (RepoContext, budget) -> tokens
+        self._laid_out: OrderedDict[tuple[RepoContext, int], tuple[int, ...]] = (
+            OrderedDict()
+        )  # (context, budget) -> tokens
         # the budget each recent context was laid out with (context_budget): kept while it stays within the bound
         self._context_budgets: OrderedDict[RepoContext, int] = OrderedDict()
         # set by prompt_tokens: the prompt names other files in comment lines (a line like them ends a suggestion)
@@ -119,19 +137,31 @@ class PromptWindow:
         drop = math.ceil((len(tokens) - budget) / step) * step
         return tokens[:head] + tokens[head + drop :]
 
-    def prompt_tokens(self, request: CompletionRequest, reserve: int) -> tuple[int, ...]:
+    def first_window(self, tokens: tuple[int, ...], size: int) -> tuple[int, ...]:
+        """The BOS and the last `size` to 1.5x `size` of `tokens` after it: a first answer's text
+        (`CompletionRequest.first_window`). Its start moves in steps of half `size`, so the
+        keystrokes that follow keep it as their prefix (and decode nothing again)."""
+        head = len(self._bos)
+        step = max(1, size // 2)
+        drop = max(0, (len(tokens) - head - size) // step * step)
+        return tokens[:head] + tokens[head + drop :]
+
+    def prompt_tokens(self, request: CompletionRequest, reserve: int, cut: Cut = "whole") -> tuple[int, ...]:
         """The tokens to decode: the plain prompt, or (when the model has FIM tokens and the request
         carries a suffix) the FIM layout of engine.core.prompt with the suffix's first tokens; other
-        files' text (`request.context`) first, in the layout of engine.core.prompt."""
+        files' text (`request.context`) first, in the layout of engine.core.prompt. `cut`: a first
+        answer's prompt instead (engine.Engine.first_prompt): "near", the text near the cursor
+        alone (`first_window`); "lean", other files' text within what 300 ms evaluate (`cold_extra`)."""
         clipped = self.clip(request.prompt)
         plain = self.tokenize(clipped)
         head = len(self._bos)
         before_line = self._before_line(clipped, plain)
-        context = self.context_tokens(request, before_line if request.context is not None else 0)
+        context = () if cut == "near" else self.context_tokens(request, before_line, lean=cut == "lean")
         reserve += len(context)
         self.headers = bool(context) and self.repo is None
+        near = self.first_window(plain, request.first_window) if cut == "near" else plain
         if self.fim is None or request.suffix is None:
-            kept = self.window(plain, reserve)
+            kept = self.window(near, reserve)
             return layout(kept[:head], context, kept[head:], None, None, self.repo)
         if request.suffix != self._last_suffix.text or not self._last_suffix.tokens:
             self._last_suffix = _TokenizedPrompt(request.suffix, self.suffix_tokens(request.suffix))
@@ -141,14 +171,16 @@ class PromptWindow:
         room = self.n_ctx - reserve - FIM_EXTRA_TOKENS
         fits = max(0, min(room // 2, room - MIN_PROMPT_TOKENS))
         suffix = self._last_suffix.tokens[: min(request.suffix_tokens, fits)]
-        kept = self.window(plain, reserve + len(suffix) + FIM_EXTRA_TOKENS)
+        kept = self.window(near, reserve + len(suffix) + FIM_EXTRA_TOKENS)
         split = len(kept)
         if request.fim_order == PSM_LINE:  # the cursor's line goes after MID (the window dropped from the front)
             split = max(head, head + before_line - (len(plain) - len(kept)))
         prefix, line = kept[head:split], kept[split:]
         return layout(kept[:head], context, prefix, suffix, self.fim, self.repo, request.fim_order, line)
 
-    def context_tokens(self, request: CompletionRequest, file_tokens: int | None = None) -> tuple[int, ...]:
+    def context_tokens(
+        self, request: CompletionRequest, file_tokens: int | None = None, lean: bool = False
+    ) -> tuple[int, ...]:
         """The tokens of the other files' text (engine.core.prompt.context_tokens), remembered for an
         unchanged context. The budget does not depend on the keystroke (the reserve grows with
         each letter typed): `maxTokens` of the context, at most half of the context window
@@ -158,15 +190,23 @@ class PromptWindow:
         caller (lsp_server.context) sizes its choice by an estimate of the same bound; when the
         estimate runs over (prose counts more characters a token than code), the worst-ranked
         lines are left out here (engine.core.prompt.context_tokens). None: no such bound (a caller that
-        has no current file)."""
+        has no current file). `lean`: a short file's first answer, within what COLD_EXTRA_MS evaluate
+        (`cold_extra`), the best-ranked lines."""
         context = request.context
         if context is None:
             return ()
         budget = self.context_budget(context, file_tokens)
+        if lean and file_tokens is not None:
+            cap = cold_cap(file_tokens, self.n_ctx, cold_extra(self._speed.ms_per_token))
+            budget = budget if cap is None else min(budget, cap)
         key = (context, budget)
-        if self._last_context[0] != key:
-            self._last_context = (key, context_tokens(context, self._context_text_tokens, self.repo, budget))
-        return self._last_context[1]
+        laid_out = self._laid_out.get(key)
+        if laid_out is None:
+            laid_out = self._laid_out[key] = context_tokens(context, self._context_text_tokens, self.repo, budget)
+            while len(self._laid_out) > 2:  # the whole prompt's and a first answer's
+                self._laid_out.popitem(last=False)
+        self._laid_out.move_to_end(key)
+        return laid_out
 
     def context_budget(self, context: RepoContext, file_tokens: int | None) -> int:
         """`context.max_tokens`, at most half the window, and at most cold_cap(`file_tokens`). The

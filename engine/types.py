@@ -121,6 +121,13 @@ class CompletionRequest:
     # (engine.remote.servers.affinity_key), as the key that keeps a document on one model server; None:
     # the start of the prompt names it. Never sent, never logged.
     document: str | None = field(default=None, repr=False)
+    # First contact: when more than twice this many of the prompt's tokens are not decoded (a
+    # freshly opened long file, a new window), the answer comes from the last `first_window` to
+    # 1.5x `first_window` tokens before the cursor, without other files' text, while the whole
+    # prompt decodes behind it in another sequence (engine.Engine.first_prompt, which also
+    # answers a short file within COLD_EXTRA_MS of other files' text). 0: never (a caller that
+    # does not decode the whole prompt afterwards must leave it so; the server sets 384).
+    first_window: int = 0
 
 
 @dataclass(frozen=True)
@@ -145,6 +152,9 @@ class DecodeStats:
     server: str | None = None  # the model server that answered (its URL; behind a balancer, its upstream)
     fim: bool = False  # the prompt held the text after the cursor (FIM layout): where it ends moves the answer
     fim_line: bool = False  # ... with the cursor's line in the middle (psm-line): only a new line moves it
+    first_prompt: str | None = (
+        None  # a first answer's prompt ("near", "lean": engine.Engine.first_prompt); None: the whole one
+    )
 
 
 @dataclass(frozen=True)
@@ -164,11 +174,13 @@ MIN_PROMPT_TOKENS = 64  # below this a context cannot hold a useful prompt besid
 # them. The engine holds it by its tokenizer's count (engine.prompt_window.cold_cap); the server sizes its
 # choice by an estimate of the same bound (lsp_server.context.budget_for).
 COLD_SHARE = 0.5
-# ...or this many tokens, whatever the file's length: the bound is what the user waits for, and a
-# short or new file (the one that most needs another file's names) would get nothing from a share
-# of its few tokens. Aimed at about +300 ms on a cold request (the default code model, 2 threads);
-# the time is still to be measured on a quiet machine (docs/context.md, bench.shortfile).
+# ...or COLD_EXTRA_TOKENS, whatever the file's length: a short or new file (the one that most
+# needs another file's names) would get nothing from a share of its few tokens. Its first answer
+# waits for at most COLD_EXTRA_MS of them (engine.Engine.first_prompt, engine.prompt_window.cold_extra)
+# while the rest decodes behind it.
+COLD_EXTRA_MS = 300.0
 COLD_EXTRA_TOKENS = 256
+UNTIMED_EXTRA_TOKENS = 64  # before the backend has timed a prompt: ~250 ms on the default code model, 2 threads
 
 
 @dataclass(frozen=True)

@@ -88,8 +88,9 @@ def budget_for(text: str, cursor: int, max_tokens: int, window_tokens: int) -> i
     cursor fills 2/3 of the window (the prompt is then at most the window, at most 1.5x the
     file's part), else at most half of that text's tokens (estimated at FILE_CHARS_PER_TOKEN) or
     COLD_EXTRA_TOKENS, whichever is more: a cold request costs at most 1.5x what it costs without
-    context, or a few hundred milliseconds more on a short file (which needs another file's names
-    most: a test, a script beside the module it imports). In steps of BUDGET_STEP, so the budget
+    context, or 256 tokens more on a short file (which needs another file's names most: a test, a
+    script beside the module it imports; its first answer waits for 300 ms of them at most:
+    engine.Engine.first_prompt). In steps of BUDGET_STEP, so the budget
     (and the choice) stays put while a line is typed. This sizes the choice; the engine, which
     tokenizes, holds the bound exactly (engine.prompt_window.cold_cap: where the estimate runs over, on
     prose, it lays out fewer of the chosen lines)."""

@@ -109,6 +109,7 @@ class Scheduler:
         self._closed = False
         self.last: Completion | None = None  # what the engine last returned, for stats
         self.last_prefetch: Prefetched | None = None
+        self.prefetches_finished = 0  # prefetches that decoded their whole prompt (stats)
         self.load_error: str | None = None  # why the current model is missing, if it is
         self._retry: tuple[EngineConfig, float, float] | None = None  # config, when (monotonic), back-off
         self.server_trouble: str | None = None  # the kind of the last mid-request ModelServerError
@@ -351,6 +352,7 @@ class Scheduler:
             if job.prefetch:
                 self.last_prefetch = self._engine.prefetch(job.request, job.cancel_flag)
                 stopped = not self.last_prefetch.finished
+                self.prefetches_finished += not stopped
             else:
                 completion = self._engine.complete(job.request, cancel=job.cancel_flag)
                 if not job.later:

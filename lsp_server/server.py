@@ -335,7 +335,9 @@ class CpcServer(LanguageServer):
             answer = Answer(None, "superseded")
         found = self.pipeline.finish(step, answer.completion, answer.model_id)
         made = answer.completion
-        if made is not None and made.stats.alternatives_deferred:
+        if made is not None and made.stats.first_prompt:  # the whole prompt, while the user reads
+            self.scheduler.prefetch(step.request, tag=unquote(uri))
+        elif made is not None and made.stats.alternatives_deferred:
             self._rest_later(uri, doc, step)
         if answer.completion is None and answer.reason == "budget" and self._budget_warned is not settings:
             self._budget_warned = settings  # once per settings, not on every keystroke
@@ -401,6 +403,7 @@ class CpcServer(LanguageServer):
             "contextChoices": self.context.choices,
             "judgedAgain": self.pipeline.judged_again,
             "madeLater": self.pipeline.made_later,
+            "prefetchesFinished": self.scheduler.prefetches_finished,
             "signals": signals_json(last.signals),
             "alternatives": [signals_json(a.signals) for a in last.alternatives],  # in the items' order after the first
             "gate": gate_json(self.pipeline),

@@ -173,6 +173,15 @@ class Settings:
         "Most tokens of that text after the cursor that go in the prompt (its first ones). They are "
         'decoded again after each new line ("psm-line"), or after each new word ("psm"), so this bounds that cost.',
     )
+    first_window_tokens: int = setting(
+        384,
+        Int(0, 65_536),
+        "First contact: when more than twice this many of the prompt's tokens are not decoded yet (a "
+        "long file just opened, the window moved), the suggestion comes from this many to 1.5x this "
+        "many tokens before the cursor, without other files' text, while the whole prompt decodes "
+        "behind it; the next suggestions use the whole prompt once it is decoded. Needs "
+        "`prefetch`, `memoryBudgetMib` above 0 (a second prompt kept) and the in-process model; 0: off.",
+    )
     fim_order: str = setting(
         _REQUEST.fim_order,
         Choice(FIM_ORDERS),
@@ -282,8 +291,8 @@ class Settings:
         "Most prompt tokens the other files' text takes (with `extraContext`): the definition lines "
         "of the names this file calls and the prompt does not show, then whole chunks; at most half "
         "of `contextTokens`, and, until the file fills two thirds of the window, at most half of the "
-        "current file's own tokens or 256, whichever is more (a cold request costs at most 1.5x, or "
-        "256 more prompt tokens on a short file). They are chosen again "
+        "current file's own tokens or 256, whichever is more (a cold request costs at most 1.5x; a "
+        "short file's first answer waits for 300 ms of them at most, see `firstWindowTokens`). They are chosen again "
         "only at the start of a line, so typing inside a word still reuses the whole prompt.",
     )
     multi_line_tokens: int = setting(

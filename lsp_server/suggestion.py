@@ -83,6 +83,7 @@ def request_for(
         exact=settings.method == "exact",
         suffix=split.after,
         suffix_tokens=settings.fim_suffix_tokens,
+        first_window=settings.first_window_tokens if settings.prefetch else 0,  # the prefetch decodes the rest
         fim_order=fim_order_at(split, settings.fim_order),
         candidates=candidates if settings.lexicon and settings.method == "exact" else (),
         lexicon_prior=settings.lexicon_prior,

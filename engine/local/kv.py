@@ -29,6 +29,7 @@ A failed decode or KV removal clears the cache instead of trusting uncertain mem
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -36,7 +37,7 @@ from typing import Protocol
 
 import numpy as np
 
-from engine.backend import Cancelled, Traffic
+from engine.backend import Cancelled, PromptSpeed, Traffic
 from engine.core.path_rows import PathRows
 from engine.core.placement import common_prefix_length, placement
 
@@ -91,11 +92,20 @@ class KvCache:
         self._capacity = remembered_rows
         self._lock = threading.Lock()  # guards the sequences, _rows and the backend
         self.decoded = 0  # tokens decoded since construction (for per-request accounting)
+        self.speed = PromptSpeed()
         self.switches = 0  # moves to a sequence that already held a shared prefix
 
     @property
     def held(self) -> int:
         return len(self._held)
+
+    @property
+    def kept_prompts(self) -> int:
+        return len(self._seqs)
+
+    def cached_prefix(self, tokens: tuple[int, ...]) -> int:
+        with self._lock:
+            return max(common_prefix_length(held, tokens) for held in self._seqs)
 
     def sequences(self) -> list[int]:
         """Tokens held per sequence, the live one first (diagnostics)."""
@@ -198,11 +208,14 @@ class KvCache:
         for i, part in enumerate(parts):
             if i and cancelled():
                 raise Cancelled()
+            started = time.perf_counter()
             try:
                 done = self._backend.decode(part, len(self._held), cancelled, outputs, self._live)
             except Exception:
                 self._reset()
                 raise
+            if done.rows is not None:
+                self.speed.note(done.count, (time.perf_counter() - started) * 1000)
             self._held.extend(part[: done.count])
             self.decoded += done.count
             if done.rows is None:  # cancelled between chunks: what was decoded stays for the next request

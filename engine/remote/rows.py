@@ -54,7 +54,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from engine.backend import Cancelled, Traffic
+from engine.backend import Cancelled, PromptSpeed, Traffic
 from engine.core.placement import common_prefix_length
 from engine.core.vocab import VocabIndex
 from engine.remote.batch import prove
@@ -117,6 +117,7 @@ class RemoteRows:
         self.prefills = Prefills(client, self.slots, self.call, self._note_timings)
         self._lock = threading.RLock()
         self.decoded = 0  # prompt tokens the server decoded for us (its timings' prompt_n)
+        self.speed = PromptSpeed()  # from the server's timings (prompt_ms over prompt_n)
         self.fallbacks: list[str] = []  # one entry per unproven covering ("unproven" | "mask")
         self.switches = 0
         # Checks a server's model (engine.remote.connect `ServerCheck`): run again on the server a
@@ -167,6 +168,11 @@ class RemoteRows:
     @property
     def held(self) -> int:
         return len(self.stream.held)
+
+    kept_prompts = 1  # the one slot a document is on
+
+    def cached_prefix(self, tokens: tuple[int, ...]) -> int:
+        return common_prefix_length(self.stream.held, tokens)
 
     def sequences_held(self) -> list[int]:
         return [len(self.stream.held)]
@@ -321,6 +327,8 @@ class RemoteRows:
         if isinstance(timings, dict) and isinstance(timings.get("prompt_n"), int):
             self.decoded += max(0, timings["prompt_n"])
             reused = timings.get("cache_n")
+            if isinstance(timings.get("prompt_ms"), (int, float)):
+                self.speed.note(timings["prompt_n"], timings["prompt_ms"])
         elif (
             isinstance(progress, dict)
             and isinstance(progress.get("total"), int)

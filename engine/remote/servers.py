@@ -34,7 +34,7 @@ from dataclasses import fields
 
 import numpy as np
 
-from engine.backend import CoveringRows, Traffic, affinity_key  # noqa: F401  (affinity_key: re-exported)
+from engine.backend import CoveringRows, PromptSpeed, Traffic, affinity_key  # noqa: F401  (affinity_key: re-exported)
 from engine.remote.http import ModelServerClient, UpstreamChanged
 from engine.remote.rows import RemoteRows
 from engine.types import ModelServerError, server_urls  # noqa: F401  (server_urls: re-exported)
@@ -232,9 +232,18 @@ class ServerSet:
     def held(self) -> int:
         return self.servers[self._current].held
 
+    kept_prompts = 1  # the one slot a document is on
+
+    def cached_prefix(self, tokens: tuple[int, ...]) -> int:
+        return self.servers[self._current].cached_prefix(tokens)
+
     @property
     def decoded(self) -> int:
         return sum(rows.decoded for rows in self.servers)
+
+    @property
+    def speed(self) -> PromptSpeed:
+        return self.servers[self._current].speed
 
     def prepare(
         self, tokens: tuple[int, ...], required: bytes, cancel: threading.Event | None = None, exact: bool = True

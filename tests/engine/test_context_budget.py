@@ -15,14 +15,17 @@ from types import SimpleNamespace
 import pytest
 
 from engine import COLD_EXTRA_TOKENS, CompletionRequest, ContextFile, Engine, EngineConfig, RepoContext
+from engine.backend import PromptSpeed
 from engine.local.load import MAX_REMEMBERED
-from engine.prompt_window import cold_cap
+from engine.prompt_window import cold_cap, cold_extra
+from engine.types import COLD_EXTRA_MS, UNTIMED_EXTRA_TOKENS
 
 
 def fake_engine(n_ctx: int = 2048, pieces: list[bytes] | None = None) -> Engine:
     engine = Engine.__new__(Engine)
     engine._context = SimpleNamespace(n_ctx=n_ctx)
     engine._context_budgets = __import__("collections").OrderedDict()
+    engine._speed = PromptSpeed()
     engine._bos = [0]
     engine.vocab = SimpleNamespace(pieces=pieces or [b""])
     return engine
@@ -35,6 +38,23 @@ def test_the_cap_is_half_the_files_tokens_or_the_short_files_floor_until_they_fi
     assert cold_cap(2 * COLD_EXTRA_TOKENS + 2, 2048) == COLD_EXTRA_TOKENS + 1  # from here, half the file's tokens
     assert cold_cap(1365, 2048) == 682
     assert cold_cap(1366, 2048) is None  # 1.5 x 1366 >= 2048: the prompt is at most the window either way
+    assert cold_cap(100, 2048, 75) == 75  # a first answer's: what the timed speed buys (cold_extra)
+    assert cold_cap(400, 2048, 75) == 200
+
+
+def test_a_first_answers_extra_tokens_are_what_300_ms_evaluate_at_the_fastest_timed_speed():
+    speed = PromptSpeed()
+    assert cold_extra(speed.ms_per_token) == UNTIMED_EXTRA_TOKENS  # nothing timed yet
+    speed.note(8, 8.0)  # a keystroke's few tokens time the call, not the model: not taken
+    assert speed.ms_per_token is None
+    speed.note(64, 320.0)  # 5 ms a token
+    assert cold_extra(speed.ms_per_token) == int(COLD_EXTRA_MS / 5.0) == 60
+    speed.note(128, 1280.0)  # slower (a busy moment): the bound does not fall
+    assert cold_extra(speed.ms_per_token) == 60
+    speed.note(100, 400.0)  # 4 ms a token
+    assert cold_extra(speed.ms_per_token) == 75
+    speed.note(1000, 100.0)  # a fast machine: never more than the whole prompt's floor
+    assert cold_extra(speed.ms_per_token) == COLD_EXTRA_TOKENS
 
 
 def test_the_files_tokens_are_counted_to_the_start_of_the_cursors_line():
