@@ -15,10 +15,14 @@ The other file is, in turn:
 
 Each with the folder opened as the workspace (`rootUri`, `workspaceFolders`) and without one
 (`rootUri` null: `nvim file.py` outside a project). Per case the first request is cold (an
-unrelated document first, memoryBudgetMib 0); then a letter off the suggestion is typed and the
-engine's answer must decode 0 prompt tokens (the context is kept inside a line). The cold cost of
-the context is measured side by side in the same server on the "open" folders: the same cold
-request with `extraContext` off and on, in alternating order, `--reps` times.
+unrelated documents first fill every sequence the server keeps); then a letter off the suggestion
+is typed and the engine's answer must decode 0 prompt tokens (the context is kept inside a line).
+The cold cost of the context is measured side by side in the same server on the "open" folders:
+the same cold request with `extraContext` off and on, in alternating order, `--reps` times. The
+server runs with its defaults (prefetch on, a memory budget): a short file's first answer waits for
+the part of the other files' text that 300 ms evaluate (engine.Engine.first_prompt), the rest
+decodes behind it; `--whole` turns that off (every request waits for its whole prompt, as a
+server without prefetch, or on `modelServer`, does).
 
 `python -m bench.shortfile` (in-process; `--model-server` through a llama-server on the same model;
 `--server-path DIR` runs another checkout's server, e.g. main's, for the before row)
@@ -210,12 +214,16 @@ def start(root: Path, mode: str, settings: dict[str, Any], code: Path | None) ->
     return client
 
 
+EVICTING = 8  # unrelated documents asked in turn: more than the sequences the default memory budget keeps
+
+
 def cold_reset(client: LspClient) -> None:
-    unrelated = Doc(
-        client, "untitled:unrelated", "Nothing in this sentence is like the cases' files, so the cache is", "plaintext"
-    )
-    ask(client, unrelated, len(unrelated.text))
-    unrelated.close()
+    """Nothing of the cases left decoded: unrelated documents fill every sequence the server keeps."""
+    for n in range(EVICTING):
+        text = f"Nothing in sentence number {n} is like the cases' files; it is here to fill the cache, so the next is"
+        unrelated = Doc(client, f"untitled:unrelated-{n}", text, "plaintext")
+        ask(client, unrelated, len(unrelated.text))
+        unrelated.close()
 
 
 def run_case(client: LspClient, root: Path, case: Case, state: str) -> dict[str, Any]:
@@ -325,13 +333,20 @@ def main(argv: list[str] | None = None) -> int:
         "--model-server", action="store_true", help="through a llama-server (modelServer) on the same model"
     )
     parser.add_argument("--server-path", type=Path, default=None, help="run the server's code from this checkout")
+    parser.add_argument(
+        "--whole",
+        action="store_true",
+        help="every request waits for its whole prompt (prefetch off, memoryBudgetMib 0: no lean first answer)",
+    )
     parser.add_argument("--label", default="this branch")
     parser.add_argument("--work", type=Path, default=WORK)
     parser.add_argument("--out", type=Path, default=report.output_root() / "bench" / "results" / "shortfile.json")
     args = parser.parse_args(argv)
     say = lambda m: print(f"[shortfile] {m}", file=sys.stderr, flush=True)  # noqa: E731
     settings: dict[str, Any] = {"model": args.model, "threads": args.threads, "maxTokens": 16, "minConfidence": 0,
-                                "alternatives": 0, "memoryBudgetMib": 0, "prefetch": False, "extraContext": True}  # fmt: skip
+                                "alternatives": 0, "extraContext": True}  # fmt: skip
+    if args.whole:
+        settings.update({"memoryBudgetMib": 0, "prefetch": False})  # no second sequence, no prefetch
     server = None
     if args.model_server:
         from tests.support.llama_server import LlamaServer
@@ -339,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
         server = LlamaServer(slots=1, model=args.model, threads=args.threads, extra_args=("--cache-ram", "0")).start()
         settings["modelServer"] = server.url
         settings["modelServerTimeoutMs"] = 60_000
-    label = args.label + (", modelServer" if args.model_server else "")
+    label = args.label + (", modelServer" if args.model_server else "") + (", whole prompts" if args.whole else "")
     runs: list[dict[str, Any]] = []
     pairs: list[dict[str, Any]] = []
     try:

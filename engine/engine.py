@@ -44,6 +44,7 @@ from engine.types import (
 # the next server; behind a balancer: once through it, and once with the server it moved to).
 RETRIES = 2
 UNTIMED_MS_PER_TOKEN = COLD_EXTRA_MS / UNTIMED_EXTRA_TOKENS  # before the backend has timed a prompt
+KEYSTROKE_TOKENS = 8  # at most this many missing, a prompt counts as decoded (a keystroke's own tokens)
 T = TypeVar("T")
 
 
@@ -144,7 +145,7 @@ class Engine(PromptWindow):
                 if first is not None:  # what a request made now would read, then the whole prompt
                     self.backend.prefill(first[1], cancel)
                 if prompt:  # see `complete` for an empty one
-                    self.backend.prefill(prompt, cancel)
+                    self.backend.prefill(prompt, cancel, beside=first is not None)
                 return True
             except Cancelled:
                 return False
@@ -186,27 +187,36 @@ class Engine(PromptWindow):
         return t.round_trips, t.bytes_sent, t.bytes_received, len(self.backend.fallbacks)
 
     def first_prompt(self, request: CompletionRequest, prompt: tuple[int, ...]) -> tuple[Cut, tuple[int, ...]] | None:
-        """A first answer's prompt while `prompt` is not decoded enough to answer at once, when the
-        backend keeps another prompt beside it (the whole one then decodes into another sequence,
-        by the prefetch the server sends after such an answer): the text near the cursor alone
-        when more than twice `request.first_window` tokens are missing (a long file just opened: it
-        answers after about 400 tokens, not 1,500); other files' text within what COLD_EXTRA_MS
-        evaluate when the rest of it would cost more (a short file, whose whole context is a few
-        hundred tokens). (Which, its tokens); None: `prompt` itself (docs/first-contact.md)."""
+        """A first answer's prompt while `prompt` is not decoded, when the backend keeps another
+        prompt beside it (the whole one then decodes into another sequence, by the prefetch the
+        server sends after such an answer): "near", the text near the cursor alone, when more than
+        twice `request.first_window` tokens are missing (a long file just opened: it answers after
+        about 400 tokens, not 1,500); "lean", other files' text within what COLD_EXTRA_MS evaluate,
+        when the rest of it would cost more (a short file, whose whole context is a few hundred
+        tokens). A first prompt already decoded is kept until the whole one is, so the keystrokes
+        in between decode what they type only. (Which, its tokens); None: `prompt` itself
+        (docs/first-contact.md)."""
         if request.first_window <= 0 or self.backend.kept_prompts < 2:
             return None
-        reserve = self._reserve(request)
-        missing = len(prompt) - self.backend.cached_prefix(prompt)
-        if missing > 2 * request.first_window:
-            return "near", self.prompt_tokens(request, reserve, "near")
-        if request.context is None:
+        missing = self._missing(prompt)
+        if missing <= KEYSTROKE_TOKENS:
             return None
-        lean = self.prompt_tokens(request, reserve, "lean")
-        saved = missing - (len(lean) - self.backend.cached_prefix(lean))
-        if saved * (self.backend.speed.ms_per_token or UNTIMED_MS_PER_TOKEN) > COLD_EXTRA_MS:
-            return "lean", lean
+        reserve = self._reserve(request)
+        near = self.prompt_tokens(request, reserve, "near")
+        if missing > 2 * request.first_window or self._missing(near) <= KEYSTROKE_TOKENS:
+            return "near", near
+        if request.context is not None:
+            lean = self.prompt_tokens(request, reserve, "lean")
+            left = self._missing(lean)
+            rate = self.backend.speed.ms_per_token or UNTIMED_MS_PER_TOKEN
+            if left <= KEYSTROKE_TOKENS or (missing - left) * rate > COLD_EXTRA_MS:
+                return "lean", lean
         self.prompt_tokens(request, reserve)  # the whole prompt's state again (`headers`)
         return None
+
+    def _missing(self, tokens: tuple[int, ...]) -> int:
+        """Tokens of `tokens` no kept prompt holds: what decoding them would cost."""
+        return len(tokens) - self.backend.cached_prefix(tokens)
 
     def _complete(self, request: CompletionRequest, cancel: threading.Event) -> Completion:
         started = time.perf_counter()

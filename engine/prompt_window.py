@@ -89,6 +89,9 @@ class PromptWindow:
         )  # (context, budget) -> tokens
         # the budget each recent context was laid out with (context_budget): kept while it stays within the bound
         self._context_budgets: OrderedDict[RepoContext, int] = OrderedDict()
+        self._lean_budgets: OrderedDict[RepoContext, int] = (
+            OrderedDict()
+        )  # the same for a first answer (`_lean_budget`)
         # set by prompt_tokens: the prompt names other files in comment lines (a line like them ends a suggestion)
         self.headers = False
 
@@ -197,8 +200,7 @@ class PromptWindow:
             return ()
         budget = self.context_budget(context, file_tokens)
         if lean and file_tokens is not None:
-            cap = cold_cap(file_tokens, self.n_ctx, cold_extra(self._speed.ms_per_token))
-            budget = budget if cap is None else min(budget, cap)
+            budget = min(budget, self._lean_budget(context, file_tokens))
         key = (context, budget)
         laid_out = self._laid_out.get(key)
         if laid_out is None:
@@ -225,6 +227,19 @@ class PromptWindow:
         self._context_budgets.move_to_end(context)
         while len(self._context_budgets) > MAX_REMEMBERED + 1:
             self._context_budgets.popitem(last=False)
+        return kept
+
+    def _lean_budget(self, context: RepoContext, file_tokens: int) -> int:
+        """A first answer's budget for `context` (`cold_extra` at the speed timed when it was first
+        laid out), kept for the context: a faster speed timed later must not lay it out again
+        while the keystrokes before the whole prompt is decoded reuse it."""
+        kept = self._lean_budgets.get(context)
+        if kept is None:
+            cap = cold_cap(file_tokens, self.n_ctx, cold_extra(self._speed.ms_per_token))
+            kept = self._lean_budgets[context] = self.n_ctx if cap is None else cap
+        self._lean_budgets.move_to_end(context)
+        while len(self._lean_budgets) > MAX_REMEMBERED + 1:
+            self._lean_budgets.popitem(last=False)
         return kept
 
     _last_before_line: tuple[str | None, int] = (None, 0)  # (text, `_before_line`'s count) of the last call

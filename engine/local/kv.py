@@ -151,9 +151,12 @@ class KvCache:
         self.logits_after(tokens, cancel)
         self._alone_from = len(tokens)
 
-    def prefill(self, tokens: tuple[int, ...], cancel: threading.Event | None = None) -> None:
-        """Prefetch: decode the prompt and nothing else."""
-        self.logits_after(tokens, cancel)
+    def prefill(self, tokens: tuple[int, ...], cancel: threading.Event | None = None, beside: bool = False) -> None:
+        """Prefetch: decode the prompt and nothing else (`beside`: in another sequence than the
+        live one, unless that holds a prefix of it)."""
+        with self._lock:
+            if tokens not in self._rows:
+                self._remember(tokens, self._decode_to(tokens, 1, cancel, beside)[0])
 
     def covering_rows(
         self, prompt: tuple[int, ...], required: bytes, cancel: threading.Event | None, budget: int
@@ -191,13 +194,16 @@ class KvCache:
             for i, row in enumerate(rows):
                 self._remember(tokens + draft[:i], row)
 
-    def _decode_to(self, tokens: tuple[int, ...], outputs: int, cancel: threading.Event | None) -> np.ndarray:
-        """Bring KV to hold `tokens`, decoding at least the last `outputs` of them; their rows."""
+    def _decode_to(
+        self, tokens: tuple[int, ...], outputs: int, cancel: threading.Event | None, beside: bool = False
+    ) -> np.ndarray:
+        """Bring KV to hold `tokens`, decoding at least the last `outputs` of them; their rows.
+        `beside`: see `prefill`."""
         if not tokens:  # there is no "row after nothing"; the cut below would go negative
             raise ValueError("no tokens to decode: a prompt needs at least one token")
         if cancel is not None and cancel.is_set():
             raise Cancelled()
-        self._switch_for(tokens)
+        self._switch_for(tokens, beside)
         keep = self._cut(min(common_prefix_length(self._held, tokens), len(tokens) - outputs))
         tail = tokens[keep:]
         cancelled = cancel.is_set if cancel else (lambda: False)
@@ -223,10 +229,13 @@ class KvCache:
             rows: np.ndarray = done.rows
         return rows
 
-    def _switch_for(self, tokens: tuple[int, ...]) -> None:
-        """Pick the sequence `tokens` decode into (see the module docstring and `placement`)."""
+    def _switch_for(self, tokens: tuple[int, ...], beside: bool = False) -> None:
+        """Pick the sequence `tokens` decode into (see the module docstring and `placement`);
+        `beside`: not the live one if that would be cut back."""
         others = [(i, self._seqs[i]) for i in range(len(self._seqs)) if i != self._live]
         where, target = placement(self._held, others, tokens)
+        if beside and where == "stay" and others and common_prefix_length(self._held, tokens) < len(self._held):
+            where = "fresh"
         if where == "move":
             self._use(target)
             self.switches += 1

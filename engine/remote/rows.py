@@ -257,8 +257,9 @@ class RemoteRows:
             prove(rows)
         return rows
 
-    def prefill(self, tokens: tuple[int, ...], cancel: threading.Event | None = None) -> None:
-        """Prefetch: the server decodes the prompt into its slot (`n_predict: 0`) and nothing else.
+    def prefill(self, tokens: tuple[int, ...], cancel: threading.Event | None = None, beside: bool = False) -> None:
+        """Prefetch: the server decodes the prompt into its slot (`n_predict: 0`) and nothing else
+        (one slot: `beside` cannot be kept, and the engine never asks it here).
         A decode still running for this document (a `Fill`) is waited on first; one for another
         document is left to finish. A timeout or a cancel leaves this one running for the next call."""
         key = tuple(tokens)

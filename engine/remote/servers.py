@@ -266,8 +266,8 @@ class ServerSet:
     ) -> None:
         self.servers[self._current].rows_along(tokens, draft, cancel)
 
-    def prefill(self, tokens: tuple[int, ...], cancel: threading.Event | None = None) -> None:
-        self.servers[self._current].prefill(tokens, cancel)
+    def prefill(self, tokens: tuple[int, ...], cancel: threading.Event | None = None, beside: bool = False) -> None:
+        self.servers[self._current].prefill(tokens, cancel, beside)
 
     def node(self, key: tuple[int, ...]):
         """What the current server's rows know after `key` (None: nothing)."""

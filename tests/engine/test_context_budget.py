@@ -26,6 +26,7 @@ def fake_engine(n_ctx: int = 2048, pieces: list[bytes] | None = None) -> Engine:
     engine._context = SimpleNamespace(n_ctx=n_ctx)
     engine._context_budgets = __import__("collections").OrderedDict()
     engine._speed = PromptSpeed()
+    engine._lean_budgets = __import__("collections").OrderedDict()
     engine._bos = [0]
     engine.vocab = SimpleNamespace(pieces=pieces or [b""])
     return engine
@@ -81,6 +82,16 @@ def test_a_context_keeps_its_budget_while_the_file_grows_and_gets_a_new_one_when
     for n in range(2 * MAX_REMEMBERED):
         engine.context_budget(RepoContext(context.files, path=f"{n}.py"), 100)
     assert len(engine._context_budgets) == MAX_REMEMBERED + 1
+
+
+def test_a_first_answers_lean_budget_is_kept_for_its_context_when_a_faster_speed_is_timed():
+    engine = fake_engine()
+    context = RepoContext((ContextFile("a.py", "x = 1\n"),), path="b.py", max_tokens=512)
+    assert engine._lean_budget(context, 40) == UNTIMED_EXTRA_TOKENS  # nothing timed yet
+    engine._speed.note(64, 200.0)  # 3.125 ms a token: 300 ms evaluate 96
+    assert engine._lean_budget(context, 40) == UNTIMED_EXTRA_TOKENS  # laid out already: the keystrokes reuse it
+    assert engine._lean_budget(RepoContext(context.files, path="c.py"), 40) == 96  # a new context: the new speed
+    assert engine._lean_budget(RepoContext(context.files, path="d.py"), 400) == 200  # half the file's tokens is more
 
 
 LICENCE = (

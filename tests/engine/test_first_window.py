@@ -11,6 +11,7 @@ import pytest
 
 from engine import COLD_EXTRA_TOKENS, CompletionRequest, ContextFile, RepoContext
 from engine.prompt_window import cold_extra
+from tests.engine.test_first_contact import CancelAfter
 
 pytestmark = pytest.mark.model
 
@@ -73,6 +74,10 @@ def test_a_short_files_first_answer_waits_for_a_lean_share_of_the_context_and_th
     extra = cold_extra(model_engine.kv.speed.ms_per_token)
     assert first.stats.first_prompt == "lean", first.stats
     assert first.stats.prompt_tokens - alone <= extra + 16  # what 300 ms evaluate, and the file's frame
+
+    assert not model_engine.prefetch(ask, CancelAfter(1)).finished  # the user typed before the whole was decoded
+    typed = model_engine.complete(replace(ask, required=" t"))
+    assert typed.stats.first_prompt == "lean" and typed.stats.decoded_tokens <= 2, typed.stats  # kept till then
 
     assert model_engine.prefetch(ask).finished  # the whole prompt behind it
     after = model_engine.complete(replace(ask, required=" tot"))

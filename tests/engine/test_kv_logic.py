@@ -325,3 +325,22 @@ def test_common_prefix_length_of_a_held_list_and_a_prompt_tuple():
     held = list(range(1000))
     assert common_prefix_length(held, tuple(held[:700]) + (-1,)) == 700
     assert common_prefix_length(held, tuple(held)) == 1000
+
+
+def test_a_prefill_beside_the_live_prompt_never_cuts_it_back():
+    """A first answer's prompt (engine.Engine.first_prompt) stays decoded while the whole one that
+    shares its start decodes beside it; without `beside` the whole one would continue the live one."""
+    backend = RecordingBackend(sequences=3)
+    kv = KvCache(backend)
+    lean = doc(100, 80) + (7, 7, 7)
+    whole = doc(100, 80) + tuple(range(3000, 3200))
+    kv.logits_after(lean)
+    kv.prefill(whole, beside=True)
+    assert backend.seqs[0] == list(lean) and backend.seqs[1] == list(whole)
+    assert kv.cached_prefix(lean) == len(lean) and kv.cached_prefix(whole) == len(whole)
+    kv.forget()
+    kv.logits_after(lean)
+    kv.prefill(whole)  # staying: the shared start is kept, the rest of the live one cut
+    assert [s for s in backend.seqs if s] == [list(whole)] and kv.cached_prefix(lean) == 81
+    kv.prefill(whole + (1, 2), beside=True)  # the live one is a prefix: it just grows
+    assert [s for s in backend.seqs if s] == [list(whole + (1, 2))]
