@@ -29,8 +29,8 @@ from engine.readings import Readings, typed_word
 from engine.remote.connect import connect
 from engine.types import (
     COLD_EXTRA_MS,
+    LEAN_MIN_TOKENS,
     MIN_PROMPT_TOKENS,
-    UNTIMED_EXTRA_TOKENS,
     Completion,
     CompletionRequest,
     DecodeStats,
@@ -43,7 +43,7 @@ from engine.types import (
 # A remote call that failed may be made again at once when its backend says so (engine.remote.servers: on
 # the next server; behind a balancer: once through it, and once with the server it moved to).
 RETRIES = 2
-UNTIMED_MS_PER_TOKEN = COLD_EXTRA_MS / UNTIMED_EXTRA_TOKENS  # before the backend has timed a prompt
+UNTIMED_MS_PER_TOKEN = COLD_EXTRA_MS / LEAN_MIN_TOKENS  # before the backend has timed a prompt
 KEYSTROKE_TOKENS = 8  # at most this many missing, a prompt counts as decoded (a keystroke's own tokens)
 T = TypeVar("T")
 

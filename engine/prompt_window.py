@@ -27,8 +27,8 @@ from engine.types import (
     COLD_EXTRA_MS,
     COLD_EXTRA_TOKENS,
     COLD_SHARE,
+    LEAN_MIN_TOKENS,
     MIN_PROMPT_TOKENS,
-    UNTIMED_EXTRA_TOKENS,
     BudgetError,
     CompletionRequest,
     RepoContext,
@@ -53,11 +53,11 @@ def cold_cap(file_tokens: int, n_ctx: int, extra_tokens: int = COLD_EXTRA_TOKENS
 def cold_extra(ms_per_token: float | None) -> int:
     """The tokens a short file's context may add to a first answer's cold request (the "lean"
     prompt of engine.Engine.first_prompt): what COLD_EXTRA_MS evaluates at the backend's fastest
-    timed prompt speed (engine.backend.PromptSpeed), at most COLD_EXTRA_TOKENS;
-    UNTIMED_EXTRA_TOKENS before it has timed one."""
+    timed prompt speed (engine.backend.PromptSpeed), between LEAN_MIN_TOKENS and COLD_EXTRA_TOKENS;
+    LEAN_MIN_TOKENS before it has timed one."""
     if ms_per_token is None:
-        return UNTIMED_EXTRA_TOKENS
-    return min(COLD_EXTRA_TOKENS, int(COLD_EXTRA_MS / ms_per_token))
+        return LEAN_MIN_TOKENS
+    return max(LEAN_MIN_TOKENS, min(COLD_EXTRA_TOKENS, int(COLD_EXTRA_MS / ms_per_token)))
 
 
 @dataclass

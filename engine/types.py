@@ -180,7 +180,9 @@ COLD_SHARE = 0.5
 # while the rest decodes behind it.
 COLD_EXTRA_MS = 300.0
 COLD_EXTRA_TOKENS = 256
-UNTIMED_EXTRA_TOKENS = 64  # before the backend has timed a prompt: ~250 ms on the default code model, 2 threads
+# At least this many (a definition or two: a prompt timed on a busy machine must not leave none),
+# and this many before the backend has timed a prompt: ~280 ms on the default code model, 2 threads.
+LEAN_MIN_TOKENS = 64
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from engine import COLD_EXTRA_TOKENS, CompletionRequest, ContextFile, Engine, En
 from engine.backend import PromptSpeed
 from engine.local.load import MAX_REMEMBERED
 from engine.prompt_window import cold_cap, cold_extra
-from engine.types import COLD_EXTRA_MS, UNTIMED_EXTRA_TOKENS
+from engine.types import COLD_EXTRA_MS, LEAN_MIN_TOKENS
 
 
 def fake_engine(n_ctx: int = 2048, pieces: list[bytes] | None = None) -> Engine:
@@ -45,13 +45,15 @@ def test_the_cap_is_half_the_files_tokens_or_the_short_files_floor_until_they_fi
 
 def test_a_first_answers_extra_tokens_are_what_300_ms_evaluate_at_the_fastest_timed_speed():
     speed = PromptSpeed()
-    assert cold_extra(speed.ms_per_token) == UNTIMED_EXTRA_TOKENS  # nothing timed yet
+    assert cold_extra(speed.ms_per_token) == LEAN_MIN_TOKENS  # nothing timed yet
     speed.note(8, 8.0)  # a keystroke's few tokens time the call, not the model: not taken
     assert speed.ms_per_token is None
-    speed.note(64, 320.0)  # 5 ms a token
-    assert cold_extra(speed.ms_per_token) == int(COLD_EXTRA_MS / 5.0) == 60
+    speed.note(64, 640.0)  # 10 ms a token (timed on a busy machine): still a definition or two
+    assert cold_extra(speed.ms_per_token) == LEAN_MIN_TOKENS
+    speed.note(64, 281.0)  # 4.4 ms a token
+    assert cold_extra(speed.ms_per_token) == int(COLD_EXTRA_MS / (281 / 64)) == 68
     speed.note(128, 1280.0)  # slower (a busy moment): the bound does not fall
-    assert cold_extra(speed.ms_per_token) == 60
+    assert cold_extra(speed.ms_per_token) == 68
     speed.note(100, 400.0)  # 4 ms a token
     assert cold_extra(speed.ms_per_token) == 75
     speed.note(1000, 100.0)  # a fast machine: never more than the whole prompt's floor
@@ -87,9 +89,9 @@ def test_a_context_keeps_its_budget_while_the_file_grows_and_gets_a_new_one_when
 def test_a_first_answers_lean_budget_is_kept_for_its_context_when_a_faster_speed_is_timed():
     engine = fake_engine()
     context = RepoContext((ContextFile("a.py", "x = 1\n"),), path="b.py", max_tokens=512)
-    assert engine._lean_budget(context, 40) == UNTIMED_EXTRA_TOKENS  # nothing timed yet
+    assert engine._lean_budget(context, 40) == LEAN_MIN_TOKENS  # nothing timed yet
     engine._speed.note(64, 200.0)  # 3.125 ms a token: 300 ms evaluate 96
-    assert engine._lean_budget(context, 40) == UNTIMED_EXTRA_TOKENS  # laid out already: the keystrokes reuse it
+    assert engine._lean_budget(context, 40) == LEAN_MIN_TOKENS  # laid out already: the keystrokes reuse it
     assert engine._lean_budget(RepoContext(context.files, path="c.py"), 40) == 96  # a new context: the new speed
     assert engine._lean_budget(RepoContext(context.files, path="d.py"), 400) == 200  # half the file's tokens is more
 
