@@ -42,6 +42,14 @@ CHUNK_TOKENS = 64
 # in llama-context.cpp): 256 for a request of 128, 512 for 300. The engine still uses only the
 # tokens it asked for; memory sums use what is really allocated.
 LLAMA_CTX_PAD = 256
+# Flash attention off. llama.cpp's default ("auto") turns it on for the CPU, and its CPU kernel
+# splits attention over the threads, so a row depends on the thread count: at 1 thread against
+# 2 a log-probability moved by up to 0.84 nats, enough to flip near-tie tokens, and the in-process
+# engine chooses its threads from the machine's load (engine.local.cores) while a llama-server
+# runs its `-t`. Off, the rows agree at any thread count within float noise, here and on a
+# llama-server started with `--flash-attn off` (docs/shared-server.md, "Exactness over the network";
+# tests/engine/test_remote_threads.py).
+FLASH_ATTN = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
 _backend_ready = False
 GGML_LOG_ERROR = 4  # ggml_log_level: NONE, DEBUG, INFO, WARN, ERROR, CONT
 
@@ -193,6 +201,7 @@ class LlamaContext:
         params.n_threads = threads
         params.n_threads_batch = threads
         params.swa_full = True
+        params.flash_attn_type = FLASH_ATTN
         params.no_perf = True
         self._ctx = llama_cpp.llama_init_from_model(model.handle, params)
         if not self._ctx:

@@ -5,7 +5,8 @@ the wheel's CPU flags, cached). The server runs the default model (or `model`) w
 own context layout, so its numbers match the in-process engine's: `slots` sequences of `ctx`
 tokens each, no unified KV, full-size sliding-window cache, batch 512 in ubatches of 64 (the engine's
 decode chunks: a new document's prompt then goes through the same chunks, so the same numbers), flash attention
-on llama.cpp's default, and `--slot-prompt-similarity 0`: a request that names no slot (a new
+off (`--flash-attn off`, as the engine's context: llama.cpp's CPU flash attention computes other
+numbers at another thread count, engine.local.llama.FLASH_ATTN), and `--slot-prompt-similarity 0`: a request that names no slot (a new
 document's first prefill) goes to the least recently used idle slot, not to the idle slot whose
 prompt is most like it, which is another user's when their documents share a header or imports
 (seen: under load, the second user's first prompt took the first user's slot at 0.79 similarity,
@@ -107,7 +108,7 @@ class LlamaServer:
             str(self.binary), "--model", str(self.model), "--host", "127.0.0.1", "--port", str(self.port),
             "--parallel", str(self.slots), "--ctx-size", str(self.ctx * self.slots), "--no-kv-unified",
             "--swa-full", "--batch-size", "512", "--ubatch-size", str(self.ubatch), "--threads", str(self.threads),
-            "--threads-batch", str(self.threads), "--no-webui", "--slot-prompt-similarity", "0",
+            "--threads-batch", str(self.threads), "--flash-attn", "off", "--no-webui", "--slot-prompt-similarity", "0",
         ]  # fmt: skip
         if self.api_key:
             args += ["--api-key", self.api_key]
