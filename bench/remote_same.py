@@ -10,8 +10,10 @@ in-process engine has no prompt cache in RAM), every other setting at its defaul
 (its default) and off (`minConfidence` 0).
 
 For each differing case: the first token where the two suggestions part (both tokenized from the
-word's start by the server's `/tokenize`), and the engine's own diagnosis where the bench ran it
-(`explain`): which of the prompt, the numbers or the path differs.
+word's start by the server's `/tokenize`), and the engine's own diagnosis (bench.remote_why, both
+engines in one process): which of the prompt, the numbers or the path differs, and the log-prob
+gap between the two tokens where the token paths part (a near-tie is a gap within the float
+noise between the two backends' rows, 3e-4 nats measured with flash attention off).
 """
 
 from __future__ import annotations
@@ -122,6 +124,8 @@ def compare(
             }  # fmt: skip
             row["split"] = first_split(row["local"], row["remote"], tokenize)
             rows.append(row)
+            if (i + 1) % 10 == 0:
+                say(f"  {label}: {i + 1}/{len(cases)}, {sum(r['split'] is None for r in rows)} equal")
             if row["split"] is not None:
                 say(
                     f"  {label} {i} ({case.kind}) differs at token {row['split']['token']}: {row['local']!r} | {row['remote']!r}"
@@ -144,9 +148,13 @@ def check(
     model: str = "gemma-3-270m",
     max_tokens: int = 8,
     save: Callable[[dict], None] | None = None,
+    explain: bool = True,
+    gates: tuple[str, ...] = ("on", "off"),
 ) -> dict[str, Any]:
     """The whole check: one llama-server (the README's command, `--cache-ram 0`), the gate on,
-    then off; each gate a fresh pair of language servers. `save` gets the results after each gate."""
+    then off; each gate a fresh pair of language servers. `save` gets the results after each gate.
+    `explain`: then each differing case again through bench.remote_why (both engines in this
+    process): the cause, and the log-prob gap between the two tokens where the paths part."""
     from tests.support.llama_server import start_llama_server
 
     server = start_llama_server(slots=4, ctx=2048, threads=threads, model=model, extra_args=("--cache-ram", "0"))
@@ -163,10 +171,25 @@ def check(
         ]
 
     try:
-        for gate, extra in (("on", {}), ("off", {"minConfidence": 0})):
+        for gate in gates:
+            extra = {} if gate == "on" else {"minConfidence": 0}
             settings = {"model": model, "maxTokens": max_tokens, "modelServerTimeoutMs": TIMEOUT_MS, **extra}
             say(f"remote, unseen cursors: gate {gate}, {len(cases)} cases, in-process vs remote")
             out[f"gate_{gate}"] = compare(server.url, cases, settings, tokenize, gate, say)
+            if save is not None:
+                save(out)
+        if explain:
+            from bench import remote_why
+
+            for gate in gates:
+                differ = out[f"gate_{gate}"]["differ"]
+                if differ:
+                    say(f"remote, unseen cursors: why {len(differ)} differ with the gate {gate} (bench.remote_why)")
+                    found = remote_why.run(
+                        server.url, [cases[r["case"]] for r in differ], model, max_tokens, gate == "on", say
+                    )
+                    for row, why in zip(differ, found):
+                        row["why"] = why
             if save is not None:
                 save(out)
     finally:
@@ -197,9 +220,11 @@ def differ_table(result: dict[str, Any]):
     body = []
     for gate in ("on", "off"):
         for r in (result.get(f"gate_{gate}") or {}).get("differ", []):
-            s = r["split"]
+            s, why = r["split"], r.get("why") or {}
+            gap = why.get("gap") or {}
+            gaps = " / ".join("-" if gap.get(k) is None else f"{gap[k]:.4f}" for k in ("in_process", "server"))
             body.append([gate, str(r["case"]), r["kind"], repr(r["typed"]), str(s["token"]), repr(s["local"]), repr(s["remote"]),
-                         repr(r["local"]), repr(r["remote"])])  # fmt: skip
+                         why.get("cause") or "-", gaps, repr(r["local"]), repr(r["remote"])])  # fmt: skip
     return (
         "remote: where the differing suggestions part (first differing token, from the word's start)",
         [
@@ -210,6 +235,8 @@ def differ_table(result: dict[str, Any]):
             "token",
             "in-process",
             "remote",
+            "cause",
+            "gap in-process / server (nats)",
             "in-process suggestion",
             "remote suggestion",
         ],

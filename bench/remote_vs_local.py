@@ -488,6 +488,7 @@ def main(argv: list[str] | None = None) -> int:
         help="the check on unseen cursors instead (bench.remote_same: 1,500 characters before, 400 after, maxTokens 8)",
     )
     parser.add_argument("--max-tokens", type=int, default=8, help="with --unseen: maxTokens")
+    parser.add_argument("--gates", default="on,off", help="with --unseen: which gates, in this order (on, off)")
     parser.add_argument(
         "--out",
         type=Path,
@@ -507,7 +508,8 @@ def main(argv: list[str] | None = None) -> int:
         from bench import remote_same
 
         cases = remote_same.unseen_cases(2 if args.quick else 25)
-        result = remote_same.check(cases, say, args.threads, args.model, args.max_tokens, save)
+        gates = tuple(g.strip() for g in args.gates.split(",") if g.strip())
+        result = remote_same.check(cases, say, args.threads, args.model, args.max_tokens, save, gates=gates)
         tables = [remote_same.table(result), remote_same.differ_table(result)]
     else:
         result = through_server(headline_cases(args.quick), say, args.threads, save, args.model)

@@ -6,8 +6,9 @@ the prefetch it sends when a document opens), in one process, and every row each
 recorded by token path. For a case whose texts differ:
 
 - "prompt": the two engines laid out other prompt tokens;
-- else the first token where the two token paths (covering, then generation) part, and there the
-  two rows: when the remote's listed log-probabilities differ from the in-process row's by more
+- else the first token where the two token paths (covering, then generation) part, the log-prob
+  gap between the two tokens there (in-process token minus remote token, on each side's row: how
+  near a tie the choice was), and there the two rows: when the remote's listed log-probabilities differ from the in-process row's by more
   than the float noise of the softmax (NOISE), "numbers", with the largest difference; else
   "path" (both saw the same numbers and chose differently: the search, the lexicon or a bound).
 """
@@ -125,6 +126,12 @@ def explain(local: Engine, remote: Engine, settings: Settings, case: Cursor) -> 
         if i < len(path):
             t = path[i]
             out[f"{side}_token_lp"] = {"in_process": round(float(row[t]), 5), "server": node.exact.get(t)}
+    if i < len(pa) and i < len(pb):  # how near a tie the two tokens are, on each side's numbers
+        server = [node.exact.get(pa[i]), node.exact.get(pb[i])]
+        out["gap"] = {
+            "in_process": round(float(row[pa[i]] - row[pb[i]]), 5),
+            "server": None if None in server else round(server[0] - server[1], 5),
+        }
     out["cause"] = "numbers" if moved > NOISE else "path"
     return out
 
