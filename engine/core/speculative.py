@@ -14,6 +14,12 @@ CPU kernels compute a batch of up to 3 tokens row by row exactly as a single-tok
 take a matrix-matrix path whose rounding differs (up to ~1.9 on raw logits, enough to flip close
 greedy calls). So a verification batch is capped at MAX_VERIFY_ROWS: the context's last token
 and at most two drafted tokens.
+
+That identity held with llama.cpp's flash attention on. The engine now runs with it off
+(engine.local.llama.FLASH_ATTN: with it on, rows depended on the thread count), and then even a
+batch of 2 computes other rows than single-token decodes (up to 1.36 on Gemma 3 270M's raw logits,
+0.35 on Qwen2.5-Coder 0.5B): drafts, off by default (EngineConfig.draft_tokens), would now change
+texts, and must stay off until that is solved (tests/engine/test_first_contact.py).
 """
 
 from __future__ import annotations

@@ -89,9 +89,17 @@ def test_a_prefetched_prompt_needs_no_decode_and_a_cancelled_prefetch_keeps_its_
     assert completion.stats.decoded_tokens == 0 and completion.text.startswith(" budget")
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="flash attention off (engine.local.llama.FLASH_ATTN): a batch of 2 or 3 tokens no longer computes "
+    "the rows of single-token decodes (up to 1.36 on Gemma's raw logits), so drafts stay off",
+)
 def test_batches_up_to_the_verify_cap_compute_the_rows_of_single_token_decodes(model_engine):
     """The identity that speculation rests on: llama.cpp computes a batch of up to
-    MAX_VERIFY_ROWS tokens row by row exactly like single-token decodes (bitwise)."""
+    MAX_VERIFY_ROWS tokens row by row exactly like single-token decodes (bitwise). It held with
+    flash attention on (llama.cpp's CPU default) and does not with it off, which the engine now
+    runs for thread-free numbers: so prompt-lookup drafts must stay off (the next test). Strict:
+    a build where it holds again shows here."""
     context = model_engine._context
     tokens = model_engine.tokenize(PYTHON)[:200]
     model_engine.kv.forget()
@@ -109,6 +117,13 @@ def test_batches_up_to_the_verify_cap_compute_the_rows_of_single_token_decodes(m
     assert np.array_equal(rows([MAX_VERIFY_ROWS] * (6 // MAX_VERIFY_ROWS)), single)
     context.clear()
     model_engine.kv.forget()
+
+
+def test_drafts_are_off_by_default():
+    """Drafts verified in batches would change the numbers with flash attention off (above)."""
+    from engine import EngineConfig
+
+    assert EngineConfig().draft_tokens == 0
 
 
 @pytest.mark.parametrize(
