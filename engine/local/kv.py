@@ -39,7 +39,7 @@ import numpy as np
 
 from engine.backend import Cancelled, PromptSpeed, Traffic
 from engine.core.path_rows import PathRows
-from engine.core.placement import common_prefix_length, placement
+from engine.core.placement import common_prefix_length, kept, placement
 
 __all__ = ["Decoded", "Decoder", "KvCache"]
 
@@ -66,6 +66,7 @@ class Decoder(Protocol):
 
     n_ctx: int
     sequences: int
+    chunk_tokens: int  # a prompt is decoded in chunks of this many tokens from where it starts
 
     def decode(
         self, tokens: Sequence[int], start: int, cancelled: Callable[[], bool], outputs: int = 1, seq: int = 0
@@ -204,7 +205,11 @@ class KvCache:
         if cancel is not None and cancel.is_set():
             raise Cancelled()
         self._switch_for(tokens, beside)
-        keep = self._cut(min(common_prefix_length(self._held, tokens), len(tokens) - outputs))
+        keep = min(common_prefix_length(self._held, tokens), len(tokens) - outputs)
+        if outputs == 1:  # a prompt (or a token past it): from 0 when it shares under a chunk (`kept`)
+            prompt = len(tokens) if self._alone_from is None else self._alone_from
+            keep = kept(keep, prompt, self._backend.chunk_tokens)
+        keep = self._cut(keep)
         tail = tokens[keep:]
         cancelled = cancel.is_set if cancel else (lambda: False)
         parts = [tail]

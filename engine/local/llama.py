@@ -18,6 +18,7 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 
+from engine.core.placement import UBATCH_TOKENS
 from engine.local.cores import CoreMeter
 from engine.local.kv import Decoded
 from engine.types import ModelLoadError
@@ -37,7 +38,7 @@ native_log = logging.getLogger("llama.cpp")
 # token at a time), and the remote backend sends a prompt's last token as a forced first token
 # (engine.remote.rows), so both compute the same numbers. They must: on this model the ubatch a token
 # was decoded in moves a later log-probability by up to 0.2 nats.
-CHUNK_TOKENS = 64
+CHUNK_TOKENS = UBATCH_TOKENS
 # llama.cpp gives each sequence a whole multiple of this many tokens of KV (GGML_PAD(n_ctx_seq, 256)
 # in llama-context.cpp): 256 for a request of 128, 512 for 300. The engine still uses only the
 # tokens it asked for; memory sums use what is really allocated.

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from engine.core.placement import common_prefix_length, placement
+from engine.core.placement import common_prefix_length, kept, placement
 
 # A named slot that gives back this many tokens fewer than we left in it was taken by another
 # client (a token or two can be ours: the last token of a stream closed early may not be decoded).
@@ -80,7 +80,7 @@ class SlotBook:
         a fresh prompt goes to any idle slot (-1: the server picks, so users sharing it do not
         take each other's) and is decoded whole, from position 0."""
         if self.fixed_slot is not None:  # one slot: like one sequence, whatever it shares is kept
-            return self.fixed_slot, True
+            return self.fixed_slot, self._reuses(self.fixed_slot, tokens)
         live = self._slots.get(self._live) if self._live is not None else None
         others = [(slot, held) for slot, held in self._slots.items() if slot != self._live]
         others += [(slot, ()) for slot in range(self.total_slots) if slot not in self._slots and slot != self._live]
@@ -93,9 +93,9 @@ class SlotBook:
             # idle slot, into which the RAM cache restores the document; the answer names it.
             return -1, True
         if where == "stay" and self._live is not None:
-            return self._live, True
+            return self._live, self._reuses(self._live, tokens)
         if where == "move":
-            return target, True
+            return target, self._reuses(target, tokens)
         # A prompt sent with -1 whose slot the server has not named yet (its prefill failed
         # before answering): -1 again, with the cache on. (A prefill still running is waited on
         # instead: RemoteRows `query`.) With `--slot-prompt-similarity 0`, as the README runs the
@@ -104,6 +104,13 @@ class SlotBook:
         if any(common_prefix_length(held, tokens) >= SLOT_SHARE * len(tokens) for held in self._unplaced):
             return -1, True
         return -1, False
+
+    def _reuses(self, slot: int, tokens: tuple[int, ...]) -> bool:
+        """Whether the server may keep what `slot` shares with `tokens` (`cache_prompt`): not
+        when the in-process engine would decode them from 0 instead (engine.core.placement
+        `kept`), so both cut their ubatches at the same places."""
+        shared = common_prefix_length(self._slots.get(slot, ()), tokens)
+        return kept(shared, len(tokens)) == shared
 
     def expect(self, slot: int, warm: bool, tokens: tuple[int, ...]) -> int | None:
         """How many of `tokens` the server should report reused from a named slot (it

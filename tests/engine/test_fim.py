@@ -12,6 +12,9 @@ from tests.support.tiny_gguf import load
 
 PREFIX = "def value(self):\n    return the"
 SUFFIX = "\n    print(x)\nif x"
+# Lines before PREFIX when typing along: more than one decode chunk (137 tokens), so the KV reuse
+# measured is a real document's (a prompt sharing less than a chunk is decoded from 0: placement `kept`).
+HEAD = "# the value of x is the return of the value\n" * 8
 
 
 @pytest.fixture(scope="module")
@@ -134,9 +137,9 @@ def test_an_empty_suffix_still_makes_a_fim_prompt(fim_engine, sent):
 
 
 def keystrokes(engine: Engine, order: str) -> list[tuple[str, int, int]]:
-    """Type " yesterday the" after PREFIX with SUFFIX after the cursor: (required, decoded, reused)."""
+    """Type " yesterday the" after HEAD + PREFIX with SUFFIX after the cursor: (required, decoded, reused)."""
     engine.kv.forget()
-    typed = PREFIX
+    typed = HEAD + PREFIX
     steps = []
     for ch in " yesterday th":
         typed += ch

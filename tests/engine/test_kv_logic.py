@@ -14,6 +14,7 @@ class RecordingBackend:
     """KV cells per sequence as lists; a row is [sum of the cells up to that token] * 8."""
 
     n_ctx = 4096
+    chunk_tokens = 4  # as `decode` below
 
     def __init__(self, fail_at: int | None = None, sequences: int = 1):
         self.sequences = sequences
@@ -75,6 +76,19 @@ def test_only_the_new_tail_is_decoded_and_an_unchanged_prompt_decodes_nothing():
     before = len(backend.calls)
     kv.logits_after((1, 2, 3, 4, 5, 6, 7))
     assert len(backend.calls) == before and kv.decoded == 7
+
+
+def test_a_prompt_sharing_less_than_a_chunk_is_decoded_from_0():
+    """Another document that shares only the BOS with the sequence: decoded from position 0, in a
+    cold decode's chunks, as llama-server is asked to (engine.core.placement `kept`); a prompt that
+    is the sequence's own but for its last token decodes that token alone."""
+    backend = RecordingBackend()
+    kv = KvCache(backend)
+    kv.logits_after((1, 2, 3, 4, 5))
+    kv.logits_after((1, 7, 8, 9, 10))
+    assert backend.calls[-2:] == [("rm", 0), ("decode", (1, 7, 8, 9, 10), 0)]
+    kv.logits_after((1, 7, 8))
+    assert backend.calls[-2:] == [("rm", 2), ("decode", (8,), 2)]
 
 
 def test_a_changed_tail_is_removed_then_decoded():
@@ -313,11 +327,12 @@ def test_a_draft_is_never_batched_with_more_of_the_context_than_its_last_token()
     a longer missing context is decoded alone first, as plain decoding would decode it."""
     backend = RecordingBackend()
     kv = KvCache(backend)
-    kv.logits_after((1, 2, 3))
-    kv.rows_along((1, 2, 3, 4, 5), (6, 7))
-    assert backend.calls[-1] == ("decode", (4, 5), 3) and kv.remembers((1, 2, 3, 4, 5))
-    kv.rows_along((1, 2, 3, 4, 5, 6), (7, 8))
-    assert backend.calls[-1] == ("decode", (6, 7, 8), 5)
+    head = (90, 91, 92, 93)  # one chunk: a shorter shared prefix would be decoded again (placement `kept`)
+    kv.logits_after(head + (1, 2, 3))
+    kv.rows_along(head + (1, 2, 3, 4, 5), (6, 7))
+    assert backend.calls[-1] == ("decode", (4, 5), 7) and kv.remembers(head + (1, 2, 3, 4, 5))
+    kv.rows_along(head + (1, 2, 3, 4, 5, 6), (7, 8))
+    assert backend.calls[-1] == ("decode", (6, 7, 8), 9)
 
 
 def test_common_prefix_length_of_a_held_list_and_a_prompt_tuple():

@@ -14,6 +14,7 @@ from engine.backend import Cancelled
 from engine.core.sequence import Sequence
 from engine.remote.http import ModelServerClient
 from engine.remote.rows import RemoteRows
+from engine.remote.slots import SlotBook
 from engine.types import SamplingConfig
 from tests.engine.fake_llama_server import FakeLlamaServer
 from tests.engine.toy import EOG, toy_vocab
@@ -225,3 +226,13 @@ def test_a_prefill_that_misses_the_budget_is_waited_on_again_not_sent_again(fake
     with pytest.raises(ModelServerError):
         rows.prefill(third)  # another document: the first one is given up, this one is sent
     assert [b["prompt"] for b in fake.bodies if not b.get("stream")][1:] == [list(other[:-1]), list(third[:-1])]
+
+
+def test_a_slot_sharing_less_than_a_ubatch_is_decoded_from_0():
+    """Another document that shares only the BOS with our slot goes with `cache_prompt` off: the
+    server then decodes it from position 0, as the in-process engine does (engine.core.placement
+    `kept`); a prompt that shares more than a ubatch keeps it."""
+    book = SlotBook(total_slots=1, fixed_slot=0)
+    book.hold(0, (BOS,) + (A,) * 200, live=True)
+    assert book.slot_for((BOS,) + (B,) * 200) == (0, False)
+    assert book.slot_for((BOS,) + (A,) * 100 + (B,) * 100) == (0, True)

@@ -16,7 +16,7 @@ from tests.engine.toy import EOG, toy_vocab
 PIECES = ["a", "b", EOG, "<bos>"]
 A, B, END, BOS = range(4)
 VOCAB = toy_vocab(PIECES, control=("<bos>",))
-DOCUMENT = (BOS,) + (A,) * 30
+DOCUMENT = (BOS,) + (A,) * 70  # more than one ubatch: a shorter shared prefix is decoded again (placement `kept`)
 LONGER = DOCUMENT + (B,) * 5  # the same document, typed on: its slot should give back DOCUMENT
 
 
