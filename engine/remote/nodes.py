@@ -24,6 +24,14 @@ BOUNDED_ROWS = 32  # rows built for the covering search
 
 _SERIALS = itertools.count()
 
+# A token known only by a bound is placed this far below it in the search's rows, so a token known
+# exactly at that value wins a tie. One float step below (np.nextafter) did not survive the search
+# adding the path's log-probability: after 17 spaces, `max_help_po`'s "po", bounded by the cap of
+# "pos" (-6.17763, exact), summed to the same -14.93 and, first in byte order, was chosen and made
+# exact again and again (the same request 7 times, the budget spent, "unproven"). Far below float
+# noise between backends (2e-4 nats): what it decides is a tie either way.
+BOUND_MARGIN = 1e-9
+
 # (covering_only, bytes, banned): the tokens a cap bounds (see `Node`)
 CapGroup = tuple[bool, bytes] | tuple[bool, bytes, frozenset[int]]
 
@@ -145,10 +153,10 @@ class NodeStore:
             covering = min((v for cov, _, v, banned in caps if cov and not banned), default=0.0)
             bound = min(node.nth, consistent)
             ids = vocab.starting_with(remaining)
-            row[ids] = np.nextafter(min(bound, covering), -np.inf)
+            row[ids] = min(bound, covering) - BOUND_MARGIN
             for _, _, v, banned in (cap for cap in caps if cap[3]):  # a cap that leaves some tokens out
                 kept = ids[~np.isin(ids, np.fromiter(banned, dtype=np.int64, count=len(banned)))]
-                row[kept] = np.minimum(row[kept], np.nextafter(v, -np.inf))
+                row[kept] = np.minimum(row[kept], v - BOUND_MARGIN)
             for tok, _length in vocab.strict_prefixes_of(remaining):
                 piece = vocab.pieces[tok]
                 cap = min(
@@ -159,7 +167,7 @@ class NodeStore:
                     ),
                     default=0.0,
                 )
-                row[tok] = np.nextafter(min(bound, cap), -np.inf)
+                row[tok] = min(bound, cap) - BOUND_MARGIN
         for tok, lp in node.exact.items():
             row[tok] = lp
         return row

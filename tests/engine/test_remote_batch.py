@@ -112,6 +112,20 @@ def test_a_cap_that_leaves_tokens_out_bounds_only_the_others():
     rows.client.close()
 
 
+def test_a_token_known_by_a_cap_loses_a_tie_with_the_token_that_set_it():
+    """The greedy pick under the grammar of "a" was "ab" (exact), which caps "a" at the same value.
+    The search adds the path's log-probability; one float step below the cap did not survive that
+    sum, so "a" (first in byte order) tied and was chosen, and asked about again and again."""
+    rows = RemoteRows(ModelServerClient("http://127.0.0.1:9", None, 1.0), VOCAB, 2048, 1, None, n_probs=1)
+    key = PROMPT + (S2,)
+    value = -6.177627086639404  # "pos" after `max_help_` on Gemma 3 270M
+    rows.nodes.record(key, AB, value, [(AB, value)], (True, b"a"))
+    row = rows.nodes.bounded_row(rows.node(key), b"a", False)
+    path = -8.75  # the log-probability of the path before it, which the search adds
+    assert path + row[A] < path + row[AB] == path + value
+    rows.client.close()
+
+
 def test_a_keystroke_that_needs_several_branches_keeps_one_connection(fake):
     """Streams are read to their end instead of closed, so the kept-alive connection serves the
     next request (a proxy keeps the client's connection; the fake closes its own each time)."""
