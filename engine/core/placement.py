@@ -53,15 +53,15 @@ def placement(
 def kept(shared: int, prompt: int, ubatch: int = UBATCH_TOKENS) -> int:
     """How many of the `shared` tokens a sequence (or slot) has in common with a prompt of `prompt`
     tokens a decode keeps, on both backends: all of them, or none when they are fewer than one
-    `ubatch` (the decode chunk) and more than the prompt's last token is left to decode.
+    `ubatch` (the decode chunk) and more than one ubatch of the prompt is left to decode anyway.
 
     Why: the two backends place a new document by the same rule (`placement`) but on what each
     holds, which can differ by the few tokens a stream decoded past its prompt; one then stays in a
     sequence that shares only the BOS with the prompt and decodes from position 1, the other goes
     to a fresh one and decodes from 0. Their ubatches are then cut at other places and rows parted
     by up to 0.28 nats on Gemma 3 270M. Decoding from 0 makes both cold decodes, for at most 63
-    tokens more, once per new document. A prompt unchanged but for its last token keeps what it
-    shares: only that token is decoded, alone, on both sides."""
-    if 0 < shared < ubatch and shared < prompt - 1:
+    tokens more where a ubatch or more is decoded anyway: once per new document. A prompt with less
+    than that left (a new word in a short document) keeps what it shares, on both sides."""
+    if 0 < shared < ubatch and prompt - shared > ubatch:
         return 0
     return shared

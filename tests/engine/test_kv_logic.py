@@ -80,15 +80,17 @@ def test_only_the_new_tail_is_decoded_and_an_unchanged_prompt_decodes_nothing():
 
 def test_a_prompt_sharing_less_than_a_chunk_is_decoded_from_0():
     """Another document that shares only the BOS with the sequence: decoded from position 0, in a
-    cold decode's chunks, as llama-server is asked to (engine.core.placement `kept`); a prompt that
-    is the sequence's own but for its last token decodes that token alone."""
+    cold decode's chunks, as llama-server is asked to (engine.core.placement `kept`), when more than
+    a chunk is left to decode anyway; with less left, what it shares is kept."""
     backend = RecordingBackend()
     kv = KvCache(backend)
     kv.logits_after((1, 2, 3, 4, 5))
-    kv.logits_after((1, 7, 8, 9, 10))
-    assert backend.calls[-2:] == [("rm", 0), ("decode", (1, 7, 8, 9, 10), 0)]
+    kv.logits_after((1, 7, 8, 9, 10, 11, 12))  # more than a chunk (4) left to decode anyway
+    assert backend.calls[-2:] == [("rm", 0), ("decode", (1, 7, 8, 9, 10, 11, 12), 0)]
     kv.logits_after((1, 7, 8))
     assert backend.calls[-2:] == [("rm", 2), ("decode", (8,), 2)]
+    kv.logits_after((1, 7, 20, 21))  # a chunk or less left: what it shares is kept
+    assert backend.calls[-2:] == [("rm", 2), ("decode", (20, 21), 2)]
 
 
 def test_a_changed_tail_is_removed_then_decoded():
