@@ -73,7 +73,7 @@ def test_typing_along_a_long_multi_line_suggestion_costs_no_model_work(model_ser
     editor = Editor(model_server)
     configure(model_server, multiLineTokens=48)
     uri = "file:///block/along.js"
-    editor.open(uri, "async function getJson(url) {\n", "javascript")
+    editor.open(uri, "async function fetchAllPages(url, token) {\n", "javascript")
     try:
         shown = editor.suggestion(uri)
         assert shown and shown.count("\n") >= 2 and editor.stats()["stopReason"] == "length", shown
