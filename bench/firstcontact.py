@@ -116,11 +116,13 @@ def set_prefetch(editor: Editor, on: bool) -> None:
     editor.stats()  # a round trip: the notification has been handled
 
 
-def type_until_suggestion(editor: Editor, uri: str, doc: str, typed: str, limit_s: float) -> tuple[float | None, int]:
+def type_until_suggestion(
+    editor: Editor, uri: str, doc: str, typed: str, limit_s: float, language: str = "plaintext"
+) -> tuple[float | None, int]:
     """Open `doc` and type `typed` at 8 chars/s the way VS Code does; seconds from opening to the
     first non-empty suggestion (None within `limit_s`), and the keystrokes sent."""
     opened = time.perf_counter()
-    editor.open(uri, doc)
+    editor.open(uri, doc, language)
     pending: list[tuple[Any, Any]] = []
     keys = 0
     for k, ch in enumerate(typed):
@@ -145,7 +147,8 @@ def type_until_suggestion(editor: Editor, uri: str, doc: str, typed: str, limit_
     return None, keys
 
 
-def fresh(editor: Editor, docs: Documents, trials: int) -> dict[str, Any]:
+def fresh(editor: Editor, docs: Documents, trials: int, language: str = "plaintext") -> dict[str, Any]:
+    """`language`: the documents' languageId, which picks the server's default model (python: the code model)."""
     rows: dict[str, list[float | None]] = {"cold request (prefetch off)": [], "typing, prefetch off": [],
                                           "typing, prefetch on": []}  # fmt: skip
     waits: dict[tuple[float, bool], list[float]] = {}
@@ -157,7 +160,7 @@ def fresh(editor: Editor, docs: Documents, trials: int) -> dict[str, Any]:
         tokens.append(docs._count(doc))
         uri = f"file:///bench/fc/cold{trial}.py"
         opened = time.perf_counter()
-        editor.open(uri, doc)
+        editor.open(uri, doc, language)
         reply = editor.inline(uri)
         rows["cold request (prefetch off)"].append(reply.received - opened)
         _say(f"cold request {trial}: {reply.received - opened:.2f} s ({tokens[-1]} tokens)")
@@ -166,7 +169,7 @@ def fresh(editor: Editor, docs: Documents, trials: int) -> dict[str, Any]:
             set_prefetch(editor, on)
             doc, typed = docs.take()
             n += 1
-            seconds, keys = type_until_suggestion(editor, f"file:///bench/fc/type{n}.py", doc, typed, limit)
+            seconds, keys = type_until_suggestion(editor, f"file:///bench/fc/type{n}.py", doc, typed, limit, language)
             rows[f"typing, prefetch {'on' if on else 'off'}"].append(seconds)
             _say(f"typing, prefetch {on}: first suggestion after {seconds} s, {keys} keys")
         for wait in WAITS_S:
@@ -176,7 +179,7 @@ def fresh(editor: Editor, docs: Documents, trials: int) -> dict[str, Any]:
                 n += 1
                 uri = f"file:///bench/fc/wait{n}.py"
                 opened = time.perf_counter()
-                editor.open(uri, doc)
+                editor.open(uri, doc, language)
                 time.sleep(max(0.0, opened + wait - time.perf_counter()))
                 reply = editor.inline(uri)
                 waits.setdefault((wait, on), []).append(reply.received - opened)
@@ -332,15 +335,17 @@ def build(threads: int, rounds: int, wheel: Path | None) -> dict[str, Any]:
 def tables(results: dict[str, Any]) -> list[report.Table]:
     num, times = report.num, report.times
     out: list[report.Table] = []
-    if "fresh" in results:
-        f = results["fresh"]
+    for key, model in (("fresh", "the prose model"), ("fresh_code", "Python, the code model")):
+        if key not in results:
+            continue
+        f = results[key]
         body = [[r["case"], num(r["samples"]), num(r["answered"]), num(r["first_suggestion_median_s"], 2),
                  times(r["over_cold"])] for r in f["typing"]]  # fmt: skip
-        out.append((f"fresh: typing at 8 chars/s into a just-opened {num(f['document_tokens'], 0)}-token document, "
-                    "s from opening to the first suggestion", ["case", "samples", "answered", "median s", "/ cold request"], body))  # fmt: skip
+        out.append((f"{key} ({model}): typing at 8 chars/s into a just-opened {num(f['document_tokens'], 0)}-token "
+                    "document, s from opening to the first suggestion", ["case", "samples", "answered", "median s", "/ cold request"], body))  # fmt: skip
         body = [[num(r["wait_s"]), "on" if r["prefetch"] else "off", num(r["open_to_suggestion_median_s"], 2),
                  times(r["over_cold"])] for r in f["waits"]]  # fmt: skip
-        out.append(("fresh: one request some time after opening, s from opening to its suggestion",
+        out.append((f"{key} ({model}): one request some time after opening, s from opening to its suggestion",
                     ["request after s", "prefetch", "open -> suggestion s", "/ cold request"], body))  # fmt: skip
     if "switch" in results:
         s = results["switch"]
@@ -380,6 +385,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--per-kind", type=int, default=6, help="speculation prompts per kind of text")
     parser.add_argument("--rounds", type=int, default=3, help="build comparison rounds")
     parser.add_argument("--baseline-wheel", type=Path, default=None, help="AVX2-only llama-cpp-python wheel")
+    parser.add_argument(
+        "--code",
+        action="store_true",
+        help="fresh: the documents opened as Python (the default code model answers), tokens by its count",
+    )
+    parser.add_argument("--tokens", type=int, default=1900, help="fresh/switch documents' tokens")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     parts = [p for p in args.only.split(",") if p]
@@ -388,8 +399,9 @@ def main(argv: list[str] | None = None) -> None:
     from engine.model_files import resolve_model
 
     model = LlamaModel(resolve_model(None))
-    count = lambda text: len(model.tokenize(text.encode(), add_bos=True))  # noqa: E731
-    docs = Documents(count)
+    counter = LlamaModel(resolve_model("qwen2.5-coder-0.5b")) if args.code else model
+    count = lambda text: len(counter.tokenize(text.encode(), add_bos=True))  # noqa: E731
+    docs = Documents(count, args.tokens)
     machine = results.setdefault("machine", {})
     server_parts = [p for p in ("fresh", "switch", "cancel") if p in parts]
     if server_parts:
@@ -397,7 +409,8 @@ def main(argv: list[str] | None = None) -> None:
         client, editor = _server(args.threads, args.max_tokens)
         try:
             if "fresh" in parts:
-                results["fresh"] = fresh(editor, docs, args.trials)
+                key = "fresh_code" if args.code else "fresh"
+                results[key] = fresh(editor, docs, args.trials, "python" if args.code else "plaintext")
             if "switch" in parts:
                 results["switch"] = switch(editor, docs, args.trials + 1)
             if "cancel" in parts:

@@ -90,8 +90,8 @@ def budget_for(text: str, cursor: int, max_tokens: int, window_tokens: int) -> i
     COLD_EXTRA_TOKENS, whichever is more: a cold request costs at most 1.5x what it costs without
     context, or 256 tokens more on a short file (which needs another file's names most: a test, a
     script beside the module it imports; its first answer waits for 300 ms of them at most:
-    engine.Engine.first_prompt). In steps of BUDGET_STEP, so the budget
-    (and the choice) stays put while a line is typed. This sizes the choice; the engine, which
+    engine.Engine.first_prompt). In steps of BUDGET_STEP, so the budget (and the choice) stays
+    put while a line is typed. This sizes the choice; the engine, which
     tokenizes, holds the bound exactly (engine.prompt_window.cold_cap: where the estimate runs over, on
     prose, it lays out fewer of the chosen lines)."""
     file_tokens = cursor / FILE_CHARS_PER_TOKEN

@@ -179,7 +179,8 @@ class Settings:
         "First contact: when more than twice this many of the prompt's tokens are not decoded yet (a "
         "long file just opened, the window moved), the suggestion comes from this many to 1.5x this "
         "many tokens before the cursor, without other files' text, while the whole prompt decodes "
-        "behind it; the next suggestions use the whole prompt once it is decoded. Needs "
+        "behind it; a short file's first suggestion likewise waits for at most 300 ms of other files' "
+        "text. The next suggestions use the whole prompt once it is decoded. Needs "
         "`prefetch`, `memoryBudgetMib` above 0 (a second prompt kept) and the in-process model; 0: off.",
     )
     fim_order: str = setting(
