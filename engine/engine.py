@@ -191,7 +191,7 @@ class Engine(PromptWindow):
         prompt beside it (the whole one then decodes into another sequence, by the prefetch the
         server sends after such an answer): "near", the text near the cursor alone, when more than
         twice `request.first_window` tokens are missing (a long file just opened: it answers after
-        about 400 tokens, not 1,500); "lean", other files' text within what COLD_EXTRA_MS evaluate,
+        about 300 tokens, not 1,600); "lean", other files' text within what COLD_EXTRA_MS evaluate,
         when the rest of it would cost more (a short file, whose whole context is a few hundred
         tokens). A first prompt already decoded is kept until the whole one is, so the keystrokes
         in between decode what they type only. (Which, its tokens); None: `prompt` itself

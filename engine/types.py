@@ -126,7 +126,7 @@ class CompletionRequest:
     # 1.5x `first_window` tokens before the cursor, without other files' text, while the whole
     # prompt decodes behind it in another sequence (engine.Engine.first_prompt, which also
     # answers a short file within COLD_EXTRA_MS of other files' text). 0: never (a caller that
-    # does not decode the whole prompt afterwards must leave it so; the server sets 384).
+    # does not decode the whole prompt afterwards must leave it so; the server sets 256).
     first_window: int = 0
 
 

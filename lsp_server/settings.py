@@ -174,7 +174,7 @@ class Settings:
         'decoded again after each new line ("psm-line"), or after each new word ("psm"), so this bounds that cost.',
     )
     first_window_tokens: int = setting(
-        384,
+        256,
         Int(0, 65_536),
         "First contact: when more than twice this many of the prompt's tokens are not decoded yet (a "
         "long file just opened, the window moved), the suggestion comes from this many to 1.5x this "

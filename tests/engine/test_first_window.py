@@ -66,7 +66,7 @@ def test_a_short_files_first_answer_waits_for_a_lean_share_of_the_context_and_th
     model_engine.kv.forget()
     model_engine.complete(CompletionRequest(prompt=PYTHON[:1500], required=" ret", max_tokens=1))  # a prompt timed
     context = RepoContext((ContextFile("helpers.h", HELPERS),), path="main.c", name="proj", max_tokens=1024)
-    ask = CompletionRequest(prompt=SHORT, required=" to", max_tokens=3, context=context, first_window=384)
+    ask = CompletionRequest(prompt=SHORT, required=" to", max_tokens=3, context=context, first_window=256)
     alone = len(model_engine.prompt_tokens(replace(ask, context=None), 0))
     whole = len(model_engine.prompt_tokens(ask, 0))
     assert whole - alone > COLD_EXTRA_TOKENS - 40  # the short file's whole context: about 256 tokens
