@@ -201,7 +201,7 @@ class Engine(PromptWindow):
         missing = self._missing(prompt)
         if missing <= KEYSTROKE_TOKENS:
             return None
-        reserve = self._reserve(request)
+        reserve, headers = self._reserve(request), self.headers  # `headers`: the whole prompt's, if it stays
         near = self.prompt_tokens(request, reserve, "near")
         if missing > 2 * request.first_window or self._missing(near) <= KEYSTROKE_TOKENS:
             return "near", near
@@ -211,7 +211,7 @@ class Engine(PromptWindow):
             rate = self.backend.speed.ms_per_token or UNTIMED_MS_PER_TOKEN
             if left <= KEYSTROKE_TOKENS or (missing - left) * rate > COLD_EXTRA_MS:
                 return "lean", lean
-        self.prompt_tokens(request, reserve)  # the whole prompt's state again (`headers`)
+        self.headers = headers
         return None
 
     def _missing(self, tokens: tuple[int, ...]) -> int:

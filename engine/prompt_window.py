@@ -60,6 +60,20 @@ def cold_extra(ms_per_token: float | None) -> int:
     return max(LEAN_MIN_TOKENS, min(COLD_EXTRA_TOKENS, int(COLD_EXTRA_MS / ms_per_token)))
 
 
+def kept_budget(budgets: OrderedDict[RepoContext, int], context: RepoContext, allowed: int) -> int:
+    """The budget `context` was first laid out with while it stays within `allowed`, else `allowed`
+    (kept in `budgets`, the MAX_REMEMBERED + 1 latest contexts): a bound that grows as the user types
+    (the file's tokens, a faster timed speed) never lays a context out again; one that falls (the
+    cursor moved up) does."""
+    kept = budgets.get(context)
+    if kept is None or kept > allowed:
+        kept = budgets[context] = allowed
+    budgets.move_to_end(context)
+    while len(budgets) > MAX_REMEMBERED + 1:
+        budgets.popitem(last=False)
+    return kept
+
+
 @dataclass
 class _TokenizedPrompt:
     text: str = ""
@@ -220,27 +234,14 @@ class PromptWindow:
         if file_tokens is None:
             return budget
         cap = cold_cap(file_tokens, self.n_ctx)
-        allowed = budget if cap is None else min(budget, cap)
-        kept = self._context_budgets.get(context)
-        if kept is None or kept > allowed:
-            kept = self._context_budgets[context] = allowed
-        self._context_budgets.move_to_end(context)
-        while len(self._context_budgets) > MAX_REMEMBERED + 1:
-            self._context_budgets.popitem(last=False)
-        return kept
+        return kept_budget(self._context_budgets, context, budget if cap is None else min(budget, cap))
 
     def _lean_budget(self, context: RepoContext, file_tokens: int) -> int:
-        """A first answer's budget for `context` (`cold_extra` at the speed timed when it was first
-        laid out), kept for the context: a faster speed timed later must not lay it out again
-        while the keystrokes before the whole prompt is decoded reuse it."""
-        kept = self._lean_budgets.get(context)
-        if kept is None:
-            cap = cold_cap(file_tokens, self.n_ctx, cold_extra(self._speed.ms_per_token))
-            kept = self._lean_budgets[context] = self.n_ctx if cap is None else cap
-        self._lean_budgets.move_to_end(context)
-        while len(self._lean_budgets) > MAX_REMEMBERED + 1:
-            self._lean_budgets.popitem(last=False)
-        return kept
+        """A first answer's budget for `context` (`cold_extra` at the timed speed), kept the same way
+        (`kept_budget`): a faster speed timed later must not lay it out again while the keystrokes
+        before the whole prompt is decoded reuse it."""
+        cap = cold_cap(file_tokens, self.n_ctx, cold_extra(self._speed.ms_per_token))
+        return kept_budget(self._lean_budgets, context, self.n_ctx if cap is None else cap)
 
     _last_before_line: tuple[str | None, int] = (None, 0)  # (text, `_before_line`'s count) of the last call
 
