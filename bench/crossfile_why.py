@@ -158,7 +158,7 @@ def diagnose(
                 if engine is None:
                     continue
                 req = request(text, cursor, on, ctx)
-                prompt = engine.prompt_tokens(req, engine._reserve(req))
+                prompt = engine.request_prompt(req)
                 body = b"".join(engine.vocab.pieces[t] for t in prompt).decode("utf-8", "replace")
                 before_file = body.split("<|fim_prefix|>")[0] if ctx else ""
                 row[f"in_prompt_{name}"] = probe.word in defined_in(before_file, project.kind)

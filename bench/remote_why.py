@@ -75,7 +75,7 @@ def _ask(engine: Engine, settings: Settings, case: Cursor) -> dict[str, Any]:
     recorder = _Recorder(engine)
     completion = engine.complete(request)
     del engine.kv.logits_after  # back to the class's method
-    prompt = engine.prompt_tokens(request, engine._reserve(request))
+    prompt = engine.request_prompt(request)
     path = max((p for p in recorder.paths if p[: len(prompt)] == prompt), key=len, default=prompt)[len(prompt) :]
     shown = suggestion_for(parts, completion, block=block)
     return {

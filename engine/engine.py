@@ -135,7 +135,7 @@ class Engine(PromptWindow):
         so a later `complete` with the same prompt starts warm. Low priority by contract: the
         caller cancels it for any real request; what it decoded by then stays in the KV cache."""
         started = time.perf_counter()
-        prompt = self.prompt_tokens(request, self._reserve(request))
+        prompt = self.request_prompt(request)
         before = self.backend.decoded
         self._route(request)
 
@@ -186,6 +186,16 @@ class Engine(PromptWindow):
         t = self.backend.traffic()
         return t.round_trips, t.bytes_sent, t.bytes_received, len(self.backend.fallbacks)
 
+    def request_prompt(self, request: CompletionRequest) -> tuple[int, ...]:
+        """The whole prompt of `request`. Where no first answer can come before it (`answers_first`
+        false: a model server's one slot, prefetch off) a short file's context is the "lean" one:
+        what the request waits for is bounded in time (COLD_EXTRA_MS) either way."""
+        return self.prompt_tokens(request, self._reserve(request), "whole" if self.answers_first(request) else "lean")
+
+    def answers_first(self, request: CompletionRequest) -> bool:
+        """A first answer may come from a cheaper prompt while the whole one decodes beside it."""
+        return request.first_window > 0 and self.backend.kept_prompts >= 2
+
     def first_prompt(self, request: CompletionRequest, prompt: tuple[int, ...]) -> tuple[Cut, tuple[int, ...]] | None:
         """A first answer's prompt while `prompt` is not decoded, when the backend keeps another
         prompt beside it (the whole one then decodes into another sequence, by the prefetch the
@@ -196,7 +206,7 @@ class Engine(PromptWindow):
         tokens). A first prompt already decoded is kept until the whole one is, so the keystrokes
         in between decode what they type only. (Which, its tokens); None: `prompt` itself
         (docs/first-contact.md)."""
-        if request.first_window <= 0 or self.backend.kept_prompts < 2:
+        if not self.answers_first(request):
             return None
         missing = self._missing(prompt)
         if missing <= KEYSTROKE_TOKENS:
@@ -221,7 +231,7 @@ class Engine(PromptWindow):
     def _complete(self, request: CompletionRequest, cancel: threading.Event) -> Completion:
         started = time.perf_counter()
         required = request.required.encode("utf-8", "replace")
-        prompt = self.prompt_tokens(request, self._reserve(request))
+        prompt = self.request_prompt(request)
         first_prompt = self.first_prompt(request, prompt)
         prompt = prompt if first_prompt is None else first_prompt[1]
         if not prompt:
@@ -232,7 +242,9 @@ class Engine(PromptWindow):
         decoded_before = self.backend.decoded
         seq = self.sequence(request.sampling, cancel)
         gen = Generated()
-        if seq.decode_prompt(prompt, required, request.exact, request.max_cover_decodes):
+        covered = seq.decode_prompt(prompt, required, request.exact, request.max_cover_decodes)
+        prompt_ms = (time.perf_counter() - started) * 1000
+        if covered:
             gen = generate(seq, request, len(required), self.headers)
         choice, lexicon_decodes = None, 0
         first, first_seq = seq.diagnostics(), seq  # the prompt's cost, paid by the first pass only
@@ -283,6 +295,7 @@ class Engine(PromptWindow):
             generated_tokens=gen.generated,
             kv_tokens=diag.kv_tokens,
             ms=(time.perf_counter() - started) * 1000,
+            prompt_ms=prompt_ms,
             lexicon_decodes=lexicon_decodes,
             lexicon_changed=again,
             alternative_decodes=alternative_decodes,

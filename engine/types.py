@@ -141,6 +141,7 @@ class DecodeStats:
     generated_tokens: int = 0
     kv_tokens: int = 0
     ms: float = 0.0
+    prompt_ms: float = 0.0  # of `ms`: up to the prompt decoded and the typed prefix covered (before generating)
     lexicon_decodes: int = 0  # extra decodes spent scoring document words
     lexicon_changed: bool = False  # a document word won over the model's own word
     round_trips: int = 0  # HTTP requests to a model server for this call

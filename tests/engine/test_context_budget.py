@@ -119,7 +119,7 @@ def test_a_cold_request_costs_at_most_one_and_a_half_times_on_a_licence_that_run
 
         def prompt(text: str, ctx: RepoContext | None) -> tuple[int, ...]:
             request = CompletionRequest(text, suffix="\n}\n", context=ctx)
-            return engine.prompt_tokens(request, engine._reserve(request))
+            return engine.request_prompt(request)
 
         off, on = prompt(LICENCE, None), prompt(LICENCE, context)
         # the server's estimate (4 characters a token) runs over on this prose: uncapped, the context

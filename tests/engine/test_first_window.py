@@ -85,6 +85,22 @@ def test_a_short_files_first_answer_waits_for_a_lean_share_of_the_context_and_th
     assert after.stats.decoded_tokens <= 2
 
 
+def test_where_no_first_answer_can_come_a_short_files_whole_prompt_holds_the_lean_share(model_engine):
+    """Prefetch off (first_window 0), or a model server's one slot: the request waits for its whole
+    prompt, so that prompt's context is bounded in time as a first answer's is."""
+    model_engine.kv.forget()
+    model_engine.complete(CompletionRequest(prompt=PYTHON[:1500], required=" ret", max_tokens=1))  # a prompt timed
+    context = RepoContext((ContextFile("helpers.h", HELPERS),), path="main.c", name="proj", max_tokens=1024)
+    ask = CompletionRequest(prompt=SHORT, required=" to", max_tokens=3, context=context, first_window=0)
+    alone = len(model_engine.prompt_tokens(replace(ask, context=None), 0))
+    extra = cold_extra(model_engine.kv.speed.ms_per_token)
+    waited = model_engine.complete(ask)
+    assert waited.stats.first_prompt is None and waited.stats.decoded_tokens == waited.stats.prompt_tokens
+    assert extra - 40 <= waited.stats.prompt_tokens - alone <= extra + 16, (waited.stats, extra)
+    assert extra < COLD_EXTRA_TOKENS - 40  # (the bound binds: the whole context is about 256 tokens)
+    assert len(model_engine.request_prompt(replace(ask, first_window=256))) - alone > COLD_EXTRA_TOKENS - 40
+
+
 def test_the_near_window_keeps_its_start_while_the_text_grows():
     from engine.prompt_window import PromptWindow
 
