@@ -176,6 +176,23 @@ class Engine(PromptWindow):
         )
         return replace(completion, stats=stats)
 
+    def _hidden(
+        self, request: CompletionRequest, prompt: tuple[int, ...], seq: Sequence
+    ) -> Callable[[Generated], bool] | None:
+        """`request.hidden` asked with the signals of the text so far (as `_complete` computes
+        them after generation), or None when the request has no such check."""
+        check = request.hidden
+        if check is None:
+            return None
+        seen: list = []  # the coverings the signals read: known once the covering is chosen
+
+        def hidden(gen: Generated) -> bool:
+            if not seen:
+                seen.append(self._readings.seen_alike(request, prompt, seq))
+            return check(self.model_id or None, gen.text, self._readings.signals(request, seq, seq, gen, seen[0]))
+
+        return hidden
+
     def _route(self, request: CompletionRequest) -> None:
         """Tell the backend which document this is (a server backend: the server it goes to, and
         the key a load balancer keeps it on one server by); the in-process cache has no use for it."""
@@ -245,7 +262,7 @@ class Engine(PromptWindow):
         covered = seq.decode_prompt(prompt, required, request.exact, request.max_cover_decodes)
         prompt_ms = (time.perf_counter() - started) * 1000
         if covered:
-            gen = generate(seq, request, len(required), self.headers)
+            gen = generate(seq, request, len(required), self.headers, self._hidden(request, prompt, seq))
         choice, lexicon_decodes = None, 0
         first, first_seq = seq.diagnostics(), seq  # the prompt's cost, paid by the first pass only
         if request.candidates and gen.reason != "cancelled" and seq.required_satisfied:

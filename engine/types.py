@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -77,6 +78,11 @@ class RepoContext:
     max_tokens: int = 1024
 
 
+# Whether nothing more of a completion could be shown, from (the identity of the model making it:
+# Engine.model_id, the text so far, its signals): the caller's gate. Generation stops when it says so.
+HiddenCheck = Callable[[str | None, str, "Signals"], bool]
+
+
 @dataclass(frozen=True)
 class CompletionRequest:
     """One completion: `prompt` ends at a word boundary; the output must begin with `required`.
@@ -128,6 +134,9 @@ class CompletionRequest:
     # answers a short file within COLD_EXTRA_MS of other files' text). 0: never (a caller that
     # does not decode the whole prompt afterwards must leave it so; the server sets 256).
     first_window: int = 0
+    # Called at each word end generation confirms (engine.core.generation): True stops it there,
+    # with stop reason "hidden" (the rest could not be shown; the same request without it goes on).
+    hidden: HiddenCheck | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -235,7 +244,7 @@ class Completion:
     """The generated text (beginning with the required prefix unless the constraint was dropped)."""
 
     text: str
-    stop_reason: str  # "eos" | "stop" | "line" (also next_line's) | "block" (indent_floor) | "length" | "cancelled" | "empty" (no prompt token)
+    stop_reason: str  # "eos" | "stop" | "line" (also next_line's) | "block" (indent_floor) | "length" | "hidden" | "cancelled" | "empty" (no prompt token)
     stats: DecodeStats
     required_satisfied: bool = True
     logprobs: tuple[float, ...] = ()

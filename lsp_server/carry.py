@@ -95,6 +95,11 @@ class Carry:
         else:
             self._computed[uri] = computed
 
+    def kept_at(self, uri: str, text: str, cursor: int) -> bool:
+        """The completion kept in `uri` was made at `cursor` of `text`."""
+        kept = self._computed.get(uri)
+        return kept is not None and kept.text == text and kept.cursor == cursor
+
     def typed_along(self, uri: str, text: str, cursor: int) -> tuple[Computed, str, Completion] | None:
         """(the completion kept in `uri`, what was typed since, what that goes along: the completion
         the gate cut or one of its alternatives, `Computed.along`), if `text` is its document with

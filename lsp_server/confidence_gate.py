@@ -42,7 +42,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from engine import Signals
+from engine import HiddenCheck, Signals
 from lsp_server.split import LINE_BREAKS, Split, is_word_char
 
 CURSOR_CLASSES = ("inside a word", "word start", "after punctuation")
@@ -211,6 +211,22 @@ def confidences(
         )
         out.append((end.chars, c))
     return out
+
+
+def hidden_check(split: Split, min_confidence: float | None) -> HiddenCheck:
+    """The engine's stop check for a suggestion at `split` (CompletionRequest.hidden): True once a
+    word end of it is below the gate of the model making it. `confident_length` shows nothing past
+    the first such end (on any line: a block is cut there too), so generating on is work no one
+    sees (32 of 48 fresh engine calls showed nothing, docs/speed.md); what typing along it needs
+    is made after the answer (lsp_server.server `_rest_later`)."""
+    cursor, line_start, start = cursor_class(split), at_line_start(split), len(split.required)
+
+    def hidden(model: str | None, text: str, signals: Signals) -> bool:
+        gate = gate_for(model)
+        least = threshold(gate, min_confidence)
+        return least > 0 and any(c < least for _, c in confidences(text, start, signals, cursor, gate.calibration, line_start))
+
+    return hidden
 
 
 def confident_length(

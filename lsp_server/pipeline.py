@@ -17,7 +17,7 @@ the counts the stats report.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from urllib.parse import unquote
 
 from engine import Completion, CompletionRequest, RepoContext
@@ -107,6 +107,8 @@ def ask(
         snap.parts, settings, candidates, block, alternatives=settings.alternatives, context=context,
         language=snap.doc.language_id, document=snap.uri, next_line=next_line,
     )  # fmt: skip
+    if block is None and settings.method == "exact" and settings.min_confidence != 0:
+        request = replace(request, hidden=gates.hidden_check(snap.parts, settings.min_confidence))
     return Ask(request, snap, settings, block, next_line)
 
 
@@ -209,14 +211,16 @@ class Pipeline:
         """What is shown at the snapshot's cursor, for carrying (lsp_server.carry)."""
         added = tuple(f.insert_text[len(snap.parts.word) :] for f in found)
         made = completion.stats
-        complete = completion.stop_reason != "length"
+        complete = completion.stop_reason != "length"  # a gate's cut ("hidden") is judged again, not carried further
         self.carry.remember(snap.uri, snap.text, snap.cursor, added, complete, made.fim, made.fim_line)
 
     def more(self, asked: Ask, completion: Completion, model_id: str | None) -> None:
         """The answer to `asked` made again with what its first making left for later (the
-        alternatives: CompletionRequest.alternatives_later), after it was sent: remembered for the
-        next keystrokes (cycling to an alternative, typing along one, judged again) while what the
-        document shows is still that answer's first item. The item shown is never changed by it."""
+        alternatives: CompletionRequest.alternatives_later; the text past what the gate could show:
+        CompletionRequest.hidden), after it was sent: kept for the next keystrokes (cycling to an
+        alternative, typing along either, judged again) while what the document shows is still
+        that answer's first item, or while the user types along what the gate cut of it (the
+        completion kept then is still that answer's). The item shown is never changed by it."""
         snap = asked.snapshot
         if snap.start is not None or asked.settings.method == "naive":
             return
@@ -224,12 +228,18 @@ class Pipeline:
         block, found = shape(asked, completion, model)
         first = found[0].insert_text[len(snap.parts.word) :] if found else None
         shown = self.carry.shown(snap.uri, snap.text, snap.cursor)
-        if (shown[0] if shown else None) != first:
+        showing = (shown[0] if shown else None) == first
+        if not (showing or self.carry.kept_at(snap.uri, snap.text, snap.cursor)):
             return
         self._keep_if_cut(snap.uri, snap.text, snap.cursor, snap.parts, completion, block, found, model)
-        if found:
+        if found and showing:
             self._remember(snap, completion, found)
         self.made_later += 1
+
+    def needs_rest(self, uri: str, text: str, cursor: int) -> bool:
+        """A request at `cursor` of `text` types along what the gate cut of the last answer (not
+        along what it shows: that is carried): judged again, it reads that answer's rest."""
+        return self.carry.rest(uri, text, cursor) is None and self.carry.typed_along(uri, text, cursor) is not None
 
     def prefetch_request(self, uri: str, doc: Document, cursor: int, settings: Settings) -> CompletionRequest | None:
         """The prompt a request at `cursor` will likely need, for the idle engine to decode; None

@@ -9,8 +9,10 @@ so the request it belongs to answers immediately and never with a stale suggesti
 A prefetch (`prefetch`) is the lowest priority: it runs only when no request waits, decodes the
 prompt a request on that document would need, and any request stops it at once (within one
 decode chunk). What it decoded stays in the engine's KV cache, so the request continues from it.
-A completion made after an answer was sent (`later`: its alternatives) has the same priority: the
-next keystroke's prefetch or request stops it.
+A completion made after an answer was sent (`later`: its alternatives, the text past the gate's
+cut) runs before a prefetch, and only a request (`submit`) or the document's closing stops it: an
+edit and its prefetch do not, since the next keystroke may type along that answer and need it
+(lsp_server.server waits for it then, and a request off it stops it).
 
 Loading runs on the same thread, so completions submitted before or while a model loads simply
 wait for it; once a load has failed they answer "no-model" at once. An engine that loads more on
@@ -101,7 +103,8 @@ class Scheduler:
         self.on_event = on_event
         self._cond = threading.Condition()
         self._pending: Job | None = None
-        self._idle: Job | None = None  # a prefetch or a later completion: runs only when nothing is pending
+        self._idle: Job | None = None  # a prefetch: runs only when nothing else waits
+        self._later: Job | None = None  # a later completion: runs when no request is pending
         self._running: Job | None = None
         self._wanted: tuple[EngineConfig, list[Future[LoadResult]]] | None = None
         self._engine: EngineLike | None = None
@@ -141,7 +144,7 @@ class Scheduler:
             if self._closed:
                 _resolve(job.future, Answer(None, "closed"))
                 return job
-            for old in (self._pending, self._running, self._idle):
+            for old in (self._pending, self._running, self._idle, self._later):
                 if old is not None:
                     self._stop(old, "superseded")
             self._pending = job
@@ -150,12 +153,12 @@ class Scheduler:
 
     def prefetch(self, request: CompletionRequest, tag: str | None = None) -> Job:
         """Decode `request`'s prompt when the engine has nothing else to do. Replaces an older
-        prefetch; never stops a request, and any request stops it."""
+        prefetch; never stops a request or a later completion, and any request stops it."""
         return self._when_idle(Job(request, tag, prefetch=True))
 
     def later(self, request: CompletionRequest, tag: str | None = None) -> Job:
-        """Complete `request` when the engine has nothing else to do, in a prefetch's place: any
-        prefetch or request stops it, and it replaces an older one."""
+        """Complete `request` when no request waits, before any prefetch: a request stops it (not
+        an edit, `cancel_tag`), and it replaces an older one and a prefetch."""
         return self._when_idle(Job(request, tag, later=True))
 
     def _when_idle(self, job: Job) -> Job:
@@ -163,10 +166,13 @@ class Scheduler:
             if self._closed:
                 _resolve(job.future, Answer(None, "closed"))
                 return job
-            for old in (self._idle, self._running):
-                if old is not None and (old.prefetch or old.later):
+            for old in (self._idle, self._later, self._running):
+                if old is not None and (old.prefetch or (old.later and job.later)):
                     self._stop(old, "superseded")
-            self._idle = job
+            if job.later:
+                self._later = job
+            else:
+                self._idle = job
             self._cond.notify()
         return job
 
@@ -174,18 +180,19 @@ class Scheduler:
         with self._cond:
             self._stop(job, reason)
 
-    def cancel_tag(self, tag: str, reason: str = "superseded") -> None:
-        """Stop whatever work belongs to `tag` (a document that just changed)."""
+    def cancel_tag(self, tag: str, reason: str = "superseded", later: bool = True) -> None:
+        """Stop whatever work belongs to `tag` (a document that just changed, or closed); `later`
+        False leaves a later completion (what an answer left out) to the next request."""
         with self._cond:
-            for job in (self._pending, self._running, self._idle):
-                if job is not None and job.tag == tag:
+            for job in (self._pending, self._running, self._idle, self._later):
+                if job is not None and job.tag == tag and (later or not job.later):
                     self._stop(job, reason)
 
     def close(self, timeout: float = 10.0) -> None:
         """Stop all work, close the engine, end the thread."""
         with self._cond:
             self._closed = True
-            for job in (self._pending, self._running, self._idle):
+            for job in (self._pending, self._running, self._idle, self._later):
                 if job is not None:
                     self._stop(job, "closed")
             if self._wanted:
@@ -205,6 +212,8 @@ class Scheduler:
             self._pending = None
         if self._idle is job:
             self._idle = None
+        if self._later is job:
+            self._later = None
         _resolve(job.future, Answer(None, reason))
 
     def _work(self) -> None:
@@ -212,7 +221,7 @@ class Scheduler:
             with self._cond:
                 while not (
                     self._closed or self._wanted or self._retry_due()
-                    or ((self._pending or self._idle) and self._ready())
+                    or ((self._pending or self._later or self._idle) and self._ready())
                 ):  # fmt: skip
                     self._cond.wait(self._retry_wait())
                 if self._closed:
@@ -224,6 +233,8 @@ class Scheduler:
                     retry, self._retry = self._retry, None
                 elif self._pending is not None:
                     job, self._pending = self._pending, None
+                elif self._later is not None:
+                    job, self._later = self._later, None
                 else:
                     job, self._idle = self._idle, None
                 self._running = job
@@ -333,7 +344,7 @@ class Scheduler:
         if job.prefetch or job.later:
             return
         with self._cond:
-            if self._pending is None and self._idle is None and not self._closed and not job.cancel_flag.is_set():
+            if self._pending is None and self._later is None and self._idle is None and not self._closed and not job.cancel_flag.is_set():
                 self._idle = Job(job.request, job.tag, prefetch=True, slow_since=since)
                 self._cond.notify()
 

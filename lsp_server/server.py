@@ -88,6 +88,7 @@ class CpcServer(LanguageServer):
         self.requests = 0  # completion requests seen, for log lines and stats
         self._tasks: set[asyncio.Future] = set()
         self._budget_warned: Settings | None = None  # the settings a budget problem was shown for
+        self._rests: dict[str, asyncio.Future[None]] = {}  # per document: the last answer's rest, being made
         self.log_guard = TextGuard(self.settings.log_document_text)  # on pygls's loggers while serving
         assert isinstance(self.protocol, CpcProtocol)  # protocol_cls above
         self.protocol.on_unreadable = self.unreadable_notification
@@ -316,6 +317,9 @@ class CpcServer(LanguageServer):
         if not await self._first_context(uri, doc, cursor, settings):
             logger.info("#%d superseded while the file's first context was chosen", number)
             return None
+        if chosen is None and not await self._rest_of(uri, doc, cursor):
+            logger.info("#%d superseded while the rest of the last answer was made", number)
+            return None
         step = self.pipeline.begin(uri, doc, cursor, settings, chosen, invoked)
         if isinstance(step, Now):
             if step.carried:
@@ -337,8 +341,8 @@ class CpcServer(LanguageServer):
         made = answer.completion
         if made is not None and made.stats.first_prompt:  # the whole prompt, while the user reads
             self.scheduler.prefetch(step.request, tag=unquote(uri))
-        elif made is not None and made.stats.alternatives_deferred:
-            self._rest_later(uri, doc, step)
+        elif made is not None and (made.stats.alternatives_deferred or made.stop_reason == "hidden"):
+            self._rest_later(uri, step)
         if answer.completion is None and answer.reason == "budget" and self._budget_warned is not settings:
             self._budget_warned = settings  # once per settings, not on every keystroke
             self.tell(types.MessageType.Warning, f"cpc-lsp: {answer.detail}")
@@ -346,17 +350,35 @@ class CpcServer(LanguageServer):
         log_answer(number, answer, parts, found[0] if found else None, settings.log_document_text, len(found))
         return (doc, found) if found else None
 
-    def _rest_later(self, uri: str, doc: Document, step: Ask) -> None:
-        """Make what an answer left out while the user is idle (the next keystroke stops it): its
-        alternatives, for cycling to them and typing along one (Pipeline.more)."""
-        job = asyncio.wrap_future(self.scheduler.later(step.request, tag=unquote(uri)).future)
+    def _rest_later(self, uri: str, step: Ask) -> None:
+        """Make what an answer left out while the user is idle: its alternatives, for cycling to
+        them, and the text past what the gate could show, for typing along it (Pipeline.more). A
+        request off that answer stops it; one typing along what the gate cut waits for it
+        (`_rest_of`), as it would have waited for the answer made whole."""
+        request = replace(step.request, hidden=None)
+        job = asyncio.wrap_future(self.scheduler.later(request, tag=unquote(uri)).future)
+        rest: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._rests[uri] = rest
 
         def done(future: asyncio.Future[Answer]) -> None:
             answer = future.result()
-            if answer.completion is not None and self.documents.get(uri) is doc:
+            if answer.completion is not None and self.documents.get(uri) is not None:  # still open
                 self.pipeline.more(step, answer.completion, answer.model_id)
+            rest.set_result(None)
+            if self._rests.get(uri) is rest:
+                del self._rests[uri]
 
         job.add_done_callback(done)
+
+    async def _rest_of(self, uri: str, doc: Document, cursor: int) -> bool:
+        """Before a request that types along what the gate cut of the last answer (judged again,
+        Pipeline.needs_rest): wait for that answer's rest if it is still being made. False: the
+        document was edited meanwhile (a newer request follows)."""
+        rest = self._rests.get(uri)
+        if rest is None or rest.done() or not self.pipeline.needs_rest(uri, doc.text, cursor):
+            return True
+        await asyncio.shield(rest)
+        return self.documents.get(uri) is doc
 
     async def _first_context(self, uri: str, doc: Document, cursor: int, settings: Settings) -> bool:
         """A just-opened file's request waits (off the loop, FIRST_CONTEXT_WAIT_SECONDS at most)
@@ -514,7 +536,7 @@ def build_server(
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: CpcServer, params: types.DidChangeTextDocumentParams) -> None:
         uri = params.text_document.uri
-        ls.scheduler.cancel_tag(unquote(uri))  # work on the old text is stale
+        ls.scheduler.cancel_tag(unquote(uri), later=False)  # work on the old text is stale; an answer's rest is not
         changes = [(_change_range(c), c.text) for c in params.content_changes]
         if not ls.documents.change(uri, params.text_document.version, changes, ls.encoding):
             logger.warning("didChange for a document that is not open")

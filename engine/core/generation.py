@@ -4,6 +4,7 @@ the end of a block, the token budget or a cancel (the stop rules of one completi
 from __future__ import annotations
 
 import codecs
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from engine.core.prompt import header_line
@@ -26,10 +27,18 @@ class Generated:
     first_token: tuple[int, ...] = ()  # the first sampled token (the "covering" when none is required)
 
 
-def generate(seq: Sequence, request: CompletionRequest, required_bytes: int, headers: bool = False) -> Generated:
+def generate(
+    seq: Sequence,
+    request: CompletionRequest,
+    required_bytes: int,
+    headers: bool = False,
+    hidden: Callable[[Generated], bool] | None = None,
+) -> Generated:
     """Sample until end, stop sequence, line break, budget or cancel. A token counts against
     `max_tokens` when it adds bytes beyond the required prefix (what the user already typed).
-    `headers`: the prompt names other files in comment lines, and a line like them ends it too."""
+    `headers`: the prompt names other files in comment lines, and a line like them ends it too.
+    `hidden`: asked after a token that may confirm a word end (its text has a non-word character);
+    True ends generation there ("hidden": nothing more of it could be shown)."""
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
     produced = 0
     gen = Generated()
@@ -58,6 +67,13 @@ def generate(seq: Sequence, request: CompletionRequest, required_bytes: int, hea
         cut = cut_text(text, free_from, request, headers)
         if cut is not None:
             return replace(gen, text=cut[0], reason=cut[1])
+        if (
+            hidden is not None
+            and seq.required_satisfied
+            and _may_end_word(result.piece)
+            and hidden(replace(gen, text=text))
+        ):
+            return replace(gen, text=text, reason="hidden")
     return replace(gen, text=text, reason="length")
 
 
@@ -85,6 +101,11 @@ def cut_text(text: str, free_from: int, request: CompletionRequest, headers: boo
         return None
     end, reason = min(ends)
     return text[: free_from + end], reason
+
+
+def _may_end_word(piece: bytes) -> bool:
+    """A piece with a byte that is not a word character's may confirm a word end."""
+    return any(not (chr(b).isalnum() or b == 0x5F or b >= 0x80) for b in piece)
 
 
 def _dedent(text: str, floor: int) -> int | None:

@@ -95,3 +95,22 @@ def test_after_punctuation_the_first_token_row_gives_the_rivals(engine):
     assert s.typed_log_prob == 0.0 and s.word_ends and not math.isinf(s.margin)
     assert all(a.text and "\n" not in a.text for a in result.alternatives)
     assert np.isfinite(s.word_log_prob) and s.word_log_prob < 0
+
+
+def test_generation_stops_where_the_callers_check_says_nothing_more_can_be_shown(engine):
+    """CompletionRequest.hidden: asked at the word ends generation confirms, with the signals of
+    the text so far; True ends it there ("hidden"), a prefix of what it makes without the check."""
+    asked = []
+
+    def hidden(model, text, signals):
+        asked.append((model, text, signals.word_ends))
+        return len(signals.word_ends) >= 1
+
+    engine.kv.forget()
+    whole = complete(engine, DRAFT, " yest", max_tokens=12)
+    cut = complete(engine, DRAFT, " yest", max_tokens=12, hidden=hidden)
+    assert cut.stop_reason == "hidden" and whole.stop_reason != "hidden"
+    assert whole.text.startswith(cut.text) and len(cut.text) < len(whole.text)
+    assert cut.stats.generated_tokens < whole.stats.generated_tokens
+    assert asked and asked[-1][0] == engine.model_id and asked[-1][1] == cut.text
+    assert cut.signals.word_ends[0] == whole.signals.word_ends[0]  # the same numbers as after generation

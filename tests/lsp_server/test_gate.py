@@ -3,7 +3,7 @@
 import math
 
 from engine import Completion, DecodeStats, Signals, WordEnd
-from lsp_server.confidence_gate import CURSOR_CLASSES, Calibration, confident_length, cursor_class
+from lsp_server.confidence_gate import CURSOR_CLASSES, Calibration, confident_length, cursor_class, hidden_check
 from lsp_server.split import split
 from lsp_server.suggestion import suggestion_for
 
@@ -100,3 +100,18 @@ def test_the_gate_judges_the_first_item_and_never_hides_the_alternatives_alone()
     assert [s.insert_text for s in shown] == ["yesterday", "yesteryear"]  # cycled to, not gated
     hidden = Completion(" yesterday. I went", "line", DecodeStats(), signals=unsure, alternatives=alternatives)
     assert suggestions_for(parts, hidden, min_confidence=0.3, calibration=IDENTITY) == []
+
+
+def test_the_engines_stop_check_says_hidden_once_a_word_end_is_below_the_gate():
+    """`hidden_check` (CompletionRequest.hidden): generation may stop once `confident_length`
+    can show no more, on the cursor's line or the next one (shaped as a block)."""
+    parts = split("Thanks for the draft yest", 25)
+    hidden = hidden_check(parts, 0.5)  # the unfitted gate's calibration, the threshold set
+    sure = Signals(LN(0.99), 9.0, (WordEnd(10, LN(0.99)),), 0.0, step_ends=(WordEnd(10, LN(0.99)),))
+    assert not hidden(None, " yesterday.", sure)
+    unsure = Signals(LN(0.99), 9.0, (WordEnd(10, LN(0.99)), WordEnd(13, LN(1e-6))), 0.0)
+    assert hidden(None, " yesterday. I went", unsure)
+    assert not hidden_check(parts, 0.0)(None, " yesterday. I went", unsure)  # the gate off
+    below = split("def f(x):\n    return x\n", 23)
+    assert hidden_check(below, 0.5)(None, "\n    y", Signals(LN(1e-6), 0.0, (WordEnd(6, LN(1e-6)),)))
+    assert not hidden_check(below, 0.5)(None, "\n    y", Signals(LN(0.99), 9.0, (WordEnd(6, LN(0.99)),)))

@@ -121,26 +121,39 @@ def test_close_answers_everything():
     assert not scheduler.load(EngineConfig()).result(WAIT).ok
 
 
-def test_a_later_completion_waits_for_idle_and_any_new_work_stops_it():
-    """`later` (what an answer sent left out) runs at a prefetch's priority: a request or a
-    prefetch stops it, and what stats report stays the answer the client got."""
+def test_a_later_completion_waits_for_requests_and_only_a_request_stops_it():
+    """`later` (what an answer sent left out) runs when no request waits, before a prefetch: an
+    edit (`cancel_tag(later=False)`) and its prefetch leave it (the next keystroke may type along
+    that answer), a request or the document's closing stops it; stats report the client's answer."""
     engine = FakeEngine(block=True)
     scheduler = loaded(engine)
     answered = scheduler.submit(CompletionRequest("p", "r"))
     assert engine.started.wait(WAIT)
-    later = scheduler.later(CompletionRequest("later"))
+    later = scheduler.later(CompletionRequest("later"), tag="doc")
     assert not later.future.done() and engine.calls == ["p"]  # it waits for the request
     engine.block = False
     assert answered.future.result(WAIT).reason == "done"
     assert later.future.result(WAIT).reason == "done" and engine.calls == ["p", "later"]
     assert scheduler.last is answered.future.result().completion
+
+    engine.block = True
+    engine.started.clear()
+    job = scheduler.later(CompletionRequest("later"), tag="doc")
+    assert engine.started.wait(WAIT)
+    scheduler.cancel_tag("doc", later=False)  # an edit
+    edit = scheduler.prefetch(CompletionRequest("edit"), tag="doc")
+    assert not job.cancel_flag.is_set() and not edit.future.done()
+    engine.block = False
+    assert job.future.result(WAIT).reason == "done"
+    assert edit.future.result(WAIT).reason == "done" and engine.prefetched[-1:] == ["edit"]  # the prefetch after it
+
     engine.block = True
     for stop in (
-        lambda: scheduler.prefetch(CompletionRequest("edit")),
         lambda: scheduler.submit(CompletionRequest("q")),
+        lambda: scheduler.cancel_tag("doc"),  # closed
     ):
         engine.started.clear()
-        job = scheduler.later(CompletionRequest("later"))
+        job = scheduler.later(CompletionRequest("later"), tag="doc")
         assert engine.started.wait(WAIT)
         stop()
         assert job.future.result(WAIT).reason == "superseded" and job.cancel_flag.is_set()
