@@ -342,7 +342,7 @@ class CpcServer(LanguageServer):
         if made is not None and made.stats.first_prompt:  # the whole prompt, while the user reads
             self.scheduler.prefetch(step.request, tag=unquote(uri))
         elif made is not None and (made.stats.alternatives_deferred or made.stop_reason == "hidden"):
-            self._rest_later(uri, step)
+            self._rest_later(uri, step, made.stats.alternatives_deferred)
         if answer.completion is None and answer.reason == "budget" and self._budget_warned is not settings:
             self._budget_warned = settings  # once per settings, not on every keystroke
             self.tell(types.MessageType.Warning, f"cpc-lsp: {answer.detail}")
@@ -350,12 +350,13 @@ class CpcServer(LanguageServer):
         log_answer(number, answer, parts, found[0] if found else None, settings.log_document_text, len(found))
         return (doc, found) if found else None
 
-    def _rest_later(self, uri: str, step: Ask) -> None:
+    def _rest_later(self, uri: str, step: Ask, alternatives: bool) -> None:
         """Make what an answer left out while the user is idle: its alternatives, for cycling to
         them, and the text past what the gate could show, for typing along it (Pipeline.more). A
         request off that answer stops it; one typing along what the gate cut waits for it
-        (`_rest_of`), as it would have waited for the answer made whole."""
-        request = replace(step.request, hidden=None)
+        (`_rest_of`), as it would have waited for the answer made whole. `alternatives`: the answer
+        left them out (else they stay for later, as the answer had them: no decodes of their own)."""
+        request = replace(step.request, hidden=None, alternatives_later=not alternatives)
         job = asyncio.wrap_future(self.scheduler.later(request, tag=unquote(uri)).future)
         rest: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._rests[uri] = rest
