@@ -271,7 +271,9 @@ def cold_pairs(client: LspClient, root: Path, settings: dict[str, Any], reps: in
                 )
                 cold_reset(client)
                 other = Doc(client, (folder / case.other).as_uri(), case.other_text, LANGUAGES[Path(case.other).suffix])
-                fresh = COMMENTS[Path(case.short).suffix].format(f"draft {rep} {'with' if extra else 'without'} context")
+                fresh = COMMENTS[Path(case.short).suffix].format(
+                    f"draft {rep} {'with' if extra else 'without'} context"
+                )
                 doc = Doc(
                     client,
                     (folder / case.short).as_uri(),

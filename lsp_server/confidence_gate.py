@@ -224,7 +224,9 @@ def hidden_check(split: Split, min_confidence: float | None) -> HiddenCheck:
     def hidden(model: str | None, text: str, signals: Signals) -> bool:
         gate = gate_for(model)
         least = threshold(gate, min_confidence)
-        return least > 0 and any(c < least for _, c in confidences(text, start, signals, cursor, gate.calibration, line_start))
+        return least > 0 and any(
+            c < least for _, c in confidences(text, start, signals, cursor, gate.calibration, line_start)
+        )
 
     return hidden
 

@@ -344,7 +344,13 @@ class Scheduler:
         if job.prefetch or job.later:
             return
         with self._cond:
-            if self._pending is None and self._later is None and self._idle is None and not self._closed and not job.cancel_flag.is_set():
+            if (
+                self._pending is None
+                and self._later is None
+                and self._idle is None
+                and not self._closed
+                and not job.cancel_flag.is_set()
+            ):
                 self._idle = Job(job.request, job.tag, prefetch=True, slow_since=since)
                 self._cond.notify()
 
