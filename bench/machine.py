@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +33,21 @@ def process_cpu_seconds(pid: int) -> float | None:
         return None
     fields = stat[stat.rindex(")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def wait_until_idle(pids: Sequence[int], still_for: float = 0.2, at_most: float = 10.0) -> None:
+    """Until processes `pids` (a language server, a llama-server) stop using the CPU: their CPU
+    time still for `still_for` seconds (waiting `at_most`), so what they make after an answer (a
+    prefetch, the rest of a hidden suggestion) is not in what is timed next."""
+    cpu = lambda: sum(process_cpu_seconds(pid) or 0.0 for pid in pids)  # noqa: E731
+    deadline = time.monotonic() + at_most
+    last = cpu()
+    while time.monotonic() < deadline:
+        time.sleep(still_for)
+        now = cpu()
+        if now - last < 0.1 * still_for:
+            return
+        last = now
 
 
 @dataclass

@@ -12,7 +12,10 @@ Reported, from one run:
   through (G, M) over the warm calls (at most WARM_DECODED prompt tokens decoded), also over the
   calls that decoded nothing before generating, and through (llama_decode calls, M); and beside it
   the *floor*, a bare `llama_decode` of one token through the same llama-cpp-python build, in this
-  process, once after every engine call (so under the same load);
+  process, FLOOR_SAMPLES times after the cold requests and after each passage, once the server's
+  own work (a rest or a prefetch it makes after an answer) has stopped: the machine's other load
+  is in it, the server's is not (sampled right after each answer, it raced those jobs for the
+  cores and read 3-5x a decode);
 - the same calls' time seen by the client (the request's round trip), so what lies outside the
   engine (pygls, the scheduler's hand-offs, shaping) shows as the difference;
 - the share of engine calls that showed nothing, and the tokens they generated;
@@ -52,6 +55,7 @@ REMEMBERED_MS = 20.0  # a call this fast decoded nothing: every row was remember
 PERCENTILES = (0.50, 0.75, 0.90, 0.95)
 SLOW_MS = 300.0
 CHUNK_TOKENS = 64  # the floor evaluates a prompt in the engine's (and llama-server's) chunks
+FLOOR_SAMPLES = 8  # one-token decodes each time the floor is sampled
 
 LOG_LINE = re.compile(
     r"#(?P<number>\d+) (?P<outcome>shown|nothing to add): stop=(?P<stop>\S+) required=(?P<required>\d+) chars "
@@ -236,6 +240,8 @@ class Floor:
 
         import llama_cpp
 
+        from engine.local.llama import FLASH_ATTN
+
         self._llama = llama_cpp
         self._quiet = llama_cpp.llama_log_callback(lambda level, text, data: None)
         llama_cpp.llama_log_set(self._quiet, ctypes.c_void_p(0))
@@ -248,7 +254,8 @@ class Floor:
         ctx = llama_cpp.llama_context_default_params()
         ctx.n_ctx, ctx.n_batch, ctx.n_ubatch = n_ctx, n_batch, n_batch
         ctx.n_threads = ctx.n_threads_batch = threads
-        ctx.swa_full, ctx.no_perf = True, True  # as the engine's context (engine.llama_backend)
+        ctx.swa_full, ctx.no_perf = True, True  # as the engine's context (engine.local.llama)
+        ctx.flash_attn_type = FLASH_ATTN
         self._ctx = llama_cpp.llama_init_from_model(self._model, ctx)
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         self.n_ctx = n_ctx
@@ -287,6 +294,13 @@ class Floor:
         ms = (time.perf_counter() - started) * 1000
         self._llama.llama_memory_seq_rm(self._memory, 0, position, -1)
         return ms
+
+    def samples_when_idle(self, pids: Sequence[int], count: int) -> list[float]:
+        """`count` one-token decodes once the language server (`pids`) is idle."""
+        from bench.machine import wait_until_idle
+
+        wait_until_idle(pids)
+        return [self.one_ms() for _ in range(count)]
 
     def close(self) -> None:
         self._llama.llama_free(self._ctx)
@@ -331,14 +345,12 @@ class Server:
 class StatsAfterEachRequest:
     """The client as bench.replay drives it, asking `cpcLsp/stats` right after each answered
     inline request (after its time was taken): the decodes of the call the server made for it
-    (`engineAnswers` grew), by the server's request number. After each engine call, the floor
-    decodes one token, so the floor is sampled under the load the calls ran in."""
+    (`engineAnswers` grew), by the server's request number."""
 
-    def __init__(self, client, floor: Floor) -> None:
-        self.client, self.floor = client, floor
+    def __init__(self, client) -> None:
+        self.client = client
         self.notify = client.notify
         self.decodes: dict[int, tuple[int, int]] = {}  # request number -> (alternative, lexicon decodes)
-        self.floor_ms: list[float] = []
         self._answers = 0
 
     def request(self, method: str, params: Any = None, timeout: float = 300.0):
@@ -348,13 +360,17 @@ class StatsAfterEachRequest:
             if stats.get("engineAnswers", 0) > self._answers:
                 self._answers = stats["engineAnswers"]
                 self.decodes[stats["requests"]] = (stats.get("alternativeDecodes", 0), stats.get("lexiconDecodes", 0))
-                self.floor_ms.append(self.floor.one_ms())
         return reply
 
 
-def cold_request(editor, floor: Floor, uri: str, text: str, language: str) -> dict[str, Any]:
+def cold_request(
+    editor, floor: Floor, server_pids: Sequence[int], uri: str, text: str, language: str
+) -> dict[str, Any]:
     """Open a fresh document and ask at its end at once: the first answer's time after opening,
-    the engine's prompt tokens, and a bare evaluation of as many tokens of the same text."""
+    the engine's prompt tokens, and a bare evaluation of as many tokens of the same text, once
+    the server has finished what it decodes behind the answer."""
+    from bench.machine import wait_until_idle
+
     opened = time.perf_counter()
     editor.open(uri, text, language)
     reply = editor.inline(uri, timeout=300)
@@ -364,6 +380,7 @@ def cold_request(editor, floor: Floor, uri: str, text: str, language: str) -> di
     tokens = floor.tokenize(text)
     while len(tokens) < prompt:  # the prompt's layout adds a few tokens: the same text again
         tokens += tokens[1:]
+    wait_until_idle(server_pids)
     bare = floor.evaluate_ms(tokens[:prompt])
     editor.close(uri)
     return {"prompt_tokens": prompt, "decoded_tokens": stats.get("decodedTokens"), "request_ms": reply.ms,
@@ -402,23 +419,27 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     ours: list[float] = []
     theirs: list[float] = []
     cold = []
+    floor_ms: list[float] = []
+    busy = [server.process.pid] + ([shared.process.pid] if shared is not None and shared.process else [])
     try:
         editor: Editor = ready_editor(server.client, server.settings)
-        stats = StatsAfterEachRequest(server.client, floor)
+        stats = StatsAfterEachRequest(server.client)
         recorder = Editor(stats)  # type: ignore[arg-type]
         for i, doc in enumerate(documents(lambda t: len(floor.tokenize(t)), 838, args.cold, first_line=400)):
-            cold.append(cold_request(editor, floor, f"file:///bench/warm_cost/cold-{i}.py", doc.base, "python"))
+            cold.append(cold_request(editor, floor, busy, f"file:///bench/warm_cost/cold-{i}.py", doc.base, "python"))
             number += 1
             client_ms[number] = cold[-1]["request_ms"]
             say(f"cold {i + 1}/{args.cold}: {cold[-1]['request_ms']:.0f} ms for {cold[-1]['prompt_tokens']} tokens, "
                 f"bare {cold[-1]['bare_ms']:.0f} ms")  # fmt: skip
         floor.hold(floor.tokenize(items[0].before)[-400:])
+        floor_ms += floor.samples_when_idle(busy, FLOOR_SAMPLES)
         for n, passage in enumerate(items):
             result = replay_server(recorder, passage, f"file:///bench/warm_cost/{n}{Path(passage.file).suffix}", True)
             for ms in result["ms"]:
                 number += 1
                 client_ms[number] = ms
             ours += result["ms"]
+            floor_ms += floor.samples_when_idle(busy, FLOOR_SAMPLES)
             if peer is not None:
                 theirs += replay_infill(peer, passage, True)["ms"]
             say(f"passage {n + 1}/{len(items)} ({passage.kind}): {len(result['ms'])} keystrokes")
@@ -439,7 +460,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         else c
         for c in calls
     ]
-    floor_ms = stats.floor_ms
     floor_median = _median(floor_ms)
     return {
         "calls": call_summary(calls, floor_median),
