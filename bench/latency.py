@@ -3,11 +3,11 @@
 For each size (32/214/838 tokens) a fresh document is opened and a word is typed one character
 per request: didChange, then textDocument/inlineCompletion at the cursor, then cpcLsp/stats for
 what the engine decoded. The first keystroke on a new document is cold (its prompt shares
-nothing with the KV cache); the others are warm. Right after each of our keystrokes the peer,
-llama-cpp-python's own prefix-cached `Llama.create_completion` on the same model file, gets the
-same text (partial word in the prompt, the naive way), the same token budget, temperature 0, and
-a line-break stop (the server suggests one line). Each pair runs back to back, so both see the
-same machine load.
+nothing with the KV cache); the others are warm. After each word, once our server is idle, the
+peer, llama-cpp-python's own prefix-cached `Llama.create_completion` on the same model file, gets
+the same texts keystroke by keystroke (partial word in the prompt, the naive way), the same token
+budget, temperature 0, and a line-break stop (the server suggests one line): right after each of
+our keystrokes it would run beside what our server makes after an answer.
 
 Cancellation: a request is sent, `$/cancelRequest` follows while the engine works, and the time
 from the cancel to the request's answer is measured, then how long the next request takes.
@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from bench.machine import wait_until_idle
 from bench.stats import maximum, median, ratio
 from tests.support.lsp_client import Editor, insert_text
 from tests.support.prompts import SIZES, Typing, documents
@@ -53,7 +54,7 @@ def _type_word(
     editor.open(uri, doc.base)
     keystrokes = []
     shown = None
-    carried = (editor.stats() or {}).get("carried", 0)
+    answers = (editor.stats() or {}).get("engineAnswers", 0)
     for k, ch in enumerate(doc.word[:max_keys]):
         typed = doc.word[: k + 1]
         editor.type(uri, ch)
@@ -63,10 +64,10 @@ def _type_word(
         reply = editor.inline(uri)
         shown = insert_text(reply)
         stats = editor.stats() or {}
-        # cpcLsp/stats describes the last engine call; a keystroke answered from the suggestion
-        # already shown (lsp_server.carry) made none, so it decoded nothing.
-        was_carried = stats.get("carried", 0) > carried
-        carried = stats.get("carried", carried)
+        # cpcLsp/stats describes the last engine call; a keystroke answered without one (the
+        # suggestion shown carried, lsp_server.carry, or a hidden one judged again) decoded nothing.
+        was_carried = stats.get("engineAnswers", 0) == answers
+        answers = stats.get("engineAnswers", answers)
         if was_carried:
             stats = {**stats, "decodedTokens": 0, "coverDecodes": 0, "generatedTokens": 0, "ms": None}
         step = {
@@ -81,10 +82,12 @@ def _type_word(
             "generated_tokens": stats.get("generatedTokens"),
             "engine_ms": stats.get("ms"),
         }
-        if peer is not None:
-            step["peer_ms"], step["peer_generated"] = peer.complete(doc.base + typed, max_tokens)
         keystrokes.append(step)
     editor.close(uri)
+    if peer is not None:  # after ours, once our server is idle: see bench.machine.wait_until_idle
+        wait_until_idle([editor.client.pid])
+        for k, step in enumerate(keystrokes):
+            step["peer_ms"], step["peer_generated"] = peer.complete(doc.base + doc.word[: k + 1], max_tokens)
     return keystrokes
 
 

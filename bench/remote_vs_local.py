@@ -13,8 +13,8 @@ language servers over stdio with the same settings: "local" (in-process model) a
 
 - keystrokes: a word typed letter by letter into a fresh document (the first letter is the cold
   document, the others warm keystrokes), then the first letter of the next word (word start);
-  each keystroke goes to local, then remote, then the peer, back to back, so all see the same
-  machine load. Per keystroke, from the remote engine's stats: HTTP round trips and bytes;
+  each document to local, then remote, then the peer, each once the others are idle (so no
+  engine's work after an answer runs into another's keystroke). Per keystroke, from the remote engine's stats: HTTP round trips and bytes;
 - the peer: llama.vim's request on the same server and the same keystrokes (`/infill` with the
   text before the cursor as raw text, partial word included, `cache_prompt`, on its own slot).
   `/infill` needs FIM tokens; a model without them (the default one) gets the same raw text at
@@ -32,11 +32,12 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from bench import quality
 from bench.infill import InfillPeer
+from bench.machine import wait_until_idle
 from bench.report import Table, num, pct, times
 from bench.stats import maximum, median, ratio
 from tests.support.cases import Case
@@ -163,30 +164,43 @@ def ask_keystroke(editor: Editor, uri: str) -> dict[str, Any]:
 
 
 def _type(
-    editors: dict[str, Editor], peer: InfillPeer | None, doc: Typing, uri: str, max_keys: int
+    editors: dict[str, Editor],
+    peer: InfillPeer | None,
+    doc: Typing,
+    uri: str,
+    max_keys: int,
+    busy: Sequence[int] = (),
 ) -> list[dict[str, Any]]:
-    """One document: its word letter by letter, then the next word's first letter; each keystroke
-    to every editor in turn and to the peer. One row per (who, keystroke)."""
+    """One document: its word letter by letter, then the next word's first letter; to each editor
+    in turn, then to the peer. One row per (who, keystroke). Before each, the processes `busy`
+    (the language servers, llama-server) are let go idle: an engine going on with its work after an
+    answer while another one answers holds the other's threads off a 2-core machine's cores
+    (bench.tail once read 5 to 25 s for a keystroke of 1 s)."""
     keys = [(doc.word[: k + 1], ch, "cold" if k == 0 else "warm") for k, ch in enumerate(doc.word[:max_keys])]
     if (start := next_word_start(doc)) is not None and max_keys >= len(doc.word):
         keys.append((doc.word + start, start, "word start"))
     rows = []
-    for k, (typed, chars, kind) in enumerate(keys):
-        for who, editor in editors.items():
-            if k == 0:
-                editor.open(uri, doc.base)
+    for who, editor in editors.items():
+        wait_until_idle(busy)
+        editor.open(uri, doc.base)
+        for k, (_, chars, kind) in enumerate(keys):
             editor.type(uri, chars)
             rows.append({"who": who, "kind": kind, "key": k, **ask_keystroke(editor, uri)})
-        if peer is not None:
+        editor.close(uri)
+    if peer is not None:
+        wait_until_idle(busy)
+        for k, (typed, _, kind) in enumerate(keys):
             ms, shown = peer.complete(doc.base + typed)
             rows.append({"who": "peer", "kind": kind, "key": k, "ms": ms, "suggestion": shown})
-    for editor in editors.values():
-        editor.close(uri)
     return rows
 
 
 def keystrokes(
-    editors: dict[str, Editor], peer: InfillPeer | None, count_tokens: Callable[[str], int], quick: bool
+    editors: dict[str, Editor],
+    peer: InfillPeer | None,
+    count_tokens: Callable[[str], int],
+    quick: bool,
+    busy: Sequence[int] = (),
 ) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     for size in SIZES[:2] if quick else SIZES:
@@ -194,7 +208,7 @@ def keystrokes(
         for d, doc in enumerate(docs):
             rows += [
                 {**r, "tokens": doc.tokens}
-                for r in _type(editors, peer, doc, f"file:///bench/remote/{size}-{d}.py", 6 if quick else 99)
+                for r in _type(editors, peer, doc, f"file:///bench/remote/{size}-{d}.py", 6 if quick else 99, busy)
             ]
     table = []
     for kind in ("warm", "word start", "cold"):
@@ -356,7 +370,8 @@ def run(args: Any, cases: list[Case], count_tokens: Callable[[str], int], say: C
         try:
             editors = {"local": Editor(local), "remote": Editor(remote)}
             say("remote: keystrokes, local vs remote vs the /infill peer")
-            results["keystrokes"] = keystrokes(editors, peer, count_tokens, args.quick)
+            busy = [local.pid, remote.pid] + ([server.process.pid] if server.process else [])
+            results["keystrokes"] = keystrokes(editors, peer, count_tokens, args.quick, busy)
             if peer is not None and peer.endpoint != "/infill":
                 results["keystrokes"]["peer_note"] = getattr(peer, "refused", "")
             n = min(len(cases), 8 if args.quick else 48)

@@ -4,7 +4,7 @@ against in-process through the language server, and behind a proxy that holds ea
 Issue 22, part 4. The keystrokes are bench.remote_vs_local's (`keystrokes`: a word typed letter by letter
 into fresh documents of 32 and 214 tokens, then the next word's first letter), sent to an
 in-process language server and to one with `modelServer` = a llama-server (the README's command),
-back to back per keystroke so both see the same machine load. Per keystroke: ms, and from the
+one server at a time, each once the other is idle (type_documents says why). Per keystroke: ms, and from the
 remote engine's stats its HTTP round trips and bytes. Then the same keystrokes to a third
 language server whose `modelServer` is tests.support.fault_proxy in `delay` mode (each generation answer
 held `--delay-ms`, 300 by default, as a distant server would be), counting the proxy's TCP

@@ -390,7 +390,7 @@ def cold_request(
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from bench.infill import SEED_ARGS, InfillPeer
-    from bench.machine import CpuWatch, process_cpu_seconds
+    from bench.machine import CpuWatch, process_cpu_seconds, wait_until_idle
     from bench.replay import interleaved, passages, ready_editor, replay_infill, replay_server, used_files
     from engine.model_files import resolve_model
     from tests.support.cases import build_cases, check_cases
@@ -441,6 +441,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             ours += result["ms"]
             floor_ms += floor.samples_when_idle(busy, FLOOR_SAMPLES)
             if peer is not None:
+                wait_until_idle(busy)  # the peer's requests do not race our server's work after an answer
                 theirs += replay_infill(peer, passage, True)["ms"]
             say(f"passage {n + 1}/{len(items)} ({passage.kind}): {len(result['ms'])} keystrokes")
         pids = [server.process.pid] + [s.process.pid for s in (llama_server, shared) if s is not None and s.process]
