@@ -14,7 +14,8 @@ language servers over stdio with the same settings: "local" (in-process model) a
 - keystrokes: a word typed letter by letter into a fresh document (the first letter is the cold
   document, the others warm keystrokes), then the first letter of the next word (word start);
   each document to local, then remote, then the peer, each once the others are idle (so no
-  engine's work after an answer runs into another's keystroke). Per keystroke, from the remote engine's stats: HTTP round trips and bytes;
+  engine's work after an answer runs into another's keystroke). Per keystroke, from the remote
+  engine's stats: HTTP round trips and bytes;
 - the peer: llama.vim's request on the same server and the same keystrokes (`/infill` with the
   text before the cursor as raw text, partial word included, `cache_prompt`, on its own slot).
   `/infill` needs FIM tokens; a model without them (the default one) gets the same raw text at

@@ -4,8 +4,8 @@ against in-process through the language server, and behind a proxy that holds ea
 Issue 22, part 4. The keystrokes are bench.remote_vs_local's (`keystrokes`: a word typed letter by letter
 into fresh documents of 32 and 214 tokens, then the next word's first letter), sent to an
 in-process language server and to one with `modelServer` = a llama-server (the README's command),
-one server at a time, each once the other is idle (type_documents says why). Per keystroke: ms, and from the
-remote engine's stats its HTTP round trips and bytes. Then the same keystrokes to a third
+one server at a time, each once the other is idle (type_documents says why). Per keystroke: ms,
+and from the remote engine's stats its HTTP round trips and bytes. Then the same keystrokes to a third
 language server whose `modelServer` is tests.support.fault_proxy in `delay` mode (each generation answer
 held `--delay-ms`, 300 by default, as a distant server would be), counting the proxy's TCP
 connections per document. Results: bench/results/tail.json.
@@ -46,9 +46,9 @@ def _client(settings: dict[str, Any], env: dict[str, str] | None = None) -> LspC
 def type_documents(editors: dict[str, Editor], docs, proxy: FaultProxy | None) -> list[dict[str, Any]]:
     """Each document: its word letter by letter, then the next word's first letter, every
     keystroke to each editor in turn. Rows per (who, keystroke); the proxy's connections per doc.
-    The run types into one editor at a time: two engines on a 2-core machine, each going on with
-    what it makes after an answer while the other answers, held each other's OpenMP threads off the
-    cores and one keystroke took 5 to 25 s on both sides (a user runs one of them)."""
+    `run` passes one editor at a time: two engines on a 2-core machine, each going on with what it
+    makes after an answer while the other answered, held each other's OpenMP threads off the cores,
+    and one keystroke took up to 25 s (a user runs one of them)."""
     rows = []
     for d, doc in enumerate(docs):
         keys = [(ch, "cold" if k == 0 else "warm") for k, ch in enumerate(doc.word)]
