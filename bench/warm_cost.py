@@ -49,6 +49,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from bench.machine import wait_until_idle
+
 MODEL = "qwen2.5-coder-0.5b"  # the server's default model for code
 WARM_DECODED = 5  # an engine call that decoded at most this many prompt tokens is warm
 REMEMBERED_MS = 20.0  # a call this fast decoded nothing: every row was remembered (left out of the fits)
@@ -297,8 +299,6 @@ class Floor:
 
     def samples_when_idle(self, pids: Sequence[int], count: int) -> list[float]:
         """`count` one-token decodes once the language server (`pids`) is idle."""
-        from bench.machine import wait_until_idle
-
         wait_until_idle(pids)
         return [self.one_ms() for _ in range(count)]
 
@@ -369,8 +369,6 @@ def cold_request(
     """Open a fresh document and ask at its end at once: the first answer's time after opening,
     the engine's prompt tokens, and a bare evaluation of as many tokens of the same text, once
     the server has finished what it decodes behind the answer."""
-    from bench.machine import wait_until_idle
-
     opened = time.perf_counter()
     editor.open(uri, text, language)
     reply = editor.inline(uri, timeout=300)
@@ -395,7 +393,7 @@ def cold_request(
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from bench.infill import SEED_ARGS, InfillPeer
-    from bench.machine import CpuWatch, process_cpu_seconds, wait_until_idle
+    from bench.machine import CpuWatch, process_cpu_seconds
     from bench.replay import interleaved, passages, ready_editor, replay_infill, replay_server, used_files
     from engine.model_files import resolve_model
     from tests.support.cases import build_cases, check_cases
