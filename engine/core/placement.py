@@ -12,6 +12,10 @@ from typing import Any
 UBATCH_TOKENS = 64
 MOVE_MIN_GAIN = 32  # a prompt goes to a sequence sharing at least this many more tokens with it
 MOVE_MIN_DROP = 128  # else one that would cut the live sequence back this far may go to a free one
+# A prompt sharing at least this part of another: it goes to the slot that holds that one (a
+# server's), and a prompt decode stopped mid-way is finished before it (both backends: llama-server
+# finishes a prefill its client stopped waiting for, engine.remote.fills; engine.local.kv `_finish_stopped`).
+SLOT_SHARE = 0.5
 
 
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:

@@ -6,7 +6,10 @@ remembered by the exact token sequence that produced them (a small LRU), so an u
 or a covering branch or suggestion already computed on an earlier keystroke, decodes nothing.
 
 Prompt work is never thrown away: a decode cancelled between chunks keeps the chunks it finished,
-and the next request (or prefetch) resumes from them.
+and the next request (or prefetch) resumes from them. A prefetch stopped mid-prompt is finished by
+the next decode that shares at least half of it, before that decode, as llama-server finishes a
+prefill its client stopped waiting for: the prompt's ubatches then do not depend on when the
+request came, and both backends compute the same numbers (`_finish_stopped`).
 
 Several documents stay decoded: the context has several sequences (each a whole context). One is
 live. A prompt moves to the sequence that shares clearly more with it, if there is one. Else a
@@ -39,7 +42,7 @@ import numpy as np
 
 from engine.backend import Cancelled, PromptSpeed, Traffic
 from engine.core.path_rows import PathRows
-from engine.core.placement import common_prefix_length, kept, placement
+from engine.core.placement import SLOT_SHARE, common_prefix_length, kept, placement
 
 __all__ = ["Decoded", "Decoder", "KvCache"]
 
@@ -95,6 +98,7 @@ class KvCache:
         self.decoded = 0  # tokens decoded since construction (for per-request accounting)
         self.speed = PromptSpeed()
         self.switches = 0  # moves to a sequence that already held a shared prefix
+        self._stopped: tuple[int, tuple[int, ...]] | None = None  # (sequence, prompt) of a prefetch stopped mid-prompt
 
     @property
     def held(self) -> int:
@@ -156,8 +160,17 @@ class KvCache:
         """Prefetch: decode the prompt and nothing else (`beside`: in another sequence than the
         live one, unless that holds a prefix of it)."""
         with self._lock:
-            if tokens not in self._rows:
-                self._remember(tokens, self._decode_to(tokens, 1, cancel, beside)[0])
+            self._finish_stopped(tokens, cancel)
+            if tokens in self._rows:
+                return
+            decoded = self.decoded
+            try:
+                rows = self._decode_to(tokens, 1, cancel, beside)
+            except Cancelled:
+                if self.decoded > decoded and self._held == list(tokens[: len(self._held)]):
+                    self._stopped = (self._live, tokens)
+                raise
+            self._remember(tokens, rows[0])
 
     def covering_rows(
         self, prompt: tuple[int, ...], required: bytes, cancel: threading.Event | None, budget: int
@@ -170,6 +183,7 @@ class KvCache:
         Raises Cancelled when `cancel` is set before or between decode chunks; the chunks
         decoded by then stay in the cache."""
         with self._lock:
+            self._finish_stopped(tokens, cancel)
             row = self._rows.get(tokens)
             if row is not None:
                 self._rows.move_to_end(tokens)
@@ -188,6 +202,7 @@ class KvCache:
         the batch plain decoding would use: a longer batch would round differently (see
         engine.core.speculative) and could change a greedy token."""
         with self._lock:
+            self._finish_stopped(tokens, cancel)
             if common_prefix_length(self._held, tokens) < len(tokens) - 1:
                 self._remember(tokens, self._decode_to(tokens, 1, cancel)[0])
                 return
@@ -234,6 +249,33 @@ class KvCache:
             rows: np.ndarray = done.rows
         return rows
 
+    def _finish_stopped(self, tokens: tuple[int, ...], cancel: threading.Event | None) -> None:
+        """Finish the prefetch stopped mid-prompt when `tokens` share at least SLOT_SHARE of it,
+        in its sequence, in the chunks it would have decoded. Why: llama-server finishes a prefill
+        whatever its client does, and the remote backend waits for it by the same rule
+        (engine.remote.rows `prefill`); cut back where the request came instead, the prompt's last
+        chunk was decoded in other ubatches than the server's (a case of the unseen check read "is:"
+        in-process and "is_writable" remotely). A cancel stops it again between chunks."""
+        stopped, self._stopped = self._stopped, None
+        if stopped is None:
+            return
+        seq, prompt = stopped
+        held = self._seqs[seq]
+        if not (len(held) < len(prompt) and held == list(prompt[: len(held)])):
+            return  # decoded or cut back since
+        if common_prefix_length(prompt, tokens) < SLOT_SHARE * len(prompt):
+            self._stopped = stopped
+            return
+        self._use(seq)
+        alone_from, self._alone_from = self._alone_from, None
+        try:
+            self._remember(prompt, self._decode_to(prompt, 1, cancel)[0])
+        except Cancelled:
+            self._stopped = stopped
+            raise
+        finally:
+            self._alone_from = alone_from
+
     def _switch_for(self, tokens: tuple[int, ...], beside: bool = False) -> None:
         """Pick the sequence `tokens` decode into (see the module docstring and `placement`);
         `beside`: not the live one if that would be cut back."""
@@ -276,6 +318,7 @@ class KvCache:
         return row
 
     def _reset(self) -> None:
+        self._stopped = None
         self._backend.clear()
         for held in self._seqs:
             held.clear()

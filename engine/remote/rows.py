@@ -55,7 +55,7 @@ from dataclasses import replace
 import numpy as np
 
 from engine.backend import Cancelled, PromptSpeed, Traffic
-from engine.core.placement import common_prefix_length
+from engine.core.placement import SLOT_SHARE, common_prefix_length
 from engine.core.vocab import VocabIndex
 from engine.remote.batch import prove
 from engine.remote.bounded import BoundedRows
@@ -69,7 +69,7 @@ from engine.remote.request import (
     gbnf_literal,
     request_body,
 )
-from engine.remote.slots import SLOT_SHARE, SlotBook
+from engine.remote.slots import SlotBook
 from engine.remote.stream import Stream, Walk
 
 # Listed tokens per generated token (about 2.5 kB of JSON each). At least engine.core.signals.TOP: the

@@ -15,12 +15,11 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from engine.core.placement import common_prefix_length, kept, placement
+from engine.core.placement import SLOT_SHARE, common_prefix_length, kept, placement
 
 # A named slot that gives back this many tokens fewer than we left in it was taken by another
 # client (a token or two can be ours: the last token of a stream closed early may not be decoded).
 TAKEN_MIN_TOKENS = 8
-SLOT_SHARE = 0.5  # a prompt goes to a slot we used when it shares at least this part of it
 
 
 @dataclass

@@ -171,6 +171,62 @@ def test_work_survives_every_cancel_of_a_long_prompt():
     assert kv.decoded == 40 and backend.cells == list(prompt)
 
 
+def _stopped_prefill(backend: RecordingBackend, kv: KvCache, prompt: tuple[int, ...]) -> None:
+    """A prefetch of `prompt` cancelled after its first chunk (a request came)."""
+
+    def cancelled_after_one_chunk(tokens, start, _, outputs=1, seq=0):
+        return RecordingBackend.decode(backend, tokens, start, lambda: True, outputs, seq)
+
+    backend.decode = cancelled_after_one_chunk
+    with pytest.raises(Cancelled):
+        kv.prefill(prompt, threading.Event())
+    del backend.decode
+    assert backend.cells == list(prompt[:4])
+
+
+def test_a_stopped_prefetch_is_finished_before_a_request_sharing_half_of_it():
+    """As llama-server finishes a prefill its client stopped waiting for: the request's prompt is
+    then decoded in the same chunks whenever it came (engine.core.placement SLOT_SHARE)."""
+    backend = RecordingBackend()
+    kv = KvCache(backend)
+    prompt = tuple(range(1, 21))
+    _stopped_prefill(backend, kv, prompt)
+    request = prompt[:14] + (99, 98)
+    kv.logits_after(request)
+    assert backend.calls[-3:] == [("decode", prompt[4:], 4), ("rm", 14), ("decode", (99, 98), 14)]
+    assert kv.remembers(prompt)  # the prefetch's own row, as if it had never stopped
+
+
+def test_a_stopped_prefetch_is_not_finished_for_a_request_sharing_less():
+    backend = RecordingBackend()
+    kv = KvCache(backend)
+    prompt = tuple(range(1, 21))
+    _stopped_prefill(backend, kv, prompt)
+    kv.logits_after(prompt[:6] + (99,))
+    assert backend.calls[-1] == ("decode", (5, 6, 99), 4) and not kv.remembers(prompt)
+    kv.logits_after(prompt)  # cut back since: nothing is finished, the prompt decodes from the cut
+    assert backend.calls[-2:] == [("rm", 6), ("decode", prompt[6:], 6)]
+
+
+def test_a_cancel_while_finishing_a_stopped_prefetch_leaves_it_to_the_next_request():
+    backend = RecordingBackend()
+    kv = KvCache(backend)
+    prompt = tuple(range(1, 21))
+    _stopped_prefill(backend, kv, prompt)
+    plain = backend.decode
+
+    def cancelled_after_one_chunk(tokens, start, _, outputs=1, seq=0):
+        return RecordingBackend.decode(backend, tokens, start, lambda: True, outputs, seq)
+
+    backend.decode = cancelled_after_one_chunk
+    with pytest.raises(Cancelled):
+        kv.logits_after(prompt[:12] + (99,), threading.Event())
+    backend.decode = plain
+    assert backend.cells == list(prompt[:8])
+    kv.logits_after(prompt[:12] + (99,))
+    assert backend.calls[-3:] == [("decode", prompt[8:], 8), ("rm", 12), ("decode", (99,), 12)]
+
+
 def test_a_set_cancel_flag_stops_before_any_decode():
     kv = KvCache(RecordingBackend())
     cancel = threading.Event()

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from engine import CompletionRequest, SamplingConfig
+from engine.backend import Cancelled
 from engine.core.covering import CoveringSearch
+from engine.core.placement import UBATCH_TOKENS
 from engine.core.prefix import RequiredPrefix
 from engine.core.sampler import log_sum_exp
 from engine.core.sequence import PathRows
@@ -97,6 +99,42 @@ def test_cold_and_restored_runs_give_identical_tokens(engine):
     greedy_tokens(engine, prompt[: len(prompt) // 2])  # a shared prefix, then a removed tail
     restored = greedy_tokens(engine, prompt)
     assert restored == cold
+
+
+class _StopAfterFirstChunk(threading.Event):
+    """A cancel flag that reads unset at the decode's start and set at its first check between
+    chunks: the request that stops a prefetch comes while its first chunk decodes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.checks = 0
+
+    def is_set(self) -> bool:
+        self.checks += 1
+        return self.checks > 1
+
+
+def test_a_prompt_decodes_in_the_same_ubatches_whether_the_prefetch_before_it_finished_or_was_stopped(engine):
+    """The prefetch of a document's end (its opening), then a request at a cursor before it: the
+    request's row is the same whether the prefetch had finished or a request stopped it after one
+    chunk, as on llama-server, which finishes a prefill whatever its client does. Cut back where
+    the request came, the prompt's last chunk was decoded in other ubatches and the row moved."""
+    text = " ".join(f"Line {i}: the parcel left the depot at {i} o'clock and reached the harbour." for i in range(20))
+    whole = engine.tokenize(text)
+    cut = len(whole) * 3 // 4 + 60
+    request = whole[:cut] + engine.tokenize(" The parcel")[1:]
+    assert len(request) > 4 * UBATCH_TOKENS and cut % UBATCH_TOKENS  # the cut inside a chunk of the prefetch
+    rows = []
+    for stop in (False, True):
+        engine.kv.forget()
+        if stop:
+            with pytest.raises(Cancelled):
+                engine.kv.prefill(whole, _StopAfterFirstChunk())
+            assert 0 < engine.kv.held < len(whole)
+        else:
+            engine.kv.prefill(whole)
+        rows.append(np.array(engine.kv.logits_after(request)))
+    assert np.array_equal(rows[0], rows[1]), float(np.max(np.abs(rows[0] - rows[1])))
 
 
 def test_an_unchanged_prompt_decodes_nothing_and_one_more_word_decodes_only_its_tokens(engine):
