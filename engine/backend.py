@@ -109,7 +109,7 @@ class Backend(Protocol):
 
     @property
     def kept_prompts(self) -> int:
-        """How many prompts stay decoded at once (sequences in-process, one slot on a server)."""
+        """How many prompts stay decoded at once (sequences in-process, our slots on a server)."""
         ...
 
     def cached_prefix(self, tokens: tuple[int, ...]) -> int:

@@ -169,10 +169,14 @@ class RemoteRows:
     def held(self) -> int:
         return len(self.stream.held)
 
-    kept_prompts = 1  # the one slot a document is on
+    @property
+    def kept_prompts(self) -> int:
+        """Our slots, as the in-process engine's sequences (engine.remote.slots): a first answer
+        then comes from the same prompt on both backends (engine.Engine.first_prompt)."""
+        return self.slots.kept_prompts
 
     def cached_prefix(self, tokens: tuple[int, ...]) -> int:
-        return common_prefix_length(self.stream.held, tokens)
+        return max(common_prefix_length(self.stream.held, tokens), self.slots.cached_prefix(tokens))
 
     def sequences_held(self) -> list[int]:
         return [len(self.stream.held)]

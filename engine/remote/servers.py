@@ -232,7 +232,9 @@ class ServerSet:
     def held(self) -> int:
         return self.servers[self._current].held
 
-    kept_prompts = 1  # the one slot a document is on
+    @property
+    def kept_prompts(self) -> int:
+        return self.servers[self._current].kept_prompts
 
     def cached_prefix(self, tokens: tuple[int, ...]) -> int:
         return self.servers[self._current].cached_prefix(tokens)

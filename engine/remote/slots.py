@@ -62,6 +62,19 @@ class SlotBook:
         self.sharing = Sharing()
         self.placed = False  # the server has placed the current call's document (`slot_for`)
 
+    @property
+    def kept_prompts(self) -> int:
+        """Prompts kept decoded at once, as the in-process engine keeps sequences: one a slot of
+        ours; one in all with a fixed slot, or on a server another client uses (its slots are
+        theirs too: a document takes one)."""
+        if self.fixed_slot is not None or self.sharing.shared:
+            return 1
+        return max(1, self.total_slots)
+
+    def cached_prefix(self, tokens: tuple[int, ...]) -> int:
+        """The longest prefix of `tokens` a slot holds, as far as we know."""
+        return max((common_prefix_length(held, tokens) for held in self._slots.values()), default=0)
+
     def held(self, slot: int) -> tuple[int, ...]:
         """What we last left in `slot` (nothing known: empty)."""
         return self._slots.get(slot, ())

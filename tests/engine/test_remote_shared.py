@@ -67,3 +67,19 @@ def test_a_few_tokens_short_is_not_a_theft(fake):
     fake.cache_n = len(DOCUMENT) - TAKEN_MIN_TOKENS  # e.g. a stream closed before its last token was decoded
     prefill(rows, LONGER)
     assert not rows.slots.sharing.shared
+
+
+def test_alone_each_slot_is_a_kept_prompt_and_on_a_shared_server_one(fake):
+    """Alone, the slots stand for the in-process sequences (a first answer from the near window,
+    the whole prompt in another slot: engine.Engine.first_prompt); what any of them holds counts as
+    decoded. With others on the server, or one fixed slot, a document keeps to one."""
+    rows = client(fake)
+    first, second = (BOS,) + (A,) * 200, (BOS,) + (B,) * 200  # long enough to go to another slot (placement)
+    prefill(rows, first)
+    prefill(rows, second)
+    assert [b["id_slot"] for b in fake.bodies] == [-1, -1]
+    assert rows.kept_prompts == 4
+    assert rows.cached_prefix(first + (B,)) == len(first) - 1 and rows.cached_prefix(second) == len(second) - 1
+    rows.slots.sharing.slot_taken()
+    assert rows.kept_prompts == 1
+    assert RemoteRows(ModelServerClient(fake.url, None, 5.0), VOCAB, 2048, 4, 2).kept_prompts == 1
