@@ -6,10 +6,10 @@ remembered by the exact token sequence that produced them (a small LRU), so an u
 or a covering branch or suggestion already computed on an earlier keystroke, decodes nothing.
 
 Prompt work is never thrown away: a decode cancelled between chunks keeps the chunks it finished,
-and the next request (or prefetch) resumes from them. A prefetch stopped mid-prompt is finished by
-the next decode that shares at least half of it, before that decode, as llama-server finishes a
-prefill its client stopped waiting for: the prompt's ubatches then do not depend on when the
-request came, and both backends compute the same numbers (`_finish_stopped`).
+and the next request (or prefetch) resumes from them. A prefetch stopped mid-prompt is finished,
+up to the chunk where they part, by the next decode that shares at least half of it, as
+llama-server finishes a prefill its client stopped waiting for: the prompt's ubatches then do not
+depend on when the request came, and both backends compute the same numbers (`_finish_stopped`).
 
 Several documents stay decoded: the context has several sequences (each a whole context). One is
 live. A prompt moves to the sequence that shares clearly more with it, if there is one. Else a
@@ -250,12 +250,15 @@ class KvCache:
         return rows
 
     def _finish_stopped(self, tokens: tuple[int, ...], cancel: threading.Event | None) -> None:
-        """Finish the prefetch stopped mid-prompt when `tokens` share at least SLOT_SHARE of it,
-        in its sequence, in the chunks it would have decoded. Why: llama-server finishes a prefill
-        whatever its client does, and the remote backend waits for it by the same rule
-        (engine.remote.rows `prefill`); cut back where the request came instead, the prompt's last
-        chunk was decoded in other ubatches than the server's (a case of the unseen check read "is:"
-        in-process and "is_writable" remotely). A cancel stops it again between chunks."""
+        """When `tokens` share at least SLOT_SHARE of the prefetch stopped mid-prompt, and more than
+        it decoded, decode the rest of its chunk that holds where they part first, in its sequence
+        (and the token after it, alone, as a decode's last): the shared tokens' KV is then what the
+        whole prefetch would have left. Why: llama-server finishes a prefill whatever its client
+        does, and the remote backend waits for it by the same rule (engine.remote.rows `prefill`);
+        decoded from where the request stopped it instead, the last chunk of the request's prompt
+        was cut elsewhere (a case of the unseen check read "is:" in-process and "is_writable"
+        remotely). The chunks past it would not change those tokens, so they are left. A cancel
+        stops it between chunks and leaves it to the next decode."""
         stopped, self._stopped = self._stopped, None
         if stopped is None:
             return
@@ -263,13 +266,19 @@ class KvCache:
         held = self._seqs[seq]
         if not (len(held) < len(prompt) and held == list(prompt[: len(held)])):
             return  # decoded or cut back since
-        if common_prefix_length(prompt, tokens) < SLOT_SHARE * len(prompt):
+        shared = common_prefix_length(prompt, tokens)
+        if shared < SLOT_SHARE * len(prompt):
             self._stopped = stopped
             return
+        if shared <= len(held):
+            return  # the shared tokens were decoded in the prefetch's own chunks
+        chunk = self._backend.chunk_tokens
+        end = len(held) + -(-(shared - len(held)) // chunk) * chunk
+        run = prompt[: end + 1]
         self._use(seq)
         alone_from, self._alone_from = self._alone_from, None
         try:
-            self._remember(prompt, self._decode_to(prompt, 1, cancel)[0])
+            self._remember(run, self._decode_to(run, 1, cancel)[0])
         except Cancelled:
             self._stopped = stopped
             raise

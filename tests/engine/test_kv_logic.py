@@ -193,7 +193,17 @@ def test_a_stopped_prefetch_is_finished_before_a_request_sharing_half_of_it():
     _stopped_prefill(backend, kv, prompt)
     request = prompt[:14] + (99, 98)
     kv.logits_after(request)
-    assert backend.calls[-3:] == [("decode", prompt[4:], 4), ("rm", 14), ("decode", (99, 98), 14)]
+    # up to the end of the prefetch's chunk that holds the cut (16), and one token alone after it
+    assert backend.calls[-3:] == [("decode", prompt[4:17], 4), ("rm", 14), ("decode", (99, 98), 14)]
+
+
+def test_a_request_sharing_all_of_a_stopped_prefetch_finishes_it_whole():
+    backend = RecordingBackend()
+    kv = KvCache(backend)
+    prompt = tuple(range(1, 21))
+    _stopped_prefill(backend, kv, prompt)
+    kv.logits_after(prompt + (99,))
+    assert backend.calls[-2:] == [("decode", prompt[4:], 4), ("decode", (99,), 20)]
     assert kv.remembers(prompt)  # the prefetch's own row, as if it had never stopped
 
 
@@ -224,7 +234,7 @@ def test_a_cancel_while_finishing_a_stopped_prefetch_leaves_it_to_the_next_reque
     backend.decode = plain
     assert backend.cells == list(prompt[:8])
     kv.logits_after(prompt[:12] + (99,))
-    assert backend.calls[-3:] == [("decode", prompt[8:], 8), ("rm", 12), ("decode", (99,), 12)]
+    assert backend.calls[-3:] == [("decode", prompt[8:13], 8), ("rm", 12), ("decode", (99,), 12)]
 
 
 def test_a_set_cancel_flag_stops_before_any_decode():
