@@ -205,7 +205,7 @@ class Engine(PromptWindow):
 
     def request_prompt(self, request: CompletionRequest) -> tuple[int, ...]:
         """The whole prompt of `request`. Where no first answer can come before it (`answers_first`
-        false: a model server's one slot, prefetch off) a short file's context is the "lean" one:
+        false: one kept prompt, e.g. a fixed slot on a model server; prefetch off) a short file's context is the "lean" one:
         what the request waits for is bounded in time (COLD_EXTRA_MS) either way."""
         return self.prompt_tokens(request, self._reserve(request), "whole" if self.answers_first(request) else "lean")
 

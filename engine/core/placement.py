@@ -32,7 +32,10 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 def placement(
-    live: Sequence[int] | None, others: Sequence[tuple[Any, Sequence[int]]], tokens: Sequence[int]
+    live: Sequence[int] | None,
+    others: Sequence[tuple[Any, Sequence[int]]],
+    tokens: Sequence[int],
+    beside: bool = False,
 ) -> tuple[str, Any]:
     """Where a prompt is decoded, for both backends (a sequence here, a llama-server slot in
     engine.remote.rows), so both reuse the same prefixes and decode the same ubatches:
@@ -40,7 +43,8 @@ def placement(
     empty or the least recently used one, from position 0, when staying would cut the live one
     back by many tokens and keep less than it must decode anyway; else ("stay", None), keeping
     the prefix the live sequence shares. `live` None: nothing used yet (fresh); no `others`:
-    there is nowhere else to go (stay)."""
+    there is nowhere else to go (stay). `beside` (the whole prompt prefetched after a first
+    answer from another): never cut the live one back, fresh instead of staying."""
     if live is None:
         return "fresh", None
     if not others:
@@ -50,6 +54,8 @@ def placement(
     if shared >= keep + MOVE_MIN_GAIN:
         return "move", best
     if len(live) - keep >= MOVE_MIN_DROP and keep < len(tokens) - keep:
+        return "fresh", None
+    if beside and keep < len(live):
         return "fresh", None
     return "stay", None
 

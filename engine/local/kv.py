@@ -289,9 +289,7 @@ class KvCache:
         """Pick the sequence `tokens` decode into (see the module docstring and `placement`);
         `beside`: not the live one if that would be cut back."""
         others = [(i, self._seqs[i]) for i in range(len(self._seqs)) if i != self._live]
-        where, target = placement(self._held, others, tokens)
-        if beside and where == "stay" and others and common_prefix_length(self._held, tokens) < len(self._held):
-            where = "fresh"
+        where, target = placement(self._held, others, tokens, beside)
         if where == "move":
             self._use(target)
             self.switches += 1

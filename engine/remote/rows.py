@@ -263,7 +263,8 @@ class RemoteRows:
 
     def prefill(self, tokens: tuple[int, ...], cancel: threading.Event | None = None, beside: bool = False) -> None:
         """Prefetch: the server decodes the prompt into its slot (`n_predict: 0`) and nothing else
-        (one slot: `beside` cannot be kept, and the engine never asks it here).
+        (`beside`: in another slot than the live one unless that holds a prefix of it, as
+        in-process: engine.core.placement).
         A decode still running for this document (a `Fill`) is waited on first; one for another
         document is left to finish. A timeout or a cancel leaves this one running for the next call."""
         key = tuple(tokens)
@@ -274,12 +275,12 @@ class RemoteRows:
             if fill is not None:
                 if common_prefix_length(fill.prompt, key) >= SLOT_SHARE * len(fill.prompt):
                     self.prefills.wait(cancel)
-                    slot, warm = self.slots.slot_for(key)
+                    slot, warm = self.slots.slot_for(key, beside)
                     if slot >= 0 and self.slots.cached_in(slot, warm, key) >= len(key) - 1:
                         return  # what was running was this prompt (all but its last token)
                 else:
                     self.prefills.detach()  # another document needs the client
-            slot, warm = self.slots.slot_for(key)
+            slot, warm = self.slots.slot_for(key, beside)
             if slot >= 0 and warm and self.slots.cached_in(slot, warm, key) >= len(key) - 1:
                 # The slot holds it (typing inside a word leaves the prompt as it was): nothing to
                 # decode, as in-process. Asked anyway, the request was one round trip per keystroke

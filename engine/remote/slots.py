@@ -85,7 +85,7 @@ class SlotBook:
         if live:
             self._live = slot
 
-    def slot_for(self, tokens: tuple[int, ...]) -> tuple[int, bool]:
+    def slot_for(self, tokens: tuple[int, ...], beside: bool = False) -> tuple[int, bool]:
         """(id_slot, cache_prompt) for a prompt: where the in-process engine would decode it
         (engine.core.placement, our slots standing for its sequences), so both keep the same
         prefixes and decode the same ubatches. Staying or moving names the slot and reuses its KV;
@@ -96,7 +96,7 @@ class SlotBook:
         live = self._slots.get(self._live) if self._live is not None else None
         others = [(slot, held) for slot, held in self._slots.items() if slot != self._live]
         others += [(slot, ()) for slot in range(self.total_slots) if slot not in self._slots and slot != self._live]
-        where, target = placement(live, others, tokens)
+        where, target = placement(live, others, tokens, beside)
         if self.sharing.shared and not self.placed and where != "fresh":
             # A team (`shared`): between two calls another user may have taken the slot; named,
             # it would be decoded again over whatever it holds now (llama-server's RAM prompt

@@ -83,3 +83,14 @@ def test_alone_each_slot_is_a_kept_prompt_and_on_a_shared_server_one(fake):
     rows.slots.sharing.slot_taken()
     assert rows.kept_prompts == 1
     assert RemoteRows(ModelServerClient(fake.url, None, 5.0), VOCAB, 2048, 4, 2).kept_prompts == 1
+
+
+def test_a_prefill_beside_the_live_slot_never_cuts_it_back(fake):
+    """The whole prompt prefetched after a first answer goes to another slot, as in-process to
+    another sequence (engine.core.placement `beside`), even where a prompt alone would stay."""
+    rows = client(fake)
+    prefill(rows, DOCUMENT)  # 71 tokens: another short prompt alone would stay in its slot
+    rows.begin(None, max_tokens=0)
+    rows.prefill((BOS,) + (B,) * 70, beside=True)
+    prefill(rows, (BOS,) + (A,) * 3 + (B,) * 70)  # without `beside`: the live slot, cut back
+    assert [b["id_slot"] for b in fake.bodies] == [-1, -1, 1]
