@@ -43,10 +43,10 @@ class Pairs:
     stack: tuple[str, ...] = ()  # open brackets, innermost last
     quote: str | None = None  # the open quote, if the text stopped inside a string
     unpaired: int = 0  # closers with no matching opener
+    escaped: bool = False  # the text stopped after a backslash in a string (the next character is its)
 
     def read(self, text: str) -> Pairs:
-        stack, quote, unpaired = list(self.stack), self.quote, self.unpaired
-        escaped = False
+        stack, quote, unpaired, escaped = list(self.stack), self.quote, self.unpaired, self.escaped
         for ch in text:
             if quote is not None:
                 if escaped:
@@ -64,7 +64,7 @@ class Pairs:
                     stack.pop()
                 else:
                     unpaired += 1
-        return Pairs(tuple(stack), quote, unpaired)
+        return Pairs(tuple(stack), quote, unpaired, escaped)
 
     @property
     def errors(self) -> int:
@@ -85,8 +85,9 @@ def meet(line_before: str, added: str, suffix: str) -> str:
         retyped = added[at:]
         if rest.startswith(retyped) or retyped.rstrip() == rest:  # the text ends retyping the rest
             left = added[at - 1] if at > 0 else line_before[-1:]
-            if len(retyped) < len(rest) and left and is_word_char(left) and is_word_char(retyped[0]):
-                continue  # a partial retype never begins inside a word
+            whole = retyped.rstrip() == rest and suffix.startswith(retyped)  # the rest, with its own spaces
+            if not whole and left and is_word_char(left) and is_word_char(retyped[0]):
+                continue  # a partial retype (or the rest and spaces it lacks) never begins inside a word
             kind = 0
         elif retyped.startswith(rest):  # it retyped the whole rest and went on
             kind = 2
