@@ -181,7 +181,8 @@ class Settings:
         "many tokens before the cursor, without other files' text, while the whole prompt decodes "
         "behind it; a short file's first suggestion likewise waits for at most 300 ms of other files' "
         "text. The next suggestions use the whole prompt once it is decoded. Needs "
-        "`prefetch`, `memoryBudgetMib` above 0 (a second prompt kept) and the in-process model; 0: off.",
+        "`prefetch` and a second prompt kept: `memoryBudgetMib` above 0 in-process, or a model server "
+        "with two or more slots and no other client on it; 0: off.",
     )
     fim_order: str = setting(
         _REQUEST.fim_order,
