@@ -1,5 +1,5 @@
 """The same whole suggestion from a shared llama-server as in-process, on cursors the project never
-tuned on: the remote headline's own check (`python -m bench.remote --unseen`).
+tuned on: the remote headline's own check (`python -m bench.remote_vs_local --unseen`).
 
 The cases: mid-word cursors in files no other case set of the bench uses (bench.cases' sources:
 the Python standard library, npm's JavaScript, C headers, documentation), each document the
@@ -9,8 +9,9 @@ in-process and one with `modelServer` on the README's server command (with `--ca
 in-process engine has no prompt cache in RAM), every other setting at its default; the gate on
 (its default) and off (`minConfidence` 0).
 
-For each differing case: the first token where the two suggestions part (both tokenized from the
-word's start by the server's `/tokenize`), and the engine's own diagnosis (bench.remote_why, both
+For each differing case: each side's first prompt ("near", "lean" or the whole one), prompt length
+and stop reason; the first token where the two suggestions part (both tokenized from the word's
+start by the server's `/tokenize`); and the engine's own diagnosis (bench.remote_why, both
 engines in one process): which of the prompt, the numbers or the path differs, and the log-prob
 gap between the two tokens where the token paths part (a near-tie is a gap within the float
 noise between the two backends' rows, 3e-4 nats measured with flash attention off).
@@ -121,6 +122,9 @@ def compare(
                 "local": a["suggestion"], "remote": b["suggestion"], "local_ms": a["ms"], "remote_ms": b["ms"],
                 "lexicon_changed": [a["stats"].get("lexiconChanged"), b["stats"].get("lexiconChanged")],
                 "fallback": b["stats"].get("fallback"), "round_trips": b["stats"].get("roundTrips"),
+                "first_prompt": [a["stats"].get("firstPrompt"), b["stats"].get("firstPrompt")],
+                "prompt_tokens": [a["stats"].get("promptTokens"), b["stats"].get("promptTokens")],
+                "stop": [a["stats"].get("stopReason"), b["stats"].get("stopReason")],
             }  # fmt: skip
             row["split"] = first_split(row["local"], row["remote"], tokenize)
             rows.append(row)
