@@ -21,9 +21,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from bench import quality
+from bench.machine import wait_until_idle
 from tests.support.cases import Case, build_cases, check_cases, read_text
 from tests.support.lsp_client import Editor, LspClient, end_position, insert_text
 
@@ -75,10 +76,14 @@ def _client(settings: dict[str, Any]) -> LspClient:
     return client
 
 
-def ask(client: LspClient, uri: str, case: Cursor) -> dict[str, Any]:
-    """Open, ask once at the cursor, close: the suggestion and the engine's stats."""
+def ask(client: LspClient, uri: str, case: Cursor, settle: Sequence[int] = ()) -> dict[str, Any]:
+    """Open, ask once at the cursor, close: the suggestion and the engine's stats. `settle`: the
+    processes (the language server, a llama-server) to wait for after opening, until the opening
+    prefetch is done."""
     editor = Editor(client)
     editor.open(uri, case.text, case.language)
+    if settle:
+        wait_until_idle(settle, at_most=60.0)
     reply = editor.inline(uri, case.position, timeout=600)
     stats = editor.stats() or {}
     editor.close(uri)
@@ -109,14 +114,18 @@ def compare(
     tokenize: Callable[[str], list[str]],
     label: str,
     say: Callable[[str], None] = lambda m: None,
+    settle: Sequence[int] | None = None,
 ) -> dict[str, Any]:
-    """Each case asked of the in-process language server, then of the remote one, back to back."""
+    """Each case asked of the in-process language server, then of the remote one, back to back.
+    `settle` (the llama-server's pid): each asked once its server and the llama-server are idle
+    after opening."""
     local, remote = _client(settings), _client({**settings, "modelServer": server_url})
     rows = []
+    quiet = lambda client: () if settle is None else (client.pid, *settle)  # noqa: E731
     try:
         for i, case in enumerate(cases):
             uri = f"file:///bench/same/{label}/{case.kind}-{i}.txt"
-            a, b = ask(local, uri, case), ask(remote, uri, case)
+            a, b = ask(local, uri, case, quiet(local)), ask(remote, uri, case, quiet(remote))
             row = {
                 "case": i, "kind": case.kind, "file": case.file, "typed": case.typed, "word": case.word,
                 "local": a["suggestion"], "remote": b["suggestion"], "local_ms": a["ms"], "remote_ms": b["ms"],
@@ -154,16 +163,19 @@ def check(
     save: Callable[[dict], None] | None = None,
     explain: bool = True,
     gates: tuple[str, ...] = ("on", "off"),
+    settled: bool = False,
 ) -> dict[str, Any]:
     """The whole check: one llama-server (the README's command, `--cache-ram 0`), the gate on,
     then off; each gate a fresh pair of language servers. `save` gets the results after each gate.
     `explain`: then each differing case again through bench.remote_why (both engines in this
-    process): the cause, and the log-prob gap between the two tokens where the paths part."""
+    process): the cause, and the log-prob gap between the two tokens where the paths part.
+    `settled`: each case asked once both servers are idle after opening (its opening prefetch
+    done), where a request asked at once can meet that prefetch begun on one side only."""
     from tests.support.llama_server import start_llama_server
 
     server = start_llama_server(slots=4, ctx=2048, threads=threads, model=model, extra_args=("--cache-ram", "0"))
     out: dict[str, Any] = {"llama_server": server.command()[1:], "model": model, "max_tokens": max_tokens, "cases": len(cases),
-                           "per_kind": {k: sum(c.kind == k for c in cases) for k in quality.LANGUAGES}}  # fmt: skip
+                           "per_kind": {k: sum(c.kind == k for c in cases) for k in quality.LANGUAGES}, "settled": settled}  # fmt: skip
 
     def tokenize(text: str) -> list[str]:
         status, body = server.post("/tokenize", {"content": text, "with_pieces": True})
@@ -179,7 +191,8 @@ def check(
             extra = {} if gate == "on" else {"minConfidence": 0}
             settings = {"model": model, "maxTokens": max_tokens, "modelServerTimeoutMs": TIMEOUT_MS, **extra}
             say(f"remote, unseen cursors: gate {gate}, {len(cases)} cases, in-process vs remote")
-            out[f"gate_{gate}"] = compare(server.url, cases, settings, tokenize, gate, say)
+            settle = None if not settled or server.process is None else (server.process.pid,)
+            out[f"gate_{gate}"] = compare(server.url, cases, settings, tokenize, gate, say, settle)
             if save is not None:
                 save(out)
         if explain:

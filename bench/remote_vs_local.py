@@ -506,13 +506,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=8, help="with --unseen: maxTokens")
     parser.add_argument("--gates", default="on,off", help="with --unseen: which gates, in this order (on, off)")
     parser.add_argument(
+        "--settled",
+        action="store_true",
+        help="with --unseen: ask each case once both servers are idle after opening (the opening prefetch done)",
+    )
+    parser.add_argument(
         "--out",
         type=Path,
         default=None,
         help="default: bench/results/remote_headline-MODEL.json (--unseen: remote_unseen-MODEL.json)",
     )
     args = parser.parse_args(argv)
-    name = "remote_unseen" if args.unseen else "remote_headline"
+    name = ("remote_unseen-settled" if args.settled else "remote_unseen") if args.unseen else "remote_headline"
     args.out = args.out or Path(__file__).parent / "results" / f"{name}-{args.model}.json"
     started = time.time()
 
@@ -525,7 +530,9 @@ def main(argv: list[str] | None = None) -> int:
 
         cases = remote_same.unseen_cases(2 if args.quick else 25)
         gates = tuple(g.strip() for g in args.gates.split(",") if g.strip())
-        result = remote_same.check(cases, say, args.threads, args.model, args.max_tokens, save, gates=gates)
+        result = remote_same.check(
+            cases, say, args.threads, args.model, args.max_tokens, save, gates=gates, settled=args.settled
+        )
         tables = [remote_same.table(result), remote_same.differ_table(result)]
     else:
         result = through_server(headline_cases(args.quick), say, args.threads, save, args.model)
