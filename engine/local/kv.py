@@ -250,15 +250,15 @@ class KvCache:
         return rows
 
     def _finish_stopped(self, tokens: tuple[int, ...], cancel: threading.Event | None) -> None:
-        """When `tokens` share at least SLOT_SHARE of the prefetch stopped mid-prompt, and more than
-        it decoded, decode the rest of its chunk that holds where they part first, in its sequence
-        (and the token after it, alone, as a decode's last): the shared tokens' KV is then what the
-        whole prefetch would have left. Why: llama-server finishes a prefill whatever its client
-        does, and the remote backend waits for it by the same rule (engine.remote.rows `prefill`);
-        decoded from where the request stopped it instead, the last chunk of the request's prompt
-        was cut elsewhere (a case of the unseen check read "is:" in-process and "is_writable"
-        remotely). The chunks past it would not change those tokens, so they are left. A cancel
-        stops it between chunks and leaves it to the next decode."""
+        """Before a decode of `tokens`: when they share at least SLOT_SHARE of the prefetch stopped
+        mid-prompt, and more than it decoded, go on with that prefetch in its sequence, in its
+        chunks, to the end of the chunk where the two part (and one token alone, as a decode's
+        last): the shared tokens' KV is then what the whole prefetch would have left; later chunks
+        cannot change it. Why: llama-server finishes a prefill whatever its client does, and the
+        remote backend waits for it by the same rule (engine.remote.rows `prefill`); decoded from
+        where the request stopped it instead, the request's last chunk was cut elsewhere (a case
+        of the unseen check read "is:" in-process and "is_writable" remotely). A cancel stops it
+        between chunks and leaves it to the next decode."""
         stopped, self._stopped = self._stopped, None
         if stopped is None:
             return
