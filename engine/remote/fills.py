@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from engine.backend import Cancelled
+from engine.core.placement import SLOT_SHARE, common_prefix_length
 from engine.remote.call import Call, cancel_check
 from engine.remote.http import ModelServerClient, Pending, StreamCancelled
 from engine.remote.slots import SlotBook
@@ -30,6 +31,7 @@ class Fill:
     pending: Pending
     slot: int  # the slot named in the request (-1: the server picks)
     expected: int | None = None  # prompt tokens the named slot should give back (engine.remote.slots `expect`)
+    claim: int = 0  # its number among the requests sent (engine.remote.slots `claim`)
 
 
 class Prefills:
@@ -49,7 +51,7 @@ class Prefills:
     ) -> None:
         """Send a prefill of `prompt` and wait for it (`wait`)."""
         pending = self._client.start("/completion", body, self._call.deadline, cancel_check(cancel))
-        self.running = Fill(prompt, pending, slot, expected)
+        self.running = Fill(prompt, pending, slot, expected, self._slots.claims)
         self.wait(cancel)
 
     def wait(self, cancel: threading.Event | None) -> None:
@@ -97,6 +99,19 @@ class Prefills:
             self._give_up(self.detached.pop(0))
         self.detached.append(fill)
 
+    def reattach(self, prompt: tuple[int, ...]) -> None:
+        """Wait on a detached prefill again (`running`) when `prompt` shares at least SLOT_SHARE
+        of it: the whole prompt prefetched again after a first answer (engine.Engine.first_prompt)
+        whose keystroke left it. Sent again instead, the server decoded it from 0 in another slot,
+        beside the first decode still running, at every keystroke (warm calls of 3.5 s)."""
+        if self.running is not None:
+            return
+        for fill in reversed(self.detached):
+            if common_prefix_length(fill.prompt, prompt) >= SLOT_SHARE * len(fill.prompt):
+                self.detached.remove(fill)
+                self.running = fill
+                return
+
     def reap(self) -> None:
         """Take in the answers of detached prefills that have come, without waiting for the others.
         An answer names the slot holding its prompt, as a prefill waited on does; its decode is
@@ -116,7 +131,7 @@ class Prefills:
                     self._give_up(fill)
                     continue
                 # A slot we have sent something else to since holds that now, whatever this answer says.
-                if self._slots.holds_other(answer.get("id_slot"), fill.prompt) or not self._slots.learn(
+                if self._slots.named_since(answer.get("id_slot"), fill.claim) or not self._slots.learn(
                     fill.prompt, answer, live=False
                 ):
                     self._give_up(fill)

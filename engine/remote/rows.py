@@ -271,6 +271,7 @@ class RemoteRows:
         with self._lock:
             self.stream.settle()
             self.reap()
+            self.prefills.reattach(key)
             fill = self.prefills.running
             if fill is not None:
                 if common_prefix_length(fill.prompt, key) >= SLOT_SHARE * len(fill.prompt):

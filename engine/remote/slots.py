@@ -61,6 +61,8 @@ class SlotBook:
         self._unplaced: deque[tuple[int, ...]] = deque(maxlen=4)  # sent with id_slot -1, slot not named yet
         self.sharing = Sharing()
         self.placed = False  # the server has placed the current call's document (`slot_for`)
+        self.claims = 0  # requests sent (`claim`), numbered
+        self._named_at: dict[int, int] = {}  # slot -> the number of the last request naming it
 
     @property
     def kept_prompts(self) -> int:
@@ -141,8 +143,10 @@ class SlotBook:
 
     def claim(self, slot: int, tokens: tuple[int, ...]) -> None:
         """A request sends `tokens` to `slot` (-1: to the server's pick, unplaced until named)."""
+        self.claims += 1
         if slot >= 0:
             self.hold(slot, tokens, live=True)
+            self._named_at[slot] = self.claims
         else:
             self._unplaced.append(tokens)
 
@@ -171,10 +175,13 @@ class SlotBook:
                 del self._slots[other]
         return True
 
-    def holds_other(self, slot: object, tokens: tuple[int, ...]) -> bool:
-        """We have sent something else than `tokens` to `slot` since (an answer naming it for
-        `tokens` is out of date)."""
-        return self._slots.get(slot, tokens) != tokens  # type: ignore[call-overload]
+    def named_since(self, slot: object, claim: int) -> bool:
+        """We have named `slot` in a request sent after claim number `claim` (an answer naming it
+        for what that claim sent is out of date). Not what the slot held before: a prefill sent to
+        the server's pick lands in any idle slot, one of ours that held another document too, and
+        taken for out of date its answer was given up, the slot never learnt, and the document's
+        whole prompt sent again from 0 at every keystroke."""
+        return isinstance(slot, int) and self._named_at.get(slot, 0) > claim
 
     def give_up(self, slot: int, tokens: tuple[int, ...]) -> None:
         """A prefill of `tokens` to `slot` was given up: what the slot holds is not known."""
@@ -192,6 +199,7 @@ class SlotBook:
             self.sharing.slot_taken()
 
     def clear(self) -> None:
+        self._named_at.clear()
         self._slots.clear()
         self._live = None
         self._unplaced.clear()

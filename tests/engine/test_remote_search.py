@@ -196,6 +196,39 @@ def test_a_prefill_left_for_another_document_still_names_its_slot(fake):
     assert rows.slots.slot_for(first)[0] == 0 and rows.slots.slot_for(second)[0] == 1
 
 
+def test_a_prefill_left_running_in_a_slot_we_used_before_still_names_it(fake):
+    """The server puts a prefill sent to its pick in any idle slot, one that held another of our
+    documents too: its late answer names that slot for it. Taken for out of date (the slot had
+    held something else), the answer was given up and the document sent again from 0 at its next
+    call (every keystroke, with the whole prompt behind a first answer: 3.5 s a warm call)."""
+    fake.prefill_delay_s = 1.0
+    fake.assign_slots = True
+    rows = RemoteRows(ModelServerClient(fake.url, None, 5.0), VOCAB, 2048, 4, None)
+    zero, first, second = (PROMPT + (t, t, 1) * 60 for t in (1, 2, 3))  # each to a fresh slot (kv.placement)
+    rows.begin(None, max_tokens=0)
+    rows.prefill(zero)  # slot 0
+    rows.end()
+    fake._next_slot = 0  # the server's pick for the next one: slot 0 again (idle, least recently used)
+    cancel = threading.Event()
+    threading.Timer(0.1, cancel.set).start()
+    rows.begin(None, max_tokens=0)
+    with pytest.raises(Cancelled):
+        rows.prefill(first, cancel)
+    rows.end()
+    rows.begin(None, max_tokens=0)  # another document: the first one's prefill is left running
+    rows.prefill(second)
+    rows.end()
+    until = time.monotonic() + 10
+    while not rows.prefills.detached[0].pending.ready() and time.monotonic() < until:
+        time.sleep(0.01)
+    rows.begin(None, max_tokens=0)
+    rows.prefill(first)
+    rows.end()
+    prefills = [(b["prompt"], b["id_slot"]) for b in fake.bodies if not b.get("stream")]
+    assert [p for p, _ in prefills] == [list(zero[:-1]), list(first[:-1]), list(second[:-1])], prefills
+    assert rows.slots.slot_for(first)[0] == 0 and rows.cached_prefix(first) == len(first) - 1
+
+
 def test_a_prefill_that_misses_the_budget_is_waited_on_again_not_sent_again(fake):
     """The keystroke's budget runs out; the prefetch that follows (longer budget) waits on the same
     request; a prefill for another document gives a running one up (the connection is closed)."""
